@@ -1,0 +1,3 @@
+module github.com/idemkit/idem
+
+go 1.26
