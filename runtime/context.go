@@ -1,0 +1,68 @@
+package runtime
+
+import "context"
+
+type ctxKey int
+
+const (
+	scopeKey ctxKey = iota
+	attemptKey
+)
+
+// WithScope returns a context whose idempotency keys belong to scope (a
+// tenant or principal). Records of two scopes never meet, so one caller can
+// never replay another's response. Set it where the caller is authenticated.
+func WithScope(ctx context.Context, scope string) context.Context {
+	return context.WithValue(ctx, scopeKey, scope)
+}
+
+// ScopeFrom returns the scope set by [WithScope], or "".
+func ScopeFrom(ctx context.Context) string {
+	s, _ := ctx.Value(scopeKey).(string)
+	return s
+}
+
+// Attempt describes the attempt an effect runs in; the runtime puts it in
+// the effect's context.
+type Attempt struct {
+	// ID is the record's identity.
+	ID Identity
+	// FencingToken is the record's version when the effect started. It
+	// increases with every takeover: a downstream that remembers the highest
+	// token it saw can reject writes from a stale owner.
+	FencingToken int64
+	// DownstreamKey is derived from ID (see [DownstreamKey]) and the same
+	// for every attempt; pass it as the idempotency key of downstream calls.
+	DownstreamKey string
+	// TakenOver reports that an earlier owner's lease expired before this
+	// attempt, so the effect may already have happened once.
+	TakenOver bool
+}
+
+// AttemptFrom returns the attempt of the effect running with ctx.
+func AttemptFrom(ctx context.Context) (Attempt, bool) {
+	a, ok := ctx.Value(attemptKey).(*Attempt)
+	if !ok {
+		return Attempt{}, false
+	}
+	return *a, true
+}
+
+// FencingToken returns the fencing token of the effect running with ctx.
+func FencingToken(ctx context.Context) (int64, bool) {
+	a, ok := ctx.Value(attemptKey).(*Attempt)
+	if !ok {
+		return 0, false
+	}
+	return a.FencingToken, true
+}
+
+// DownstreamKeyFrom returns the downstream key of the effect running with
+// ctx.
+func DownstreamKeyFrom(ctx context.Context) (string, bool) {
+	a, ok := ctx.Value(attemptKey).(*Attempt)
+	if !ok {
+		return "", false
+	}
+	return a.DownstreamKey, true
+}

@@ -1,0 +1,434 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// Call is one idempotent call: the effect of Request, identified by
+// (scope from the context, Operation, Key).
+type Call[Req, Resp any] struct {
+	// Operation names what the key is for, "Service.Method" by convention.
+	Operation string
+	// Key is the client's idempotency key: 1 to 255 bytes of visible ASCII.
+	Key string
+	// Request is encoded with the runtime's codec: its SHA-256 is the
+	// fingerprint (unless Fingerprint is set) and it is stored so that a
+	// reconciler can query the downstream about it.
+	Request Req
+	// Effect does the work. It runs at most once per identity while
+	// outcomes are recorded; it must honour ctx, which carries the
+	// [Attempt] (fencing token, downstream key) and is cancelled with cause
+	// [ErrLeaseLost] when the lease is lost.
+	Effect func(ctx context.Context, req Req) (Resp, error)
+	// Query, optional, tells whether the effect of req happened. With it
+	// UNKNOWN records and expired leases are converged instead of reported
+	// or re-executed.
+	Query QueryFunc[Req, Resp]
+	// Fingerprint, optional, overrides the fingerprint (for example a hash
+	// of chosen fields). Same key with another fingerprint is ErrKeyReused.
+	Fingerprint []byte
+	// Lease and TTL, optional, override the runtime's defaults.
+	Lease time.Duration
+	TTL   time.Duration
+}
+
+// Do runs c exactly once per identity and returns its response, or replays
+// the recorded outcome of an earlier call with the same identity.
+//
+// Errors: [ErrInvalidKey] for a bad key; [ErrKeyReused] when the key was used
+// with another request; [ErrInProgress] when a call with the same identity is
+// still running after MaxWait; [ErrOutcomeUnknown] when an earlier attempt's
+// outcome is unknown (and, wrapped with the cause, when this attempt timed
+// out); [ErrLeaseLost] when this call's lease was taken over; a
+// [*FailedError] replaying a permanent failure; the effect's own error
+// otherwise. Store errors are returned wrapped.
+func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Resp, error) {
+	var zero Resp
+	if c.Effect == nil {
+		return zero, fmt.Errorf("idem: %s: call has no effect", c.Operation)
+	}
+	id := Identity{Scope: ScopeFrom(ctx), Operation: c.Operation, Key: c.Key}
+	if err := validateIdentity(id); err != nil {
+		return zero, err
+	}
+	reqBytes, err := rt.cfg.codec.Marshal(c.Request)
+	if err != nil {
+		return zero, fmt.Errorf("idem: %s: encoding request: %w", c.Operation, err)
+	}
+	fp := c.Fingerprint
+	if fp == nil {
+		fp = Fingerprint(reqBytes)
+	}
+	ex := &execution[Req, Resp]{rt: rt, c: &c, id: id, lease: c.Lease, ttl: c.TTL}
+	if ex.lease <= 0 {
+		ex.lease = rt.cfg.lease
+	}
+	if ex.ttl <= 0 {
+		ex.ttl = rt.cfg.ttl
+	}
+	claim := ClaimParams{
+		ID: id, Fingerprint: fp, Request: reqBytes, Owner: rt.cfg.owner,
+		Lease: ex.lease, AcquireUnknown: c.Query != nil,
+	}
+
+	var waitUntil time.Time // set on the first wait
+	backoff := 5 * time.Millisecond
+	for {
+		res, err := rt.store.Claim(ctx, claim)
+		if err != nil {
+			return zero, fmt.Errorf("idem: %s %q: claim: %w", id.Operation, id.Key, err)
+		}
+		if res.Claimed {
+			rec := res.Record
+			switch {
+			case rec.State == StateUnknown:
+				return ex.reconcileInline(ctx, rec)
+			case rec.Takeovers > 0 && c.Query != nil:
+				return ex.reconcileInline(ctx, rec)
+			default:
+				return ex.execute(ctx, rec)
+			}
+		}
+		rec := res.Record
+		for {
+			if !bytes.Equal(rec.Fingerprint, fp) {
+				return zero, fmt.Errorf("%w: %s %q was first used with another request", ErrKeyReused, id.Operation, id.Key)
+			}
+			switch rec.State {
+			case StateSuccess:
+				return ex.replaySuccess(rec)
+			case StateFailed:
+				return zero, ex.replayFailure(rec)
+			case StateUnknown:
+				if c.Query == nil {
+					return zero, fmt.Errorf("%w: %s %q: an earlier attempt may or may not have taken effect; it will be reconciled", ErrOutcomeUnknown, id.Operation, id.Key)
+				}
+			}
+			if !rec.LeaseLive() {
+				break // absent, expired or free for reconciliation: claim again
+			}
+			if waitUntil.IsZero() {
+				waitUntil = time.Now().Add(rt.cfg.maxWait)
+			}
+			left := time.Until(waitUntil)
+			if left <= 0 {
+				if rec.State == StateUnknown {
+					return zero, fmt.Errorf("%w: %s %q is being reconciled", ErrOutcomeUnknown, id.Operation, id.Key)
+				}
+				return zero, fmt.Errorf("%w: %s %q (lease held by another worker for %v more)",
+					ErrInProgress, id.Operation, id.Key, rec.LeaseExpiresAt.Sub(rec.StoreNow).Round(time.Millisecond))
+			}
+			sleep := min(backoff, left, rec.LeaseExpiresAt.Sub(rec.StoreNow)+time.Millisecond)
+			backoff = min(backoff*2, 250*time.Millisecond)
+			if err := sleepCtx(ctx, sleep); err != nil {
+				return zero, fmt.Errorf("idem: %s %q: waiting for the call in flight: %w", id.Operation, id.Key, err)
+			}
+			rec, err = rt.store.Get(ctx, id)
+			if errors.Is(err, ErrNotFound) {
+				break // released: claim again
+			}
+			if err != nil {
+				return zero, fmt.Errorf("idem: %s %q: get: %w", id.Operation, id.Key, err)
+			}
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// execution carries one call through its states.
+type execution[Req, Resp any] struct {
+	rt    *Runtime
+	c     *Call[Req, Resp]
+	id    Identity
+	lease time.Duration
+	ttl   time.Duration
+}
+
+type failure struct {
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message"`
+}
+
+func (ex *execution[Req, Resp]) replaySuccess(rec Record) (Resp, error) {
+	var resp Resp
+	if err := ex.rt.cfg.codec.Unmarshal(rec.Response, &resp); err != nil {
+		return resp, fmt.Errorf("idem: %s %q: decoding stored response: %w", ex.id.Operation, ex.id.Key, err)
+	}
+	return resp, nil
+}
+
+func (ex *execution[Req, Resp]) replayFailure(rec Record) error {
+	var f failure
+	if err := json.Unmarshal(rec.Response, &f); err != nil {
+		return fmt.Errorf("idem: %s %q: decoding stored failure: %w", ex.id.Operation, ex.id.Key, err)
+	}
+	return &FailedError{Operation: ex.id.Operation, Key: ex.id.Key, Code: f.Code, Message: f.Message}
+}
+
+func encodeFailure(err error) []byte {
+	f := failure{Message: "failed"}
+	if err != nil {
+		f.Message = err.Error()
+		var c Coder
+		if errors.As(err, &c) {
+			f.Code = c.ErrorCode()
+		}
+	}
+	b, _ := json.Marshal(f) // a struct of two strings always encodes
+	return b
+}
+
+func (ex *execution[Req, Resp]) attemptCtx(ctx context.Context, rec Record) context.Context {
+	return context.WithValue(ctx, attemptKey, &Attempt{
+		ID: ex.id, FencingToken: rec.Version, DownstreamKey: DownstreamKey(ex.id), TakenOver: rec.Takeovers > 0,
+	})
+}
+
+// execute runs the effect on a PROCESSING record held by this owner and
+// records its outcome.
+func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, error) {
+	var zero Resp
+	effCtx, cancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
+	defer cancel(nil)
+	stop := ex.heartbeat(ctx, rec, cancel)
+	resp, err, panicked := ex.runEffect(effCtx)
+	stop()
+
+	leaseLost := errors.Is(context.Cause(effCtx), ErrLeaseLost)
+	to := ex.classify(err, panicked != nil)
+	tp := TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version, To: to}
+	switch to {
+	case StateSuccess:
+		b, merr := ex.rt.cfg.codec.Marshal(resp)
+		if merr != nil {
+			// The effect happened but its response cannot be stored: the
+			// outcome is not replayable, so record UNKNOWN.
+			tp.To = StateUnknown
+			err = fmt.Errorf("idem: %s %q: encoding response: %w", ex.id.Operation, ex.id.Key, merr)
+		} else {
+			tp.Response, tp.TTL = b, ex.ttl
+		}
+	case StateFailed:
+		tp.Response, tp.TTL = encodeFailure(err), ex.ttl
+	}
+	var cerr error
+	if to == "" {
+		cerr = ex.complete(ctx, func(cctx context.Context) error {
+			return ex.rt.store.Release(cctx, ReleaseParams{ID: ex.id, State: StateProcessing, Owner: tp.Owner, Version: tp.Version})
+		})
+	} else {
+		cerr = ex.complete(ctx, func(cctx context.Context) error {
+			_, err := ex.rt.store.Transition(cctx, tp)
+			return err
+		})
+	}
+	if panicked != nil && !ex.rt.cfg.recoverPanics {
+		panic(panicked.Value)
+	}
+	if cerr != nil {
+		if errors.Is(cerr, ErrLeaseLost) || leaseLost {
+			return zero, fmt.Errorf("%w: %s %q: another worker took over (version %d) before this attempt finished: %w",
+				ErrLeaseLost, ex.id.Operation, ex.id.Key, rec.Version, errors.Join(err, cerr))
+		}
+		if tp.To == StateSuccess {
+			return resp, fmt.Errorf("idem: %s %q: the effect succeeded but its outcome was not recorded: %w", ex.id.Operation, ex.id.Key, cerr)
+		}
+		return zero, fmt.Errorf("idem: %s %q: recording outcome %s: %w", ex.id.Operation, ex.id.Key, tp.To, errors.Join(err, cerr))
+	}
+	switch tp.To {
+	case StateSuccess:
+		return resp, nil
+	case StateUnknown:
+		if panicked != nil {
+			return zero, fmt.Errorf("%w: %w", ErrOutcomeUnknown, panicked)
+		}
+		return zero, fmt.Errorf("%w: %s %q: %w", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key, err)
+	}
+	return zero, err
+}
+
+// classify maps the effect's result to the state to record; "" releases.
+func (ex *execution[Req, Resp]) classify(err error, panicked bool) State {
+	switch {
+	case panicked:
+		return StateUnknown
+	case err == nil:
+		return StateSuccess
+	case IsTimeout(err):
+		return StateUnknown
+	}
+	var cl *classified
+	if errors.As(err, &cl) {
+		switch cl.class {
+		case classPermanent:
+			return StateFailed
+		case classRetryable:
+			return ""
+		}
+	}
+	switch ex.rt.cfg.errorPolicy {
+	case RecordFailed:
+		return StateFailed
+	case ReleaseRecord:
+		return ""
+	}
+	return StateUnknown
+}
+
+func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, err error, p *PanicError) {
+	defer func() {
+		if v := recover(); v != nil {
+			p = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	resp, err = ex.c.Effect(ctx, ex.c.Request)
+	return resp, err, nil
+}
+
+// heartbeat renews the lease every third of it until stop is called; when
+// the lease is lost it cancels the effect with cause ErrLeaseLost.
+func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, cancel context.CancelCauseFunc) (stop func()) {
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		every := ex.lease / 3
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(hctx, every)
+			_, err := ex.rt.store.Renew(rctx, RenewParams{ID: ex.id, State: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version, Lease: ex.lease})
+			rcancel()
+			if errors.Is(err, ErrLeaseLost) {
+				ex.rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
+					"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version)
+				cancel(fmt.Errorf("%w: %s %q", ErrLeaseLost, ex.id.Operation, ex.id.Key))
+				return
+			}
+			if err != nil && hctx.Err() == nil {
+				ex.rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; will retry",
+					"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
+			}
+		}
+	}()
+	return func() { hcancel(); wg.Wait() }
+}
+
+// complete runs a store write that records an outcome on a context the
+// caller cannot cancel, bounded by the completion timeout, retrying
+// transient store errors with backoff. ErrLeaseLost is final.
+func (ex *execution[Req, Resp]) complete(ctx context.Context, write func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ex.rt.cfg.completionTimeout)
+	defer cancel()
+	backoff := 10 * time.Millisecond
+	for {
+		err := write(cctx)
+		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrTooLarge) {
+			return err
+		}
+		ex.rt.cfg.logger.WarnContext(ctx, "idem: recording outcome failed; retrying",
+			"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
+		if serr := sleepCtx(cctx, backoff); serr != nil {
+			return err
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// reconcileInline asks the operation's query about a record this owner holds
+// that an earlier attempt may have acted on (UNKNOWN, or PROCESSING taken
+// over), and converges it, runs the effect, or leaves it UNKNOWN.
+func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record) (Resp, error) {
+	var zero Resp
+	qctx, cancel := context.WithTimeout(ex.attemptCtx(ctx, rec), ex.rt.cfg.queryTimeout)
+	resp, outcome, qerr := ex.runQuery(qctx)
+	cancel()
+	tp := TransitionParams{ID: ex.id, From: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version}
+	switch outcome {
+	case OutcomeSucceeded:
+		b, err := ex.rt.cfg.codec.Marshal(resp)
+		if err != nil {
+			qerr, outcome = fmt.Errorf("encoding queried response: %w", err), OutcomeUnknown
+			break
+		}
+		tp.To, tp.Response, tp.TTL = StateSuccess, b, ex.ttl
+	case OutcomeFailed:
+		tp.To, tp.Response, tp.TTL = StateFailed, encodeFailure(qerr), ex.ttl
+	case OutcomeNotHappened:
+		if rec.State == StateProcessing {
+			return ex.execute(ctx, rec)
+		}
+		tp.To, tp.NewOwner, tp.Lease = StateProcessing, ex.rt.cfg.owner, ex.lease
+		v, err := ex.transition(ctx, tp)
+		if err != nil {
+			return zero, err
+		}
+		rec.State, rec.Version = StateProcessing, v
+		return ex.execute(ctx, rec)
+	}
+	if outcome == OutcomeUnknown || (outcome != OutcomeSucceeded && outcome != OutcomeFailed) {
+		tp.To = StateUnknown
+		if _, err := ex.transition(ctx, tp); err != nil {
+			return zero, errors.Join(err, qerr)
+		}
+		if qerr != nil {
+			return zero, fmt.Errorf("%w: %s %q: query: %w", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key, qerr)
+		}
+		return zero, fmt.Errorf("%w: %s %q: the query cannot tell yet", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key)
+	}
+	if _, err := ex.transition(ctx, tp); err != nil {
+		return zero, err
+	}
+	if tp.To == StateFailed {
+		return zero, ex.replayFailure(Record{Response: tp.Response})
+	}
+	return resp, nil
+}
+
+func (ex *execution[Req, Resp]) transition(ctx context.Context, tp TransitionParams) (int64, error) {
+	var v int64
+	err := ex.complete(ctx, func(cctx context.Context) error {
+		var err error
+		v, err = ex.rt.store.Transition(cctx, tp)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("idem: %s %q: recording %s: %w", ex.id.Operation, ex.id.Key, tp.To, err)
+	}
+	return v, nil
+}
+
+func (ex *execution[Req, Resp]) runQuery(ctx context.Context) (resp Resp, o Outcome, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			o, err = OutcomeUnknown, &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return ex.c.Query(ctx, ex.c.Request)
+}

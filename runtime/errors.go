@@ -1,0 +1,126 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Test for them with [errors.Is]; the runtime wraps them
+// with the operation and key involved.
+var (
+	// ErrInProgress: another call with the same identity is still being
+	// processed and did not finish within MaxWait. The effect was not run;
+	// retry later (HTTP: 409 Conflict with Retry-After).
+	ErrInProgress = errors.New("idem: request with this key is still in progress")
+
+	// ErrKeyReused: the key was used before with a different request payload
+	// (fingerprint). This is a client bug (HTTP: 422 Unprocessable Entity).
+	ErrKeyReused = errors.New("idem: idempotency key reused with a different request")
+
+	// ErrOutcomeUnknown: an earlier attempt timed out, panicked or failed in
+	// a way that does not tell whether the effect happened, and it could not
+	// be converged yet. The effect is not run again; the reconciler will
+	// converge the record (HTTP: 409 or 503 with Retry-After).
+	ErrOutcomeUnknown = errors.New("idem: outcome of an earlier attempt is unknown")
+
+	// ErrInvalidKey: the key is empty, longer than 255 bytes or contains
+	// bytes outside visible ASCII (HTTP: 400 Bad Request).
+	ErrInvalidKey = errors.New("idem: invalid idempotency key")
+
+	// ErrLeaseLost: this worker's lease on the record was taken over by
+	// another worker (its version moved on); this worker's transition was
+	// rejected and changed nothing.
+	ErrLeaseLost = errors.New("idem: lease lost")
+
+	// ErrPermanent marks errors that are stored as FAILED and replayed to
+	// duplicates. See [Permanent].
+	ErrPermanent = errors.New("idem: permanent failure")
+
+	// ErrNotFound is returned by [Store.Get] when there is no record.
+	ErrNotFound = errors.New("idem: record not found")
+
+	// ErrTooLarge: a request or response is larger than the store accepts.
+	ErrTooLarge = errors.New("idem: record too large")
+)
+
+// Permanent marks err as a permanent failure of the effect: the record
+// becomes FAILED, err's message (and code, see [Coder]) is stored, and
+// duplicates get the same failure back without running the effect. Use it for
+// definitive business rejections (card declined, validation failed).
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{err: err, class: classPermanent}
+}
+
+// Retryable marks err as a failure that happened before any effect: the
+// record is released and a retry runs the effect again. Only use it when you
+// know nothing happened downstream (for example the request never left the
+// process). Retryable(nil) is nil.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{err: err, class: classRetryable}
+}
+
+type errorClass int
+
+const (
+	classDefault errorClass = iota
+	classPermanent
+	classRetryable
+)
+
+type classified struct {
+	err   error
+	class errorClass
+}
+
+func (e *classified) Error() string { return e.err.Error() }
+func (e *classified) Unwrap() error { return e.err }
+func (e *classified) Is(target error) bool {
+	return target == ErrPermanent && e.class == classPermanent
+}
+
+// Coder is implemented by errors that carry a stable, machine-readable code.
+// The code of a permanent error is stored with its message and returned by
+// [FailedError.Code] on replay.
+type Coder interface {
+	ErrorCode() string
+}
+
+// FailedError is the error replayed to a duplicate of a call that failed
+// permanently. It matches [ErrPermanent] with [errors.Is].
+type FailedError struct {
+	Operation string
+	Key       string
+	// Code is the error's [Coder] code, if it had one.
+	Code string
+	// Message is the original error's message.
+	Message string
+}
+
+func (e *FailedError) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("idem: %s %q failed permanently (%s): %s", e.Operation, e.Key, e.Code, e.Message)
+	}
+	return fmt.Sprintf("idem: %s %q failed permanently: %s", e.Operation, e.Key, e.Message)
+}
+
+// Is reports whether target is ErrPermanent.
+func (e *FailedError) Is(target error) bool { return target == ErrPermanent }
+
+// ErrorCode returns the stored code.
+func (e *FailedError) ErrorCode() string { return e.Code }
+
+// PanicError is returned when the effect panicked and the runtime was
+// configured with [WithRecoverPanics]; the record is UNKNOWN.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("idem: effect panicked: %v", e.Value) }

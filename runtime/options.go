@@ -1,0 +1,192 @@
+package runtime
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Defaults of a [Runtime].
+const (
+	DefaultLease             = 30 * time.Second
+	DefaultTTL               = 24 * time.Hour
+	DefaultMaxWait           = 2 * time.Second
+	DefaultCompletionTimeout = 10 * time.Second
+	DefaultQueryTimeout      = 5 * time.Second
+)
+
+// ErrorPolicy says what becomes of a record when the effect returns an error
+// that is neither a timeout nor marked with [Permanent] or [Retryable].
+type ErrorPolicy int
+
+const (
+	// RecordUnknown records UNKNOWN: the effect may have happened, so it is
+	// not run again until a query tells. The safe default.
+	RecordUnknown ErrorPolicy = iota
+	// RecordFailed records FAILED and replays the error to duplicates.
+	RecordFailed
+	// ReleaseRecord deletes the record so that a retry runs the effect again.
+	// Choose it only when every unclassified error happens before any effect.
+	ReleaseRecord
+)
+
+func (p ErrorPolicy) String() string {
+	switch p {
+	case RecordUnknown:
+		return "RecordUnknown"
+	case RecordFailed:
+		return "RecordFailed"
+	case ReleaseRecord:
+		return "ReleaseRecord"
+	}
+	return fmt.Sprintf("ErrorPolicy(%d)", int(p))
+}
+
+// Option configures a [Runtime].
+type Option func(*config) error
+
+type config struct {
+	owner             string
+	lease             time.Duration
+	ttl               time.Duration
+	maxWait           time.Duration
+	completionTimeout time.Duration
+	queryTimeout      time.Duration
+	codec             Codec
+	errorPolicy       ErrorPolicy
+	recoverPanics     bool
+	logger            *slog.Logger
+}
+
+// WithOwner sets the owner id written into the records this runtime claims.
+// It must be unique per process; the default is host/pid/random.
+func WithOwner(owner string) Option {
+	return func(c *config) error {
+		if owner == "" || len(owner) > MaxKeyLen {
+			return fmt.Errorf("idem: owner must be 1 to %d bytes, got %d", MaxKeyLen, len(owner))
+		}
+		c.owner = owner
+		return nil
+	}
+}
+
+// WithLease sets the default lease of a claim (default 30s). A running effect
+// renews its lease every third of it.
+func WithLease(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("idem: lease must be at least 10ms, got %v", d)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// WithTTL sets how long finished records are kept for replay (default 24h).
+func WithTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("idem: TTL must be positive, got %v", d)
+		}
+		c.ttl = d
+		return nil
+	}
+}
+
+// WithMaxWait sets how long a duplicate waits for an in-flight call before it
+// gets [ErrInProgress] (default 2s; 0 answers at once).
+func WithMaxWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("idem: max wait must not be negative, got %v", d)
+		}
+		c.maxWait = d
+		return nil
+	}
+}
+
+// WithCompletionTimeout bounds the recording of an outcome after the effect
+// returned (default 10s). Completion runs on a context the caller's
+// cancellation cannot cancel.
+func WithCompletionTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("idem: completion timeout must be positive, got %v", d)
+		}
+		c.completionTimeout = d
+		return nil
+	}
+}
+
+// WithQueryTimeout bounds an inline call of an operation's query function
+// (default 5s).
+func WithQueryTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("idem: query timeout must be positive, got %v", d)
+		}
+		c.queryTimeout = d
+		return nil
+	}
+}
+
+// WithCodec sets the codec of requests and responses (default [JSONCodec]).
+func WithCodec(codec Codec) Option {
+	return func(c *config) error {
+		if codec == nil {
+			return fmt.Errorf("idem: codec is nil")
+		}
+		c.codec = codec
+		return nil
+	}
+}
+
+// WithErrorPolicy sets what an unclassified effect error does to the record
+// (default [RecordUnknown]). Timeouts and panics are always UNKNOWN.
+func WithErrorPolicy(p ErrorPolicy) Option {
+	return func(c *config) error {
+		if p < RecordUnknown || p > ReleaseRecord {
+			return fmt.Errorf("idem: unknown error policy %d", int(p))
+		}
+		c.errorPolicy = p
+		return nil
+	}
+}
+
+// WithRecoverPanics makes a panicking effect return a [*PanicError] (wrapping
+// [ErrOutcomeUnknown]) instead of re-panicking after the record was moved to
+// UNKNOWN.
+func WithRecoverPanics(recover bool) Option {
+	return func(c *config) error {
+		c.recoverPanics = recover
+		return nil
+	}
+}
+
+// WithLogger sets the structured logger (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("idem: logger is nil")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	owner := fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	if len(owner) > MaxKeyLen {
+		owner = owner[len(owner)-MaxKeyLen:]
+	}
+	return owner
+}

@@ -1,0 +1,173 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Runtime runs calls against a [Store]. It is safe for concurrent use; make
+// one per process and share it.
+type Runtime struct {
+	store Store
+	cfg   config
+
+	mu      sync.RWMutex
+	queries map[string]registeredQuery
+}
+
+// New returns a runtime on store.
+func New(store Store, opts ...Option) (*Runtime, error) {
+	if store == nil {
+		return nil, errors.New("idem: store is nil")
+	}
+	cfg := config{
+		lease:             DefaultLease,
+		ttl:               DefaultTTL,
+		maxWait:           DefaultMaxWait,
+		completionTimeout: DefaultCompletionTimeout,
+		queryTimeout:      DefaultQueryTimeout,
+		codec:             JSONCodec{},
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.owner == "" {
+		cfg.owner = defaultOwner()
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runtime{store: store, cfg: cfg, queries: make(map[string]registeredQuery)}, nil
+}
+
+// Store returns the runtime's store.
+func (rt *Runtime) Store() Store { return rt.store }
+
+// Owner returns the owner id this runtime writes into records it claims.
+func (rt *Runtime) Owner() string { return rt.cfg.owner }
+
+// Lease returns the default lease.
+func (rt *Runtime) Lease() time.Duration { return rt.cfg.lease }
+
+// TTL returns the default TTL of finished records.
+func (rt *Runtime) TTL() time.Duration { return rt.cfg.ttl }
+
+// Outcome is the answer of a query function to "did this effect happen?".
+type Outcome int
+
+const (
+	// OutcomeUnknown: the query cannot tell (yet); try again later.
+	OutcomeUnknown Outcome = iota
+	// OutcomeSucceeded: the effect happened; the query's response is the
+	// effect's response.
+	OutcomeSucceeded
+	// OutcomeFailed: the effect was attempted and definitively failed; the
+	// query's error is recorded as the permanent failure.
+	OutcomeFailed
+	// OutcomeNotHappened: the effect did not happen; it may run again.
+	OutcomeNotHappened
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeUnknown:
+		return "unknown"
+	case OutcomeSucceeded:
+		return "succeeded"
+	case OutcomeFailed:
+		return "failed"
+	case OutcomeNotHappened:
+		return "not-happened"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// QueryFunc asks the downstream whether the effect of req happened.
+type QueryFunc[Req, Resp any] func(ctx context.Context, req Req) (Resp, Outcome, error)
+
+// NotHappenedPolicy says what a reconciler does when a query reports that
+// the effect did not happen.
+type NotHappenedPolicy int
+
+const (
+	// NotHappenedRelease deletes the record so that the client's retry runs
+	// the effect (the default).
+	NotHappenedRelease NotHappenedPolicy = iota
+	// NotHappenedFail records FAILED, so that retries are told it failed.
+	NotHappenedFail
+)
+
+// QueryOptions tune a registered query.
+type QueryOptions struct {
+	// NotHappened is the reconciler's policy when the effect did not happen.
+	NotHappened NotHappenedPolicy
+}
+
+// registeredQuery is a query function working on encoded requests, so that a
+// reconciler can converge records of calls it never served.
+type registeredQuery struct {
+	opts QueryOptions
+	run  func(ctx context.Context, request []byte) (response []byte, o Outcome, err error)
+}
+
+// Register makes query the operation's "did it happen?" function, so that a
+// reconciler on rt can converge UNKNOWN and abandoned PROCESSING records of
+// operation from their stored request. Registering an operation again
+// replaces its query.
+func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req, Resp], opts QueryOptions) error {
+	if operation == "" {
+		return errors.New("idem: register: operation is empty")
+	}
+	if query == nil {
+		return fmt.Errorf("idem: register %s: query is nil", operation)
+	}
+	codec := rt.cfg.codec
+	rq := registeredQuery{opts: opts, run: func(ctx context.Context, request []byte) ([]byte, Outcome, error) {
+		var req Req
+		if err := codec.Unmarshal(request, &req); err != nil {
+			return nil, OutcomeUnknown, fmt.Errorf("idem: %s: decoding stored request: %w", operation, err)
+		}
+		resp, o, err := query(ctx, req)
+		if o != OutcomeSucceeded {
+			return nil, o, err
+		}
+		b, merr := codec.Marshal(resp)
+		if merr != nil {
+			return nil, OutcomeUnknown, fmt.Errorf("idem: %s: encoding response: %w", operation, merr)
+		}
+		return b, o, nil
+	}}
+	rt.mu.Lock()
+	rt.queries[operation] = rq
+	rt.mu.Unlock()
+	return nil
+}
+
+// Operations returns the operations with a registered query, sorted.
+func (rt *Runtime) Operations() []string {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	ops := make([]string, 0, len(rt.queries))
+	for op := range rt.queries {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	return ops
+}
+
+func (rt *Runtime) query(operation string) (registeredQuery, bool) {
+	rt.mu.RLock()
+	q, ok := rt.queries[operation]
+	rt.mu.RUnlock()
+	return q, ok
+}

@@ -1,0 +1,194 @@
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// State is the state of an idempotency record.
+type State string
+
+// The record states. A record that does not exist is "absent".
+const (
+	// StateProcessing: claimed by an owner whose lease runs until
+	// LeaseExpiresAt; the effect is (or was, if the lease expired) running.
+	StateProcessing State = "PROCESSING"
+	// StateSuccess: the effect happened; Response holds the encoded response.
+	StateSuccess State = "SUCCESS"
+	// StateFailed: the effect failed permanently; Response holds the encoded
+	// failure.
+	StateFailed State = "FAILED"
+	// StateUnknown: the effect may or may not have happened. Not final: the
+	// record is converged to SUCCESS or FAILED by a query. While a worker
+	// converges it, Owner and LeaseExpiresAt are set.
+	StateUnknown State = "UNKNOWN"
+)
+
+// Valid reports whether s is one of the four states.
+func (s State) Valid() bool {
+	switch s {
+	case StateProcessing, StateSuccess, StateFailed, StateUnknown:
+		return true
+	}
+	return false
+}
+
+// Final reports whether s is SUCCESS or FAILED.
+func (s State) Final() bool { return s == StateSuccess || s == StateFailed }
+
+// Identity is the primary key of a record: a key is only ever compared with
+// keys of the same scope and operation.
+type Identity struct {
+	// Scope is who the key belongs to (tenant or principal); "" is the
+	// unscoped namespace.
+	Scope string
+	// Operation is what the key is for, "Service.Method" by convention.
+	Operation string
+	// Key is the client-supplied idempotency key.
+	Key string
+}
+
+// Record is one idempotency record as a store holds it.
+type Record struct {
+	ID          Identity
+	Fingerprint []byte
+	State       State
+	// Owner is the worker holding the lease ("" when none).
+	Owner string
+	// Version increases on every transition (claim, takeover, completion);
+	// it is the fencing token handed to the effect. Lease renewals keep it.
+	Version int64
+	// LeaseExpiresAt is when the owner's lease ends, by the store's clock;
+	// zero when no lease is held.
+	LeaseExpiresAt time.Time
+	// ExpiresAt is when a finished record may be swept, by the store's
+	// clock; zero for PROCESSING and UNKNOWN records, which never expire.
+	ExpiresAt time.Time
+	// Request is the encoded request, kept so that a reconciler that never
+	// saw the call can ask the operation's query function about it.
+	Request []byte
+	// Response is the encoded response (SUCCESS) or failure (FAILED).
+	Response []byte
+	// Takeovers counts how often an expired PROCESSING lease was taken over
+	// since the record was created: when it is above zero an earlier owner
+	// may have run the effect.
+	Takeovers int32
+	// Attempts counts reconciliation attempts on an UNKNOWN record.
+	Attempts  int32
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// StoreNow is the store's clock when the record was read. It is not
+	// persisted; the runtime compares leases against it, never against the
+	// application's clock.
+	StoreNow time.Time
+}
+
+// LeaseLive reports whether the lease is held at the store time of the read.
+func (r *Record) LeaseLive() bool {
+	return !r.LeaseExpiresAt.IsZero() && r.LeaseExpiresAt.After(r.StoreNow)
+}
+
+// ClaimParams describe an atomic claim.
+type ClaimParams struct {
+	ID          Identity
+	Fingerprint []byte
+	Request     []byte
+	Owner       string
+	Lease       time.Duration
+	// AcquireUnknown also acquires an UNKNOWN record with the same
+	// fingerprint whose reconciliation lease is free: the record stays
+	// UNKNOWN, gets Owner and a lease, its version and Attempts increase.
+	// Callers set it when they can ask the operation's query function.
+	AcquireUnknown bool
+}
+
+// ClaimResult is what a claim found or did.
+type ClaimResult struct {
+	// Claimed reports that this owner now holds the record: a new PROCESSING
+	// record, an expired PROCESSING record taken over (Record.Takeovers > 0)
+	// or, with AcquireUnknown, an UNKNOWN record (Record.State is UNKNOWN).
+	Claimed bool
+	// Record is the record after the claim: the caller's when Claimed, the
+	// existing one otherwise.
+	Record Record
+}
+
+// TransitionParams describe a compare-and-set from (From, Owner, Version).
+type TransitionParams struct {
+	ID      Identity
+	From    State
+	Owner   string
+	Version int64
+	To      State
+	// NewOwner is the owner after the transition ("" clears it).
+	NewOwner string
+	// Lease sets LeaseExpiresAt to store now + Lease when positive, and
+	// clears it otherwise. For UNKNOWN it is the hold-off before the record
+	// may be acquired again.
+	Lease time.Duration
+	// TTL sets ExpiresAt to store now + TTL for SUCCESS and FAILED; it is
+	// ignored (ExpiresAt cleared) for PROCESSING and UNKNOWN.
+	TTL time.Duration
+	// Response is stored for SUCCESS and FAILED (nil keeps none).
+	Response []byte
+}
+
+// RenewParams extend the lease of (State, Owner, Version).
+type RenewParams struct {
+	ID      Identity
+	State   State
+	Owner   string
+	Version int64
+	Lease   time.Duration
+}
+
+// ReleaseParams delete the record held as (State, Owner, Version).
+type ReleaseParams struct {
+	ID      Identity
+	State   State
+	Owner   string
+	Version int64
+}
+
+// AcquireParams select records for a reconciler.
+type AcquireParams struct {
+	Owner string
+	Lease time.Duration
+	// Limit is the most records acquired in one call.
+	Limit int
+	// MaxAttempts skips UNKNOWN records with this many attempts or more
+	// (0: no limit).
+	MaxAttempts int32
+}
+
+// Store keeps idempotency records. Implementations must make every method
+// atomic with respect to the others and decide leases and expiry with their
+// own clock. Methods that compare-and-set return [ErrLeaseLost] when the
+// record is not in the expected (state, owner, version) and change nothing.
+type Store interface {
+	// Claim atomically inserts a PROCESSING record, or takes over a
+	// PROCESSING record with the same fingerprint whose lease expired, or
+	// replaces a finished record whose TTL passed; otherwise it returns the
+	// existing record unchanged. Never get-then-set.
+	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
+	// Get returns the record or [ErrNotFound].
+	Get(ctx context.Context, id Identity) (Record, error)
+	// Transition moves a record by compare-and-set and returns the new
+	// version.
+	Transition(ctx context.Context, p TransitionParams) (int64, error)
+	// Renew extends a lease by compare-and-set and returns the new expiry;
+	// the version is unchanged.
+	Renew(ctx context.Context, p RenewParams) (time.Time, error)
+	// Release deletes a record by compare-and-set.
+	Release(ctx context.Context, p ReleaseParams) error
+	// AcquirePending atomically acquires, for a reconciler, up to Limit
+	// records that are UNKNOWN with a free lease or PROCESSING with an
+	// expired lease. Each comes back as UNKNOWN owned by p.Owner with a new
+	// lease and a new version, and Attempts increased by one. Two concurrent
+	// callers never acquire the same record.
+	AcquirePending(ctx context.Context, p AcquireParams) ([]Record, error)
+	// Sweep deletes up to limit SUCCESS and FAILED records whose ExpiresAt
+	// passed, and returns how many it deleted. It never deletes PROCESSING or
+	// UNKNOWN records.
+	Sweep(ctx context.Context, limit int) (int, error)
+}
