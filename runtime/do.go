@@ -211,7 +211,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	effCtx, cancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
 	defer cancel(nil)
 	stop := ex.heartbeat(ctx, rec, cancel)
-	resp, err, panicked := ex.runEffect(effCtx)
+	resp, panicked, err := ex.runEffect(effCtx)
 	stop()
 
 	leaseLost := errors.Is(context.Cause(effCtx), ErrLeaseLost)
@@ -295,14 +295,14 @@ func (ex *execution[Req, Resp]) classify(err error, panicked bool) State {
 	return StateUnknown
 }
 
-func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, err error, p *PanicError) {
+func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, p *PanicError, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			p = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
 	resp, err = ex.c.Effect(ctx, ex.c.Request)
-	return resp, err, nil
+	return resp, nil, err
 }
 
 // heartbeat renews the lease every third of it until stop is called; when

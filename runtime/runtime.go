@@ -164,10 +164,3 @@ func (rt *Runtime) Operations() []string {
 	sort.Strings(ops)
 	return ops
 }
-
-func (rt *Runtime) query(operation string) (registeredQuery, bool) {
-	rt.mu.RLock()
-	q, ok := rt.queries[operation]
-	rt.mu.RUnlock()
-	return q, ok
-}
