@@ -1,0 +1,51 @@
+// Package testenv gives tests the servers that scripts/test.sh starts.
+//
+// A test that needs a server asks for it here. When the variable naming it
+// is unset the test is skipped, except under CI (CI=true), where a missing
+// server is a failure: CI must never pass by skipping the real-store tests.
+package testenv
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// Variables read by the helpers.
+const (
+	PostgresURLVar       = "IDEM_TEST_POSTGRES_URL"
+	RedisURLVar          = "IDEM_TEST_REDIS_URL"
+	RedisClusterAddrsVar = "IDEM_TEST_REDIS_CLUSTER_ADDRS"
+)
+
+// InCI reports whether the tests run under CI.
+func InCI() bool {
+	v := strings.ToLower(os.Getenv("CI"))
+	return v == "true" || v == "1"
+}
+
+// Need returns the value of the environment variable name, skipping the test
+// when it is unset locally and failing it under CI.
+func Need(t testing.TB, name, what string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v != "" {
+		return v
+	}
+	if InCI() {
+		t.Fatalf("%s is not set: %s is required under CI (scripts/test.sh starts it)", name, what)
+	}
+	t.Skipf("%s is not set: skipping the %s tests (run scripts/test.sh to start one)", name, what)
+	return ""
+}
+
+// PostgresURL returns the DSN of the test PostgreSQL server.
+func PostgresURL(t testing.TB) string { return Need(t, PostgresURLVar, "PostgreSQL") }
+
+// RedisURL returns the URL of the standalone test Redis server.
+func RedisURL(t testing.TB) string { return Need(t, RedisURLVar, "Redis") }
+
+// RedisClusterAddrs returns the addresses of the test Redis Cluster masters.
+func RedisClusterAddrs(t testing.TB) []string {
+	return strings.Split(Need(t, RedisClusterAddrsVar, "Redis Cluster"), ",")
+}

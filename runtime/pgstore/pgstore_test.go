@@ -1,0 +1,137 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/pgstore"
+	"github.com/idemkit/idem/runtime/storetest"
+)
+
+var (
+	poolOnce sync.Once
+	pool     *pgxpool.Pool
+	poolErr  error
+)
+
+// testPool connects once per test binary and applies the migration.
+func testPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	dsn := testenv.PostgresURL(t)
+	poolOnce.Do(func() {
+		ctx := context.Background()
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			poolErr = err
+			return
+		}
+		cfg.MaxConns = 32
+		pool, poolErr = pgxpool.NewWithConfig(ctx, cfg)
+		if poolErr == nil {
+			poolErr = pgstore.Migrate(ctx, pool)
+		}
+	})
+	if poolErr != nil {
+		t.Fatalf("connecting to %s: %v", testenv.PostgresURLVar, poolErr)
+	}
+	return pool
+}
+
+func TestConformance(t *testing.T) {
+	p := testPool(t)
+	storetest.Run(t, func(t *testing.T) runtime.Store { return pgstore.New(p) })
+}
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	p := testPool(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- pgstore.Migrate(context.Background(), p)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// countingTracer counts the statements sent to the server.
+type countingTracer struct{ n atomic.Int32 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func TestRoundTrips(t *testing.T) {
+	testPool(t) // skips or fails like the others when there is no server
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := &countingTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	cfg.MaxConns = 1 // one connection: its statement cache is warm after the first call
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rt, err := runtime.New(pgstore.New(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx = runtime.WithScope(ctx, "roundtrips/"+time.Now().Format(time.RFC3339Nano))
+	do := func(key string) {
+		t.Helper()
+		_, err := runtime.Do(ctx, rt, runtime.Call[string, string]{Operation: "T.RoundTrips", Key: key, Request: "req",
+			Effect: func(context.Context, string) (string, error) { return "resp", nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	do("warm-up") // prepares the statements on the connection
+	tracer.n.Store(0)
+	do("first")
+	if n := tracer.n.Load(); n != 2 {
+		t.Errorf("happy path: %d statements, want 2 (claim, complete)", n)
+	}
+	tracer.n.Store(0)
+	do("first")
+	if n := tracer.n.Load(); n != 1 {
+		t.Errorf("replay: %d statements, want 1 (claim)", n)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	s := pgstore.New(testPool(t), pgstore.WithMaxRecordBytes(16))
+	rt, err := runtime.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := runtime.WithScope(context.Background(), "toolarge/"+time.Now().Format(time.RFC3339Nano))
+	_, err = runtime.Do(ctx, rt, runtime.Call[string, string]{Operation: "T.Large", Key: "k", Request: strings.Repeat("x", 64),
+		Effect: func(context.Context, string) (string, error) { return "", nil }})
+	if !errors.Is(err, runtime.ErrTooLarge) {
+		t.Fatalf("error = %v, want ErrTooLarge", err)
+	}
+}
