@@ -3,7 +3,6 @@ package runtime
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -98,18 +97,8 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		}
 		rec := res.Record
 		for {
-			if !bytes.Equal(rec.Fingerprint, fp) {
-				return zero, fmt.Errorf("%w: %s %q was first used with another request", ErrKeyReused, id.Operation, id.Key)
-			}
-			switch rec.State {
-			case StateSuccess:
-				return ex.replaySuccess(rec)
-			case StateFailed:
-				return zero, ex.replayFailure(rec)
-			case StateUnknown:
-				if c.Query == nil {
-					return zero, fmt.Errorf("%w: %s %q: an earlier attempt may or may not have taken effect; it will be reconciled", ErrOutcomeUnknown, id.Operation, id.Key)
-				}
+			if rec.State.Final() || !bytes.Equal(rec.Fingerprint, fp) || (rec.State == StateUnknown && c.Query == nil) {
+				return Replay[Resp](rt, rec, fp)
 			}
 			if !rec.LeaseLive() {
 				break // absent, expired or free for reconciliation: claim again
@@ -164,40 +153,6 @@ type execution[Req, Resp any] struct {
 	ttl   time.Duration
 }
 
-type failure struct {
-	Code    string `json:"code,omitempty"`
-	Message string `json:"message"`
-}
-
-func (ex *execution[Req, Resp]) replaySuccess(rec Record) (Resp, error) {
-	var resp Resp
-	if err := ex.rt.cfg.codec.Unmarshal(rec.Response, &resp); err != nil {
-		return resp, fmt.Errorf("idem: %s %q: decoding stored response: %w", ex.id.Operation, ex.id.Key, err)
-	}
-	return resp, nil
-}
-
-func (ex *execution[Req, Resp]) replayFailure(rec Record) error {
-	var f failure
-	if err := json.Unmarshal(rec.Response, &f); err != nil {
-		return fmt.Errorf("idem: %s %q: decoding stored failure: %w", ex.id.Operation, ex.id.Key, err)
-	}
-	return &FailedError{Operation: ex.id.Operation, Key: ex.id.Key, Code: f.Code, Message: f.Message}
-}
-
-func encodeFailure(err error) []byte {
-	f := failure{Message: "failed"}
-	if err != nil {
-		f.Message = err.Error()
-		var c Coder
-		if errors.As(err, &c) {
-			f.Code = c.ErrorCode()
-		}
-	}
-	b, _ := json.Marshal(f) // a struct of two strings always encodes
-	return b
-}
-
 func (ex *execution[Req, Resp]) attemptCtx(ctx context.Context, rec Record) context.Context {
 	return context.WithValue(ctx, attemptKey, &Attempt{
 		ID: ex.id, FencingToken: rec.Version, DownstreamKey: DownstreamKey(ex.id), TakenOver: rec.Takeovers > 0,
@@ -229,7 +184,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 			tp.Response, tp.TTL = b, ex.ttl
 		}
 	case StateFailed:
-		tp.Response, tp.TTL = encodeFailure(err), ex.ttl
+		tp.Response, tp.TTL = EncodeFailure(err), ex.ttl
 	}
 	var cerr error
 	if to == "" {
@@ -379,7 +334,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		}
 		tp.To, tp.Response, tp.TTL = StateSuccess, b, ex.ttl
 	case OutcomeFailed:
-		tp.To, tp.Response, tp.TTL = StateFailed, encodeFailure(qerr), ex.ttl
+		tp.To, tp.Response, tp.TTL = StateFailed, EncodeFailure(qerr), ex.ttl
 	case OutcomeNotHappened:
 		if rec.State == StateProcessing {
 			return ex.execute(ctx, rec)
@@ -406,7 +361,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		return zero, err
 	}
 	if tp.To == StateFailed {
-		return zero, ex.replayFailure(Record{Response: tp.Response})
+		return zero, decodeFailure(ex.id, tp.Response)
 	}
 	return resp, nil
 }

@@ -343,7 +343,7 @@ func testTTLExpiry(t *testing.T, s runtime.Store) {
 	ctx := context.Background()
 	id := ident(t, "k1")
 	rec := mustClaim(t, s, claimParams(id, "w1", longLease))
-	v := finish(t, s, rec, runtime.StateSuccess, shortTTL)
+	finish(t, s, rec, runtime.StateSuccess, shortTTL)
 	if res, _ := s.Claim(ctx, claimParams(id, "w2", longLease)); res.Claimed {
 		t.Fatal("a finished record was claimed before its TTL passed")
 	}
@@ -351,8 +351,10 @@ func testTTLExpiry(t *testing.T, s runtime.Store) {
 	p := claimParams(id, "w2", longLease)
 	p.Fingerprint = []byte("fp-new") // an expired record is gone: any payload may use the key again
 	again := mustClaim(t, s, p)
-	if again.Version <= v || again.Takeovers != 0 || again.State != runtime.StateProcessing || !bytes.Equal(again.Fingerprint, []byte("fp-new")) {
-		t.Fatalf("claim after TTL = %+v (old version %d)", again, v)
+	// (The expired record may have been swept meanwhile by a parallel
+	// test, so the version may start over.)
+	if again.Takeovers != 0 || again.State != runtime.StateProcessing || !bytes.Equal(again.Fingerprint, []byte("fp-new")) {
+		t.Fatalf("claim after TTL = %+v", again)
 	}
 	if len(again.Response) != 0 {
 		t.Fatalf("claim after TTL kept the old response %q", again.Response)
