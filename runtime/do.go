@@ -154,9 +154,7 @@ type execution[Req, Resp any] struct {
 }
 
 func (ex *execution[Req, Resp]) attemptCtx(ctx context.Context, rec Record) context.Context {
-	return context.WithValue(ctx, attemptKey, &Attempt{
-		ID: ex.id, FencingToken: rec.Version, DownstreamKey: DownstreamKey(ex.id), TakenOver: rec.Takeovers > 0,
-	})
+	return withAttempt(ctx, ex.id, rec.Version, rec.Takeovers > 0)
 }
 
 // execute runs the effect on a PROCESSING record held by this owner and
@@ -261,38 +259,46 @@ func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, p *Pa
 }
 
 // heartbeat renews the lease every third of it until stop is called; when
-// the lease is lost it cancels the effect with cause ErrLeaseLost.
+// the lease is lost it cancels the effect with cause ErrLeaseLost. It uses a
+// timer rather than a goroutine, so a fast effect pays for one timer only.
+// stop waits for a renewal in progress, so none runs after the effect.
 func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, cancel context.CancelCauseFunc) (stop func()) {
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		every := ex.lease / 3
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-hctx.Done():
-				return
-			case <-t.C:
-			}
-			rctx, rcancel := context.WithTimeout(hctx, every)
-			_, err := ex.rt.store.Renew(rctx, RenewParams{ID: ex.id, State: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version, Lease: ex.lease})
-			rcancel()
-			if errors.Is(err, ErrLeaseLost) {
-				ex.rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
-					"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version)
-				cancel(fmt.Errorf("%w: %s %q", ErrLeaseLost, ex.id.Operation, ex.id.Key))
-				return
-			}
-			if err != nil && hctx.Err() == nil {
-				ex.rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; will retry",
-					"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
-			}
+	every := ex.lease / 3
+	var (
+		mu      sync.Mutex
+		stopped bool
+		timer   *time.Timer
+	)
+	renew := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { hcancel(); wg.Wait() }
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), every)
+		_, err := ex.rt.store.Renew(rctx, RenewParams{ID: ex.id, State: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version, Lease: ex.lease})
+		rcancel()
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			ex.rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
+				"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version)
+			cancel(fmt.Errorf("%w: %s %q", ErrLeaseLost, ex.id.Operation, ex.id.Key))
+			return
+		case err != nil:
+			ex.rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; will retry",
+				"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
+		}
+		timer.Reset(every)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(every, renew)
+	mu.Unlock()
+	return func() {
+		timer.Stop()
+		mu.Lock() // waits for a renewal in flight
+		stopped = true
+		mu.Unlock()
+	}
 }
 
 // complete runs a store write that records an outcome on a context the

@@ -30,8 +30,9 @@ func (rt *Runtime) Codec() Codec { return rt.cfg.codec }
 func (rt *Runtime) MaxWait() time.Duration { return rt.cfg.maxWait }
 
 // WithAttempt returns a context carrying a, for an effect run outside [Do].
+// Its DownstreamKey field is ignored: the key is always derived from a.ID.
 func WithAttempt(ctx context.Context, a Attempt) context.Context {
-	return context.WithValue(ctx, attemptKey, &a)
+	return withAttempt(ctx, a.ID, a.FencingToken, a.TakenOver)
 }
 
 // EncodeFailure encodes a permanent failure (its message and [Coder] code) as
