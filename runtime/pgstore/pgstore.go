@@ -232,8 +232,13 @@ func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]
 	if limit <= 0 {
 		limit = 100
 	}
+	ops := p.Operations
+	if ops == nil {
+		ops = []string{}
+	}
 	rows, err := s.q.AcquirePending(ctx, db.AcquirePendingParams{
 		Owner: p.Owner, Lease: interval(p.Lease), MaxAttempts: p.MaxAttempts, MaxRecords: int32(min(limit, 1<<30)),
+		Operations: ops,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: acquire pending: %w", err)

@@ -33,6 +33,7 @@ func RunStore(t *testing.T, newStore NewStore) {
 		{"AcquireUnknownViaClaim", testAcquireUnknown},
 		{"AcquirePendingIsExclusive", testAcquirePending},
 		{"AcquirePendingMaxAttempts", testAcquirePendingMaxAttempts},
+		{"AcquirePendingByOperation", testAcquirePendingByOperation},
 		{"IdentitiesDoNotCollide", testIdentitiesDoNotCollide},
 		{"LargeAndBinaryPayloads", testPayloads},
 	}
@@ -599,5 +600,35 @@ func testPayloads(t *testing.T, s runtime.Store) {
 	}
 	if !bytes.Equal(got.Request, req) || !bytes.Equal(got.Response, resp) || !bytes.Equal(got.Fingerprint, p.Fingerprint) {
 		t.Fatalf("payloads did not round-trip: request %d/%d bytes, response %d/%d bytes", len(got.Request), len(req), len(got.Response), len(resp))
+	}
+}
+
+func testAcquirePendingByOperation(t *testing.T, s runtime.Store) {
+	ctx := context.Background()
+	scope := uniqueScope(t)
+	opA := "OpA." + scope
+	opB := "OpB." + scope
+	for _, op := range []string{opA, opB} {
+		id := runtime.Identity{Scope: scope, Operation: op, Key: "k"}
+		rec := mustClaim(t, s, claimParams(id, "w1", longLease))
+		finish(t, s, rec, runtime.StateUnknown, 0)
+	}
+	var got []runtime.Record
+	for range 100 {
+		recs, err := s.AcquirePending(ctx, runtime.AcquireParams{Owner: "r", Lease: longLease, Limit: 50, Operations: []string{opA}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		got = append(got, recs...)
+	}
+	if len(got) != 1 || got[0].ID.Operation != opA {
+		t.Fatalf("acquired %d records for [%s]: %+v", len(got), opA, got)
+	}
+	rec, err := s.Get(ctx, runtime.Identity{Scope: scope, Operation: opB, Key: "k"})
+	if err != nil || rec.Owner != "" || rec.Attempts != 0 {
+		t.Fatalf("record of another operation was touched: %+v, %v", rec, err)
 	}
 }
