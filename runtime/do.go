@@ -109,7 +109,7 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		}
 		rec := res.Record
 		for {
-			if rec.State.Final() || !bytes.Equal(rec.Fingerprint, fp) || (rec.State == StateUnknown && c.Query == nil) {
+			if rec.State.Final() || !bytes.Equal(rec.Fingerprint, fp) || (rec.State == StateUnknown && (c.Query == nil || rec.Owner == "")) {
 				resp, err := Replay[Resp](rt, rec, fp)
 				switch {
 				case errors.Is(err, ErrKeyReused):
@@ -122,7 +122,7 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 				return resp, err
 			}
 			if !rec.LeaseLive() {
-				break // absent, expired or free for reconciliation: claim again
+				break // expired, or free for reconciliation: claim again
 			}
 			if waitUntil.IsZero() {
 				waitStart = time.Now()
