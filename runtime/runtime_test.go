@@ -355,3 +355,27 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+func TestDoRejectsBadCalls(t *testing.T) {
+	rt := newRT(t, memstore.New())
+	effect := func(context.Context, int) (int, error) { return 1, nil }
+	tests := []struct {
+		name string
+		rt   *runtime.Runtime
+		call runtime.Call[int, int]
+		want string
+	}{
+		{"nil runtime", nil, runtime.Call[int, int]{Operation: "Op", Key: "k", Effect: effect}, "runtime is nil"},
+		{"no effect", rt, runtime.Call[int, int]{Operation: "Op", Key: "k"}, "call has no effect"},
+		{"tiny lease", rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Effect: effect, Lease: time.Nanosecond}, "lease must be at least 10ms"},
+		{"negative TTL", rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Effect: effect, TTL: -time.Second}, "TTL must not be negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runtime.Do(context.Background(), tc.rt, tc.call)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
