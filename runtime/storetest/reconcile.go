@@ -28,6 +28,7 @@ func RunReconcile(t *testing.T, newStore NewStore) {
 		{"OnlyRegisteredOperations", testReconcileOnlyRegistered},
 		{"RunStopsOnCancel", testReconcilerRun},
 		{"SweeperRemovesOnlyExpiredFinished", testSweeper},
+		{"ChaosConverges", testChaos},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
