@@ -4,6 +4,8 @@
 #
 #   services_init            make the scratch directory, arm the cleanup trap
 #   start_postgres           PostgreSQL 15 -> exports IDEM_TEST_POSTGRES_URL
+#   start_redis              standalone Redis -> exports IDEM_TEST_REDIS_URL
+#   start_redis_cluster      3-master Redis Cluster -> exports IDEM_TEST_REDIS_CLUSTER_ADDRS
 #   services_stop            stop everything started (also on exit)
 
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
@@ -70,6 +72,101 @@ start_postgres() {
 
 stop_postgres() {
 	as_service_user "$PG_BIN/pg_ctl" -D "$SERVICES_DIR/pg/data" -m immediate -w stop >/dev/null 2>&1 || true
+}
+
+# ensure_redis installs redis-server (and redis-cli) when missing; CI runs as
+# root on a fresh machine.
+ensure_redis() {
+	command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && return
+	[ "$(id -u)" -eq 0 ] || { echo "redis-server is missing and we are not root: install redis-server" >&2; return 1; }
+	log "installing redis-server"
+	apt-get update -qq >"$SERVICES_DIR/apt.log" 2>&1 &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >>"$SERVICES_DIR/apt.log" 2>&1 ||
+		{ cat "$SERVICES_DIR/apt.log" >&2; return 1; }
+	# The package may start a system instance on 6379; we never use it.
+}
+
+# redis_node starts one redis-server in the background on 127.0.0.1:port
+# with its files in dir (no persistence, not daemonized: its pid is tracked
+# and services_stop kills it). Extra arguments go to redis-server.
+redis_node() {
+	local dir=$1 port=$2
+	shift 2
+	mkdir -p "$dir"
+	redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize no \
+		--save '' --appendonly no --protected-mode yes --logfile "$dir/redis.log" "$@" &
+	echo $! >"$dir/pid"
+	_redis_pids+=("$!")
+	local i
+	for i in $(seq 1 100); do
+		redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return
+		kill -0 "$(cat "$dir/pid")" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "redis-server on port $port did not start:" >&2
+	cat "$dir/redis.log" >&2 || true
+	return 1
+}
+
+_redis_pids=()
+
+_mark_started() {
+	[[ " ${_started[*]} " == *" $1 "* ]] || _started+=("$1")
+}
+
+start_redis() {
+	ensure_redis
+	local port
+	port=$(free_port)
+	log "starting Redis on 127.0.0.1:$port"
+	_mark_started redis
+	redis_node "$SERVICES_DIR/redis" "$port"
+	export IDEM_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
+}
+
+start_redis_cluster() {
+	ensure_redis
+	local i port addrs=() ports=() taken=()
+	_mark_started redis
+	for i in 1 2 3; do
+		# The cluster bus listens on port+10000: both must be free and not
+		# taken by the nodes started before.
+		while :; do
+			port=$(free_port)
+			(exec 3<>"/dev/tcp/127.0.0.1/$((port + 10000))") 2>/dev/null && continue
+			[[ " ${taken[*]} " == *" $port "* || " ${taken[*]} " == *" $((port + 10000)) "* ]] && continue
+			break
+		done
+		ports+=("$port")
+		taken+=("$port" "$((port + 10000))")
+		redis_node "$SERVICES_DIR/redis-cluster/$port" "$port" \
+			--cluster-enabled yes --cluster-config-file "$SERVICES_DIR/redis-cluster/$port/nodes.conf" \
+			--cluster-node-timeout 5000
+		addrs+=("127.0.0.1:$port")
+	done
+	log "creating a Redis Cluster of 3 masters on ${addrs[*]}"
+	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$SERVICES_DIR/redis-cluster/create.log" 2>&1 ||
+		{ cat "$SERVICES_DIR/redis-cluster/create.log" >&2; return 1; }
+	for port in "${ports[@]}"; do
+		for i in $(seq 1 200); do
+			redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' && break
+			[ "$i" -eq 200 ] && { echo "Redis Cluster node $port never reached cluster_state:ok" >&2; return 1; }
+			sleep 0.1
+		done
+	done
+	export IDEM_TEST_REDIS_CLUSTER_ADDRS
+	IDEM_TEST_REDIS_CLUSTER_ADDRS=$(IFS=,; echo "${addrs[*]}")
+}
+
+stop_redis() {
+	local pid
+	for pid in "${_redis_pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${_redis_pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	_redis_pids=()
 }
 
 services_stop() {
