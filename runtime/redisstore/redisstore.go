@@ -230,6 +230,14 @@ func us(d time.Duration) int64 { return d.Microseconds() }
 
 // Claim implements [runtime.Store] in one script.
 func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+	return s.claim(ctx, p, s.newNonce())
+}
+
+// claim runs the claim script. The nonce names this call: when the client
+// resends the script (go-redis retries a command whose connection broke,
+// not knowing whether Redis ran it), the script recognizes the claim it made
+// and reports it as claimed instead of as a live record held by another.
+func (s *Store) claim(ctx context.Context, p runtime.ClaimParams, nonce string) (runtime.ClaimResult, error) {
 	if err := s.checkSize("request", p.Request); err != nil {
 		return runtime.ClaimResult{}, err
 	}
@@ -239,7 +247,7 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 		acq = "1"
 	}
 	vals, err := claimScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry},
-		p.Fingerprint, p.Owner, us(p.Lease), p.Request, acq, p.ID.Scope, p.ID.Operation, p.ID.Key, s.newNonce()).Slice()
+		p.Fingerprint, p.Owner, us(p.Lease), p.Request, acq, p.ID.Scope, p.ID.Operation, p.ID.Key, nonce).Slice()
 	if err != nil {
 		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
@@ -282,6 +290,12 @@ func (s *Store) Get(ctx context.Context, id runtime.Identity) (runtime.Record, e
 
 // Transition implements [runtime.Store] in one script.
 func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
+	return s.transition(ctx, p, s.newNonce())
+}
+
+// transition runs the transition script; a resent script with the same
+// nonce reports the transition it applied instead of ErrLeaseLost.
+func (s *Store) transition(ctx context.Context, p runtime.TransitionParams, nonce string) (int64, error) {
 	if err := s.checkSize("response", p.Response); err != nil {
 		return 0, err
 	}
@@ -292,7 +306,7 @@ func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int
 	}
 	vals, err := transitionScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry},
 		string(p.From), p.Owner, p.Version, string(p.To), p.NewOwner, us(p.Lease), us(p.TTL),
-		p.Response, has, s.grace.Milliseconds(), s.newNonce()).Slice()
+		p.Response, has, s.grace.Milliseconds(), nonce).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: transition to %s: %w", p.To, err)
 	}
