@@ -247,7 +247,7 @@ func (s *Store) claim(ctx context.Context, p runtime.ClaimParams, nonce string) 
 		acq = "1"
 	}
 	vals, err := claimScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry},
-		p.Fingerprint, p.Owner, us(p.Lease), p.Request, acq, p.ID.Scope, p.ID.Operation, p.ID.Key, nonce).Slice()
+		p.Fingerprint, p.Owner, us(p.Lease), p.Request, acq, p.ID.Scope, p.ID.Operation, p.ID.Key, nonce, us(s.grace)).Slice()
 	if err != nil {
 		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}

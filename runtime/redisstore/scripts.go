@@ -44,15 +44,35 @@ end
 `
 
 // claimScript: KEYS record, pending, expiry; ARGV fingerprint, owner,
-// lease (us), request, acquire-unknown ("1"), scope, operation, key, nonce.
-// Reply: claimed (0/1), store now, then the record's fields.
+// lease (us), request, acquire-unknown ("1"), scope, operation, key, nonce,
+// expiry grace (us). Reply: claimed (0/1), store now, then the record's
+// fields.
 //
 // The nonce makes a client-side retry of the same call (go-redis resends a
 // command whose connection broke) recognize its own claim instead of
 // reporting the record as someone else's.
+//
+// Redis deletes finished records grace after ExpiresAt but cannot drop their
+// expiry-index entries. So that the index stays bounded when nobody calls
+// Sweep, every claim also clears up to two entries of its bucket that are
+// past ExpiresAt + grace (finished records come only from claims, so the
+// index drains at least as fast as it grows).
 var claimScript = redis.NewScript(prelude + `
 local key = KEYS[1]
 local now = now_us()
+local cutoff = now - tonumber(ARGV[10])
+for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(cutoff), 'LIMIT', 0, 2)) do
+  if k ~= key then
+    local c = redis.call('HMGET', k, 'st', 'ex')
+    local kex = tonumber(c[2]) or 0
+    if final(c[1]) and kex > cutoff then
+      redis.call('ZADD', KEYS[3], fmt(kex), k)
+    else
+      if final(c[1]) then redis.call('DEL', k) end
+      redis.call('ZREM', KEYS[3], k)
+    end
+  end
+end
 local cur = redis.call('HMGET', key, 'st', 'fp', 'v', 'le', 'ex', 'ow', 'cn')
 local st, fp = cur[1], cur[2]
 local le, ex = tonumber(cur[4]) or 0, tonumber(cur[5]) or 0

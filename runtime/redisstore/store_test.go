@@ -212,3 +212,30 @@ func TestIndexesStayConsistent(t *testing.T) {
 	}
 	check(1)
 }
+
+// TestExpiryIndexTrimmedByClaims checks that the expiry index stays bounded
+// without Sweep: claims clear entries of records Redis expired.
+func TestExpiryIndexTrimmedByClaims(t *testing.T) {
+	c := standaloneClient(t)
+	s := newStore(t, c, redisstore.WithPrefix(testPrefix(t)), redisstore.WithBuckets(1), redisstore.WithExpiryGrace(0))
+	ctx := context.Background()
+	id := func(k string) runtime.Identity { return runtime.Identity{Scope: "trim", Operation: "T.Op", Key: k} }
+	_, _, expiryIdx := redisstore.KeysOf(s, id("x"))
+	for i := range 10 {
+		rec := mustClaim(t, s, claimP(id(string(rune('a'+i))), "w", time.Minute))
+		mustFinish(t, s, rec, runtime.StateSuccess, 500*time.Millisecond)
+	}
+	if n, err := c.ZCard(ctx, expiryIdx).Result(); err != nil || n != 10 {
+		t.Fatalf("expiry index holds %d, %v; want 10", n, err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	for i := range 5 {
+		mustClaim(t, s, claimP(id(string(rune('A'+i))), "w", time.Minute))
+	}
+	if n, err := c.ZCard(ctx, expiryIdx).Result(); err != nil || n != 0 {
+		t.Fatalf("after 5 claims the expiry index holds %d, %v; want 0", n, err)
+	}
+	if n, err := redisstore.CheckIndexes(ctx, s); err != nil || n != 5 {
+		t.Fatalf("CheckIndexes = %d, %v; want 5", n, err)
+	}
+}
