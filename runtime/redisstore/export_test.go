@@ -135,3 +135,9 @@ func ClaimWithNonce(ctx context.Context, s *Store, p runtime.ClaimParams, nonce 
 func TransitionWithNonce(ctx context.Context, s *Store, p runtime.TransitionParams, nonce string) (int64, error) {
 	return s.transition(ctx, p, nonce)
 }
+
+// BucketOf returns the bucket number in the record key of id.
+func BucketOf(s *Store, id runtime.Identity) string {
+	k := s.keysOf(id).rec
+	return k[strings.IndexByte(k, '{')+1 : strings.IndexByte(k, '}')]
+}

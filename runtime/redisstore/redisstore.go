@@ -49,7 +49,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	mrand "math/rand/v2"
 	"strconv"
 	"strings"
@@ -190,9 +189,13 @@ func (s *Store) keysOf(id runtime.Identity) keys {
 	e.WriteByte(':')
 	escape(&e, id.Key)
 	name := e.String()
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(name))
-	tag := s.bucketTag(int(h.Sum32() % uint32(s.buckets)))
+	// FNV-1a, 32 bits, of the escaped name.
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h ^= uint32(name[i])
+		h *= 16777619
+	}
+	tag := s.bucketTag(int(h % uint32(s.buckets)))
 	return keys{rec: tag + "r:" + name, pending: tag + "pending", expiry: tag + "expiry"}
 }
 
