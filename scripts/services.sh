@@ -86,25 +86,63 @@ ensure_redis() {
 	# The package may start a system instance on 6379; we never use it.
 }
 
+# redis_port prints a loopback port for a Redis node such that the port and
+# its cluster-bus port (port+10000) are both free and not in "$@". Both lie
+# below the usual ephemeral range (32768-60999), where a client socket's
+# local port would make bind fail although nobody listens.
+redis_port() {
+	local port
+	for _ in $(seq 1 200); do
+		port=$((10000 + RANDOM % 12700))
+		[[ " $* " == *" $port "* || " $* " == *" $((port + 10000)) "* ]] && continue
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+		(exec 3<>"/dev/tcp/127.0.0.1/$((port + 10000))") 2>/dev/null && continue
+		echo "$port"
+		return
+	done
+	echo "no free port for Redis found" >&2
+	return 1
+}
+
 # redis_node starts one redis-server in the background on 127.0.0.1:port
 # with its files in dir (no persistence, not daemonized: its pid is tracked
-# and services_stop kills it). Extra arguments go to redis-server.
+# and services_stop stops it) and waits until it answers. Extra arguments go
+# to redis-server. It fails quietly (the log is in dir/redis.log).
 redis_node() {
 	local dir=$1 port=$2
 	shift 2
 	mkdir -p "$dir"
 	redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize no \
-		--save '' --appendonly no --protected-mode yes --logfile "$dir/redis.log" "$@" &
-	echo $! >"$dir/pid"
-	_redis_pids+=("$!")
-	local i
-	for i in $(seq 1 100); do
+		--save '' --appendonly no --logfile "$dir/redis.log" "$@" &
+	local pid=$!
+	_redis_pids+=("$pid")
+	for _ in $(seq 1 100); do
 		redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return
-		kill -0 "$(cat "$dir/pid")" 2>/dev/null || break
+		kill -0 "$pid" 2>/dev/null || return 1
 		sleep 0.1
 	done
-	echo "redis-server on port $port did not start:" >&2
-	cat "$dir/redis.log" >&2 || true
+	return 1
+}
+
+# redis_node_anyport starts a node like redis_node in dir/<port>, on a port
+# from redis_port that avoids the ports listed in $2, retrying on another
+# port when the bind fails; the port is left in _redis_port. (No command
+# substitution: the server must be a child of this shell, for its pid.)
+_redis_port=""
+redis_node_anyport() {
+	local dir=$1 avoid=$2 port=""
+	shift 2
+	for _ in 1 2 3 4 5; do
+		# shellcheck disable=SC2086 # $avoid is a list of ports
+		port=$(redis_port $avoid) || return 1
+		rm -rf "${dir:?}/$port"
+		if redis_node "$dir/$port" "$port" "$@"; then
+			_redis_port=$port
+			return
+		fi
+	done
+	echo "redis-server did not start on 5 ports; last log:" >&2
+	cat "$dir/$port/redis.log" >&2 || true
 	return 1
 }
 
@@ -116,32 +154,24 @@ _mark_started() {
 
 start_redis() {
 	ensure_redis
-	local port
-	port=$(free_port)
-	log "starting Redis on 127.0.0.1:$port"
 	_mark_started redis
-	redis_node "$SERVICES_DIR/redis" "$port"
+	local port
+	redis_node_anyport "$SERVICES_DIR/redis" ""
+	port=$_redis_port
+	log "started Redis on 127.0.0.1:$port"
 	export IDEM_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
 }
 
 start_redis_cluster() {
 	ensure_redis
-	local i port addrs=() ports=() taken=()
 	_mark_started redis
+	local i port addrs=() ports=() taken=""
 	for i in 1 2 3; do
-		# The cluster bus listens on port+10000: both must be free and not
-		# taken by the nodes started before.
-		while :; do
-			port=$(free_port)
-			(exec 3<>"/dev/tcp/127.0.0.1/$((port + 10000))") 2>/dev/null && continue
-			[[ " ${taken[*]} " == *" $port "* || " ${taken[*]} " == *" $((port + 10000)) "* ]] && continue
-			break
-		done
+		redis_node_anyport "$SERVICES_DIR/redis-cluster" "$taken" \
+			--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000
+		port=$_redis_port
 		ports+=("$port")
-		taken+=("$port" "$((port + 10000))")
-		redis_node "$SERVICES_DIR/redis-cluster/$port" "$port" \
-			--cluster-enabled yes --cluster-config-file "$SERVICES_DIR/redis-cluster/$port/nodes.conf" \
-			--cluster-node-timeout 5000
+		taken="$taken $port $((port + 10000))"
 		addrs+=("127.0.0.1:$port")
 	done
 	log "creating a Redis Cluster of 3 masters on ${addrs[*]}"
