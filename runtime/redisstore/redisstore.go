@@ -86,7 +86,11 @@ type Store struct {
 
 	noncePrefix string
 	nonce       atomic.Uint64
+	tags        []bucketKeys // per bucket, built once
 }
+
+// bucketKeys are the key prefix of a bucket's records and its index keys.
+type bucketKeys struct{ rec, pending, expiry string }
 
 // Option configures a [Store].
 type Option func(*Store) error
@@ -156,6 +160,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
 	s.noncePrefix = hex.EncodeToString(b[:]) + "-"
+	s.tags = make([]bucketKeys, s.buckets)
+	for i := range s.tags {
+		tag := s.bucketTag(i)
+		s.tags[i] = bucketKeys{rec: tag + "r:", pending: tag + "pending", expiry: tag + "expiry"}
+	}
 	return s, nil
 }
 
@@ -195,8 +204,8 @@ func (s *Store) keysOf(id runtime.Identity) keys {
 		h ^= uint32(name[i])
 		h *= 16777619
 	}
-	tag := s.bucketTag(int(h % uint32(s.buckets)))
-	return keys{rec: tag + "r:" + name, pending: tag + "pending", expiry: tag + "expiry"}
+	bk := &s.tags[h%uint32(s.buckets)]
+	return keys{rec: bk.rec + name, pending: bk.pending, expiry: bk.expiry}
 }
 
 const hexDigits = "0123456789ABCDEF"
@@ -219,7 +228,8 @@ func escape(b *strings.Builder, v string) {
 }
 
 func (s *Store) newNonce() string {
-	return s.noncePrefix + strconv.FormatUint(s.nonce.Add(1), 36)
+	var b [64]byte
+	return string(strconv.AppendUint(append(b[:0], s.noncePrefix...), s.nonce.Add(1), 36))
 }
 
 func (s *Store) checkSize(what string, b []byte) error {
@@ -378,7 +388,7 @@ func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]
 		if len(out) >= limit {
 			break
 		}
-		vals, err := acquireScript.Run(ctx, s.c, []string{s.bucketTag(b) + "pending"},
+		vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending},
 			p.Owner, us(p.Lease), limit-len(out), p.MaxAttempts, inspectBudget).Slice()
 		if err != nil {
 			// Records acquired from earlier buckets are held by p.Owner now:
@@ -421,7 +431,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 		if n >= limit {
 			break
 		}
-		m, err := sweepScript.Run(ctx, s.c, []string{s.bucketTag(b) + "expiry"}, limit-n, inspectBudget).Int()
+		m, err := sweepScript.Run(ctx, s.c, []string{s.tags[b].expiry}, limit-n, inspectBudget).Int()
 		if err != nil {
 			return n, fmt.Errorf("redisstore: sweep: %w", err)
 		}
@@ -456,7 +466,10 @@ func (s *Store) countDue(ctx context.Context, index string, eval bool) ([]*redis
 	cmds := make([]*redis.Cmd, s.buckets)
 	_, err := s.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for b := range s.buckets {
-			k := []string{s.bucketTag(b) + index}
+			k := []string{s.tags[b].pending}
+			if index == "expiry" {
+				k[0] = s.tags[b].expiry
+			}
 			if eval {
 				cmds[b] = dueScript.Eval(ctx, pipe, k)
 			} else {
