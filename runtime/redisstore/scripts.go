@@ -29,6 +29,14 @@ local function read(key, out)
   return out
 end
 local function final(st) return st == 'SUCCESS' or st == 'FAILED' end
+-- peek reads fields of a record named by an index entry (not a declared
+-- key): while Cluster migrates the bucket's slot, the record may already
+-- live on the target node, and the read errors; the caller skips it.
+local function peek(k, ...)
+  local r = redis.pcall('HMGET', k, ...)
+  if type(r) == 'table' and r.err == nil then return r end
+  return nil
+end
 local function index(key, pend, exp, st, le, ex)
   if st == 'UNKNOWN' or (st == 'PROCESSING' and le > 0) then
     redis.call('ZADD', pend, fmt(le), key)
@@ -62,8 +70,9 @@ local key = KEYS[1]
 local now = now_us()
 local cutoff = now - tonumber(ARGV[10])
 for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(cutoff), 'LIMIT', 0, 2)) do
-  if k ~= key then
-    local c = redis.call('HMGET', k, 'st', 'ex')
+  local c = nil
+  if k ~= key then c = peek(k, 'st', 'ex') end
+  if c then
     local kex = tonumber(c[2]) or 0
     if final(c[1]) and kex > cutoff then
       redis.call('ZADD', KEYS[3], fmt(kex), k)
@@ -196,9 +205,10 @@ while n < limit and budget > 0 do
   for _, key in ipairs(batch) do
     if n >= limit or budget <= 0 then break end
     budget = budget - 1
-    local cur = redis.call('HMGET', key, 'st', 'le', 'at', 'ex')
-    local st, le, at = cur[1], tonumber(cur[2]) or 0, tonumber(cur[3]) or 0
-    if seen[key] then
+    local cur = peek(key, 'st', 'le', 'at')
+    local st, le, at = nil, 0, 0
+    if cur then st, le, at = cur[1], tonumber(cur[2]) or 0, tonumber(cur[3]) or 0 end
+    if seen[key] or not cur then
       offset = offset + 1
     elseif not st or not (st == 'UNKNOWN' or (st == 'PROCESSING' and le > 0)) then
       redis.call('ZREM', pend, key) -- stale entry: the record is gone or not pending
@@ -230,17 +240,22 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local exp = KEYS[1]
 local limit, budget = tonumber(ARGV[1]), tonumber(ARGV[2])
-local n = 0
+local n, offset = 0, 0
 while n < limit and budget > 0 do
-  local batch = redis.call('ZRANGEBYSCORE', exp, '-inf', string.format('%.0f', now), 'LIMIT', 0, 64)
+  local batch = redis.call('ZRANGEBYSCORE', exp, '-inf', string.format('%.0f', now), 'LIMIT', offset, 64)
   if #batch == 0 then break end
   for _, key in ipairs(batch) do
     if n >= limit or budget <= 0 then break end
     budget = budget - 1
-    local cur = redis.call('HMGET', key, 'st', 'ex')
-    local fin = cur[1] == 'SUCCESS' or cur[1] == 'FAILED'
-    local ex = tonumber(cur[2]) or 0
-    if fin and ex > 0 and ex <= now then
+    local cur = redis.pcall('HMGET', key, 'st', 'ex')
+    local fin, ex = false, 0
+    if type(cur) == 'table' and cur.err == nil then
+      fin = cur[1] == 'SUCCESS' or cur[1] == 'FAILED'
+      ex = tonumber(cur[2]) or 0
+    end
+    if type(cur) ~= 'table' or cur.err ~= nil then
+      offset = offset + 1 -- not readable here (slot migrating): skip
+    elseif fin and ex > 0 and ex <= now then
       redis.call('DEL', key)
       redis.call('ZREM', exp, key)
       n = n + 1
