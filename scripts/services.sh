@@ -83,7 +83,9 @@ ensure_redis() {
 	apt-get update -qq >"$SERVICES_DIR/apt.log" 2>&1 &&
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >>"$SERVICES_DIR/apt.log" 2>&1 ||
 		{ cat "$SERVICES_DIR/apt.log" >&2; return 1; }
-	# The package may start a system instance on 6379; we never use it.
+	# The package may start its system instance (port 6379, which the tests
+	# never use); stop it so that nothing we caused outlives the script.
+	service redis-server stop >/dev/null 2>&1 || true
 }
 
 # redis_port prints a loopback port for a Redis node such that the port and
