@@ -41,6 +41,16 @@
 // and [Store.Sweep] pipeline one small counting script over every bucket
 // (one round trip per master, in parallel on Cluster) and then run their
 // script on the buckets that have due entries only.
+//
+// # Failures
+//
+// Redis errors come back wrapped as "redisstore: <operation>: <cause>", and
+// the runtime fails closed on them. go-redis resends a command whose
+// connection broke without knowing whether Redis ran it; claim and
+// transition carry a per-call nonce so that a resent script reports what
+// its first run did instead of a foreign live lease or [runtime.ErrLeaseLost].
+// Records survive a restart only as far as Redis persists them: run it with
+// an append-only file and maxmemory-policy noeviction.
 package redisstore
 
 import (
