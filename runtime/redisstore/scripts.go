@@ -187,12 +187,12 @@ return 1
 `)
 
 // acquireScript: KEYS pending index of one bucket; ARGV owner, lease (us),
-// limit, max attempts, inspection budget, then the operations to keep to (none:
-// all). It walks the index from the
-// oldest lease, acquires due records (PROCESSING with an expired lease,
-// UNKNOWN with a free lease below max attempts) as UNKNOWN for the owner,
-// drops stale entries, and skips records over max attempts. Reply: store
-// now, then the fields of each acquired record.
+// limit, max attempts, inspection budget, then the operations to keep to
+// (none: all). It walks the index from the oldest lease, acquires due
+// records (PROCESSING with an expired lease, UNKNOWN with a free lease below
+// max attempts) as UNKNOWN for the owner, drops stale entries, and skips
+// records over max attempts or of other operations. Reply: store now, then
+// the fields of each acquired record.
 var acquireScript = redis.NewScript(prelude + `
 local pend = KEYS[1]
 local now = now_us()
