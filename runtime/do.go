@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -197,11 +198,13 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	var zero Resp
 	effCtx, cancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
 	defer cancel(nil)
-	stop := ex.heartbeat(ctx, rec, cancel)
+	// The lease is renewed until the outcome is recorded: a completion that
+	// retries through a store outage must not lose the record to a takeover.
+	hb := ex.heartbeat(ctx, rec, cancel)
 	start := time.Now()
 	resp, panicked, err := ex.runEffect(effCtx)
 	ex.rt.phase(ctx, ex.id.Operation, PhaseEffect, start)
-	stop()
+	hb.completing.Store(true)
 
 	leaseLost := errors.Is(context.Cause(effCtx), ErrLeaseLost)
 	to := ex.classify(err, panicked != nil)
@@ -232,6 +235,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 			return err
 		})
 	}
+	hb.stop()
 	ex.rt.phase(ctx, ex.id.Operation, PhaseComplete, start)
 	ex.observeOutcome(ctx, tp.To, err, cerr, leaseLost)
 	if panicked != nil && !ex.rt.cfg.recoverPanics {
@@ -321,21 +325,34 @@ func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, p *Pa
 	return resp, nil, err
 }
 
-// heartbeat renews the lease every third of it until stop is called; when
-// the lease is lost it cancels the effect with cause ErrLeaseLost. It uses a
-// timer rather than a goroutine, so a fast effect pays for one timer only.
-// stop waits for a renewal in progress, so none runs after the effect.
-func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, cancel context.CancelCauseFunc) (stop func()) {
+// heartbeat renews a lease every third of it until stop is called.
+type heartbeat struct {
+	// completing is set once the effect returned: a renewal that finds the
+	// lease gone then says nothing, since the completion reports it.
+	completing atomic.Bool
+	mu         sync.Mutex
+	stopped    bool
+	timer      *time.Timer
+}
+
+// stop ends the renewals, waiting for one in progress.
+func (h *heartbeat) stop() {
+	h.timer.Stop()
+	h.mu.Lock()
+	h.stopped = true
+	h.mu.Unlock()
+}
+
+// heartbeat starts renewing the lease on rec; when the lease is lost while
+// the effect runs it cancels the effect with cause ErrLeaseLost. It uses a
+// timer rather than a goroutine, so a fast call pays for one timer only.
+func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, cancel context.CancelCauseFunc) *heartbeat {
 	every := ex.lease / 3
-	var (
-		mu      sync.Mutex
-		stopped bool
-		timer   *time.Timer
-	)
+	h := &heartbeat{}
 	renew := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.stopped {
 			return
 		}
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), every)
@@ -343,25 +360,22 @@ func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, cance
 		rcancel()
 		switch {
 		case errors.Is(err, ErrLeaseLost):
-			ex.rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
-				"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version)
-			cancel(fmt.Errorf("%w: %s %q", ErrLeaseLost, ex.id.Operation, ex.id.Key))
+			if !h.completing.Load() {
+				ex.rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
+					"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version)
+				cancel(fmt.Errorf("%w: %s %q", ErrLeaseLost, ex.id.Operation, ex.id.Key))
+			}
 			return
 		case err != nil:
 			ex.rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; will retry",
 				"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
 		}
-		timer.Reset(every)
+		h.timer.Reset(every)
 	}
-	mu.Lock()
-	timer = time.AfterFunc(every, renew)
-	mu.Unlock()
-	return func() {
-		timer.Stop()
-		mu.Lock() // waits for a renewal in flight
-		stopped = true
-		mu.Unlock()
-	}
+	h.mu.Lock()
+	h.timer = time.AfterFunc(every, renew)
+	h.mu.Unlock()
+	return h
 }
 
 // complete runs a store write that records an outcome on a context the

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,5 +378,39 @@ func TestDoRejectsBadCalls(t *testing.T) {
 				t.Fatalf("error = %v, want one saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// While completion retries through a store outage longer than the lease,
+// the lease is still renewed, so no other worker takes the record over and
+// runs the effect again.
+func TestLeaseRenewedWhileCompletionRetries(t *testing.T) {
+	base := memstore.New()
+	s := &flakyTransitions{Store: base, failures: 6} // ~10+20+40+80+160+320ms of retries
+	rt := newRT(t, s, runtime.WithLease(60*time.Millisecond))
+	other := newRT(t, base, runtime.WithMaxWait(0))
+	var runs atomic.Int32
+	started := make(chan struct{}, 2)
+	call := runtime.Call[int, int]{Operation: "Op", Key: "k", Request: 1,
+		Effect: func(context.Context, int) (int, error) { runs.Add(1); started <- struct{}{}; return 7, nil }}
+	done := make(chan error, 1)
+	go func() { _, err := runtime.Do(context.Background(), rt, call); done <- err }()
+	<-started // rt holds the record; its completion now fails for a while
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if runs.Load() != 1 {
+				t.Fatalf("effect ran %d times: the record was taken over while its completion retried", runs.Load())
+			}
+			return
+		default:
+		}
+		if _, err := runtime.Do(context.Background(), other, call); err != nil && !errors.Is(err, runtime.ErrInProgress) {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -106,7 +106,11 @@ func TestFailover(t *testing.T) {
 		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: 1, PoolSize: 16})
 	defer c.Close()
 	s := newStore(t, c)
-	rt, err := runtime.New(s, runtime.WithLease(time.Second), runtime.WithMaxWait(3*time.Second),
+	// The lease outlasts the outage: a completion retrying through it keeps
+	// the record (its renewals resume when the server is back). With a lease
+	// shorter than the outage a takeover, and so a second run of an effect
+	// without a query, would be legitimate.
+	rt, err := runtime.New(s, runtime.WithLease(10*time.Second), runtime.WithMaxWait(3*time.Second),
 		runtime.WithCompletionTimeout(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
