@@ -40,11 +40,12 @@ as_service_user() {
 	runuser -u "$SERVICES_USER" -- "$@"
 }
 
-# free_port prints a loopback TCP port nobody listens on.
+# free_port prints a loopback TCP port nobody listens on, below the usual
+# ephemeral range (32768-60999) where a client socket could hold it.
 free_port() {
 	local port
 	for _ in $(seq 1 100); do
-		port=$((20000 + RANDOM % 30000))
+		port=$((23000 + RANDOM % 9000))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "$port"
 			return
@@ -59,13 +60,18 @@ start_postgres() {
 	local dir="$SERVICES_DIR/pg" port
 	mkdir -p "$dir/data" "$dir/sock"
 	[ "$(id -u)" -eq 0 ] && { as_service_user true; chown -R "$SERVICES_USER" "$dir"; }
-	port=$(free_port)
-	log "starting PostgreSQL on 127.0.0.1:$port"
+	log "initializing PostgreSQL in $dir"
 	as_service_user "$PG_BIN/initdb" -D "$dir/data" -U idem --auth=trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 ||
 		{ cat "$dir/initdb.log" >&2; return 1; }
-	as_service_user "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
-		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
-		>/dev/null || { cat "$dir/server.log" >&2; return 1; }
+	local try
+	for try in 1 2 3; do # a port found free can be taken before the server binds it
+		port=$(free_port)
+		log "starting PostgreSQL on 127.0.0.1:$port"
+		as_service_user "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
+			-o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+			>/dev/null && break
+		[ "$try" -eq 3 ] && { cat "$dir/server.log" >&2; return 1; }
+	done
 	_started+=("postgres")
 	export IDEM_TEST_POSTGRES_URL="postgres://idem@127.0.0.1:$port/postgres?sslmode=disable"
 }
