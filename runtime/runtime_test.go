@@ -386,8 +386,8 @@ func TestDoRejectsBadCalls(t *testing.T) {
 // runs the effect again.
 func TestLeaseRenewedWhileCompletionRetries(t *testing.T) {
 	base := memstore.New()
-	s := &flakyTransitions{Store: base, failures: 6} // ~10+20+40+80+160+320ms of retries
-	rt := newRT(t, s, runtime.WithLease(60*time.Millisecond))
+	s := &flakyTransitions{Store: base, failures: 7} // 10+20+...+640ms = 1.27s of retries
+	rt := newRT(t, s, runtime.WithLease(300*time.Millisecond))
 	other := newRT(t, base, runtime.WithMaxWait(0))
 	var runs atomic.Int32
 	started := make(chan struct{}, 2)
