@@ -96,9 +96,10 @@ WHERE scope = @scope AND operation = @operation AND key = @key
 WITH due AS (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE (d.state = 'PROCESSING' AND d.lease_expires_at <= now())
-       OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
-           AND (@max_attempts::integer <= 0 OR d.attempts < @max_attempts::integer))
+    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= now())
+        OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+            AND (@max_attempts::integer <= 0 OR d.attempts < @max_attempts::integer)))
+      AND (cardinality(@operations::text[]) = 0 OR d.operation = ANY(@operations::text[]))
     ORDER BY d.lease_expires_at NULLS FIRST
     LIMIT @max_records::integer
     FOR UPDATE SKIP LOCKED

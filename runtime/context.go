@@ -1,6 +1,9 @@
 package runtime
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 type ctxKey int
 
@@ -39,30 +42,49 @@ type Attempt struct {
 	TakenOver bool
 }
 
+// attempt is what the runtime puts in an effect's context; the downstream
+// key is derived on first use only.
+type attempt struct {
+	id        Identity
+	token     int64
+	takenOver bool
+	once      sync.Once
+	dk        string
+}
+
+func (a *attempt) downstreamKey() string {
+	a.once.Do(func() { a.dk = DownstreamKey(a.id) })
+	return a.dk
+}
+
+func withAttempt(ctx context.Context, id Identity, token int64, takenOver bool) context.Context {
+	return context.WithValue(ctx, attemptKey, &attempt{id: id, token: token, takenOver: takenOver})
+}
+
 // AttemptFrom returns the attempt of the effect running with ctx.
 func AttemptFrom(ctx context.Context) (Attempt, bool) {
-	a, ok := ctx.Value(attemptKey).(*Attempt)
+	a, ok := ctx.Value(attemptKey).(*attempt)
 	if !ok {
 		return Attempt{}, false
 	}
-	return *a, true
+	return Attempt{ID: a.id, FencingToken: a.token, DownstreamKey: a.downstreamKey(), TakenOver: a.takenOver}, true
 }
 
 // FencingToken returns the fencing token of the effect running with ctx.
 func FencingToken(ctx context.Context) (int64, bool) {
-	a, ok := ctx.Value(attemptKey).(*Attempt)
+	a, ok := ctx.Value(attemptKey).(*attempt)
 	if !ok {
 		return 0, false
 	}
-	return a.FencingToken, true
+	return a.token, true
 }
 
 // DownstreamKeyFrom returns the downstream key of the effect running with
 // ctx.
 func DownstreamKeyFrom(ctx context.Context) (string, bool) {
-	a, ok := ctx.Value(attemptKey).(*Attempt)
+	a, ok := ctx.Value(attemptKey).(*attempt)
 	if !ok {
 		return "", false
 	}
-	return a.DownstreamKey, true
+	return a.downstreamKey(), true
 }

@@ -3,7 +3,6 @@ package runtime
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -78,52 +77,69 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		Lease: ex.lease, AcquireUnknown: c.Query != nil,
 	}
 
-	var waitUntil time.Time // set on the first wait
+	var waitStart, waitUntil time.Time // set on the first wait
 	backoff := 5 * time.Millisecond
 	for {
+		start := time.Now()
 		res, err := rt.store.Claim(ctx, claim)
+		rt.phase(ctx, id.Operation, PhaseClaim, start)
 		if err != nil {
 			return zero, fmt.Errorf("idem: %s %q: claim: %w", id.Operation, id.Key, err)
 		}
 		if res.Claimed {
 			rec := res.Record
+			if !waitUntil.IsZero() {
+				rt.phase(ctx, id.Operation, PhaseWait, waitStart)
+			}
 			switch {
 			case rec.State == StateUnknown:
 				return ex.reconcileInline(ctx, rec)
-			case rec.Takeovers > 0 && c.Query != nil:
-				return ex.reconcileInline(ctx, rec)
+			case rec.Takeovers > 0:
+				rt.emit(ctx, Event{Kind: EventTakeover, Operation: id.Operation, State: StateProcessing})
+				rt.cfg.logger.InfoContext(ctx, "idem: took over an expired lease",
+					"operation", id.Operation, "key", id.Key, "version", rec.Version, "query", c.Query != nil)
+				if c.Query != nil {
+					return ex.reconcileInline(ctx, rec)
+				}
+				return ex.execute(ctx, rec)
 			default:
+				rt.emit(ctx, Event{Kind: EventClaimed, Operation: id.Operation, State: StateProcessing})
 				return ex.execute(ctx, rec)
 			}
 		}
 		rec := res.Record
 		for {
-			if !bytes.Equal(rec.Fingerprint, fp) {
-				return zero, fmt.Errorf("%w: %s %q was first used with another request", ErrKeyReused, id.Operation, id.Key)
-			}
-			switch rec.State {
-			case StateSuccess:
-				return ex.replaySuccess(rec)
-			case StateFailed:
-				return zero, ex.replayFailure(rec)
-			case StateUnknown:
-				if c.Query == nil {
-					return zero, fmt.Errorf("%w: %s %q: an earlier attempt may or may not have taken effect; it will be reconciled", ErrOutcomeUnknown, id.Operation, id.Key)
+			if rec.State.Final() || !bytes.Equal(rec.Fingerprint, fp) || (rec.State == StateUnknown && c.Query == nil) {
+				resp, err := Replay[Resp](rt, rec, fp)
+				switch {
+				case errors.Is(err, ErrKeyReused):
+					rt.emit(ctx, Event{Kind: EventKeyReused, Operation: id.Operation, State: rec.State, Err: err})
+				case rec.State == StateUnknown:
+					rt.emit(ctx, Event{Kind: EventUnknown, Operation: id.Operation, State: rec.State, Err: err})
+				default:
+					rt.emit(ctx, Event{Kind: EventReplayed, Operation: id.Operation, State: rec.State})
 				}
+				return resp, err
 			}
 			if !rec.LeaseLive() {
 				break // absent, expired or free for reconciliation: claim again
 			}
 			if waitUntil.IsZero() {
-				waitUntil = time.Now().Add(rt.cfg.maxWait)
+				waitStart = time.Now()
+				waitUntil = waitStart.Add(rt.cfg.maxWait)
 			}
 			left := time.Until(waitUntil)
 			if left <= 0 {
+				rt.phase(ctx, id.Operation, PhaseWait, waitStart)
 				if rec.State == StateUnknown {
-					return zero, fmt.Errorf("%w: %s %q is being reconciled", ErrOutcomeUnknown, id.Operation, id.Key)
+					err := fmt.Errorf("%w: %s %q is being reconciled", ErrOutcomeUnknown, id.Operation, id.Key)
+					rt.emit(ctx, Event{Kind: EventUnknown, Operation: id.Operation, State: rec.State, Err: err})
+					return zero, err
 				}
-				return zero, fmt.Errorf("%w: %s %q (lease held by another worker for %v more)",
+				err := fmt.Errorf("%w: %s %q (lease held by another worker for %v more)",
 					ErrInProgress, id.Operation, id.Key, rec.LeaseExpiresAt.Sub(rec.StoreNow).Round(time.Millisecond))
+				rt.emit(ctx, Event{Kind: EventInProgress, Operation: id.Operation, State: rec.State, Err: err})
+				return zero, err
 			}
 			sleep := min(backoff, left, rec.LeaseExpiresAt.Sub(rec.StoreNow)+time.Millisecond)
 			backoff = min(backoff*2, 250*time.Millisecond)
@@ -164,44 +180,8 @@ type execution[Req, Resp any] struct {
 	ttl   time.Duration
 }
 
-type failure struct {
-	Code    string `json:"code,omitempty"`
-	Message string `json:"message"`
-}
-
-func (ex *execution[Req, Resp]) replaySuccess(rec Record) (Resp, error) {
-	var resp Resp
-	if err := ex.rt.cfg.codec.Unmarshal(rec.Response, &resp); err != nil {
-		return resp, fmt.Errorf("idem: %s %q: decoding stored response: %w", ex.id.Operation, ex.id.Key, err)
-	}
-	return resp, nil
-}
-
-func (ex *execution[Req, Resp]) replayFailure(rec Record) error {
-	var f failure
-	if err := json.Unmarshal(rec.Response, &f); err != nil {
-		return fmt.Errorf("idem: %s %q: decoding stored failure: %w", ex.id.Operation, ex.id.Key, err)
-	}
-	return &FailedError{Operation: ex.id.Operation, Key: ex.id.Key, Code: f.Code, Message: f.Message}
-}
-
-func encodeFailure(err error) []byte {
-	f := failure{Message: "failed"}
-	if err != nil {
-		f.Message = err.Error()
-		var c Coder
-		if errors.As(err, &c) {
-			f.Code = c.ErrorCode()
-		}
-	}
-	b, _ := json.Marshal(f) // a struct of two strings always encodes
-	return b
-}
-
 func (ex *execution[Req, Resp]) attemptCtx(ctx context.Context, rec Record) context.Context {
-	return context.WithValue(ctx, attemptKey, &Attempt{
-		ID: ex.id, FencingToken: rec.Version, DownstreamKey: DownstreamKey(ex.id), TakenOver: rec.Takeovers > 0,
-	})
+	return withAttempt(ctx, ex.id, rec.Version, rec.Takeovers > 0)
 }
 
 // execute runs the effect on a PROCESSING record held by this owner and
@@ -211,7 +191,9 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	effCtx, cancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
 	defer cancel(nil)
 	stop := ex.heartbeat(ctx, rec, cancel)
+	start := time.Now()
 	resp, panicked, err := ex.runEffect(effCtx)
+	ex.rt.phase(ctx, ex.id.Operation, PhaseEffect, start)
 	stop()
 
 	leaseLost := errors.Is(context.Cause(effCtx), ErrLeaseLost)
@@ -229,9 +211,10 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 			tp.Response, tp.TTL = b, ex.ttl
 		}
 	case StateFailed:
-		tp.Response, tp.TTL = encodeFailure(err), ex.ttl
+		tp.Response, tp.TTL = EncodeFailure(err), ex.ttl
 	}
 	var cerr error
+	start = time.Now()
 	if to == "" {
 		cerr = ex.complete(ctx, func(cctx context.Context) error {
 			return ex.rt.store.Release(cctx, ReleaseParams{ID: ex.id, State: StateProcessing, Owner: tp.Owner, Version: tp.Version})
@@ -242,6 +225,8 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 			return err
 		})
 	}
+	ex.rt.phase(ctx, ex.id.Operation, PhaseComplete, start)
+	ex.observeOutcome(ctx, tp.To, err, cerr, leaseLost)
 	if panicked != nil && !ex.rt.cfg.recoverPanics {
 		panic(panicked.Value)
 	}
@@ -265,6 +250,30 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		return zero, fmt.Errorf("%w: %s %q: %w", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key, err)
 	}
 	return zero, err
+}
+
+// observeOutcome reports the outcome of an attempt that ran the effect.
+func (ex *execution[Req, Resp]) observeOutcome(ctx context.Context, to State, err, cerr error, leaseLost bool) {
+	rt, op := ex.rt, ex.id.Operation
+	switch {
+	case errors.Is(cerr, ErrLeaseLost) || leaseLost:
+		rt.emit(ctx, Event{Kind: EventLeaseLost, Operation: op, State: to, Err: errors.Join(err, cerr)})
+		rt.cfg.logger.WarnContext(ctx, "idem: lease lost: another worker took over; this attempt's outcome was not recorded",
+			"operation", op, "key", ex.id.Key, "outcome", string(to))
+	case cerr != nil:
+		rt.cfg.logger.ErrorContext(ctx, "idem: recording the outcome failed; the record stays PROCESSING until its lease expires",
+			"operation", op, "key", ex.id.Key, "outcome", string(to), "err", cerr)
+	case to == StateSuccess:
+		rt.emit(ctx, Event{Kind: EventSucceeded, Operation: op, State: to})
+	case to == StateFailed:
+		rt.emit(ctx, Event{Kind: EventFailed, Operation: op, State: to, Err: err})
+	case to == "":
+		rt.emit(ctx, Event{Kind: EventReleased, Operation: op, Err: err})
+	case to == StateUnknown:
+		rt.emit(ctx, Event{Kind: EventUnknown, Operation: op, State: to, Err: err})
+		rt.cfg.logger.WarnContext(ctx, "idem: outcome unknown; the record waits for reconciliation",
+			"operation", op, "key", ex.id.Key, "err", err)
+	}
 }
 
 // classify maps the effect's result to the state to record; "" releases.
@@ -306,38 +315,46 @@ func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, p *Pa
 }
 
 // heartbeat renews the lease every third of it until stop is called; when
-// the lease is lost it cancels the effect with cause ErrLeaseLost.
+// the lease is lost it cancels the effect with cause ErrLeaseLost. It uses a
+// timer rather than a goroutine, so a fast effect pays for one timer only.
+// stop waits for a renewal in progress, so none runs after the effect.
 func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, cancel context.CancelCauseFunc) (stop func()) {
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		every := ex.lease / 3
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-hctx.Done():
-				return
-			case <-t.C:
-			}
-			rctx, rcancel := context.WithTimeout(hctx, every)
-			_, err := ex.rt.store.Renew(rctx, RenewParams{ID: ex.id, State: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version, Lease: ex.lease})
-			rcancel()
-			if errors.Is(err, ErrLeaseLost) {
-				ex.rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
-					"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version)
-				cancel(fmt.Errorf("%w: %s %q", ErrLeaseLost, ex.id.Operation, ex.id.Key))
-				return
-			}
-			if err != nil && hctx.Err() == nil {
-				ex.rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; will retry",
-					"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
-			}
+	every := ex.lease / 3
+	var (
+		mu      sync.Mutex
+		stopped bool
+		timer   *time.Timer
+	)
+	renew := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { hcancel(); wg.Wait() }
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), every)
+		_, err := ex.rt.store.Renew(rctx, RenewParams{ID: ex.id, State: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version, Lease: ex.lease})
+		rcancel()
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			ex.rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
+				"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version)
+			cancel(fmt.Errorf("%w: %s %q", ErrLeaseLost, ex.id.Operation, ex.id.Key))
+			return
+		case err != nil:
+			ex.rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; will retry",
+				"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
+		}
+		timer.Reset(every)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(every, renew)
+	mu.Unlock()
+	return func() {
+		timer.Stop()
+		mu.Lock() // waits for a renewal in flight
+		stopped = true
+		mu.Unlock()
+	}
 }
 
 // complete runs a store write that records an outcome on a context the
@@ -366,25 +383,29 @@ func (ex *execution[Req, Resp]) complete(ctx context.Context, write func(context
 // over), and converges it, runs the effect, or leaves it UNKNOWN.
 func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record) (Resp, error) {
 	var zero Resp
-	qctx, cancel := context.WithTimeout(ex.attemptCtx(ctx, rec), ex.rt.cfg.queryTimeout)
+	rt, op := ex.rt, ex.id.Operation
+	start := time.Now()
+	qctx, cancel := context.WithTimeout(ex.attemptCtx(ctx, rec), rt.cfg.queryTimeout)
 	resp, outcome, qerr := ex.runQuery(qctx)
 	cancel()
-	tp := TransitionParams{ID: ex.id, From: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version}
+	rt.phase(ctx, op, PhaseQuery, start)
+	tp := TransitionParams{ID: ex.id, From: rec.State, Owner: rt.cfg.owner, Version: rec.Version, To: StateUnknown}
 	switch outcome {
 	case OutcomeSucceeded:
-		b, err := ex.rt.cfg.codec.Marshal(resp)
+		b, err := rt.cfg.codec.Marshal(resp)
 		if err != nil {
-			qerr, outcome = fmt.Errorf("encoding queried response: %w", err), OutcomeUnknown
+			qerr = fmt.Errorf("encoding the queried response: %w", err)
 			break
 		}
 		tp.To, tp.Response, tp.TTL = StateSuccess, b, ex.ttl
 	case OutcomeFailed:
-		tp.To, tp.Response, tp.TTL = StateFailed, encodeFailure(qerr), ex.ttl
+		tp.To, tp.Response, tp.TTL = StateFailed, EncodeFailure(qerr), ex.ttl
 	case OutcomeNotHappened:
+		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateProcessing})
 		if rec.State == StateProcessing {
 			return ex.execute(ctx, rec)
 		}
-		tp.To, tp.NewOwner, tp.Lease = StateProcessing, ex.rt.cfg.owner, ex.lease
+		tp.To, tp.NewOwner, tp.Lease = StateProcessing, rt.cfg.owner, ex.lease
 		v, err := ex.transition(ctx, tp)
 		if err != nil {
 			return zero, err
@@ -392,23 +413,23 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		rec.State, rec.Version = StateProcessing, v
 		return ex.execute(ctx, rec)
 	}
-	if outcome == OutcomeUnknown || (outcome != OutcomeSucceeded && outcome != OutcomeFailed) {
-		tp.To = StateUnknown
-		if _, err := ex.transition(ctx, tp); err != nil {
-			return zero, errors.Join(err, qerr)
-		}
-		if qerr != nil {
-			return zero, fmt.Errorf("%w: %s %q: query: %w", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key, qerr)
-		}
-		return zero, fmt.Errorf("%w: %s %q: the query cannot tell yet", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key)
-	}
+	// UNKNOWN leaves no lease, so the next duplicate or reconciler may ask again.
 	if _, err := ex.transition(ctx, tp); err != nil {
-		return zero, err
+		return zero, errors.Join(err, qerr)
 	}
-	if tp.To == StateFailed {
-		return zero, ex.replayFailure(Record{Response: tp.Response})
+	switch tp.To {
+	case StateSuccess:
+		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateSuccess})
+		return resp, nil
+	case StateFailed:
+		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateFailed})
+		return zero, decodeFailure(ex.id, tp.Response)
 	}
-	return resp, nil
+	rt.emit(ctx, Event{Kind: EventUnknown, Operation: op, State: StateUnknown, Err: qerr})
+	if qerr != nil {
+		return zero, fmt.Errorf("%w: %s %q: query: %w", ErrOutcomeUnknown, op, ex.id.Key, qerr)
+	}
+	return zero, fmt.Errorf("%w: %s %q: the query cannot tell yet", ErrOutcomeUnknown, op, ex.id.Key)
 }
 
 func (ex *execution[Req, Resp]) transition(ctx context.Context, tp TransitionParams) (int64, error) {

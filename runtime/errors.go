@@ -21,7 +21,7 @@ var (
 	// a way that does not tell whether the effect happened, and it could not
 	// be converged yet. The effect is not run again; the reconciler will
 	// converge the record (HTTP: 409 or 503 with Retry-After).
-	ErrOutcomeUnknown = errors.New("idem: outcome of an earlier attempt is unknown")
+	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
 
 	// ErrInvalidKey: the key is empty, longer than 255 bytes or contains
 	// bytes outside visible ASCII (HTTP: 400 Bad Request).

@@ -59,6 +59,7 @@ type config struct {
 	errorPolicy       ErrorPolicy
 	recoverPanics     bool
 	logger            *slog.Logger
+	observer          Observer
 }
 
 // WithOwner sets the owner id written into the records this runtime claims.

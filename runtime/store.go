@@ -159,6 +159,9 @@ type AcquireParams struct {
 	// MaxAttempts skips UNKNOWN records with this many attempts or more
 	// (0: no limit).
 	MaxAttempts int32
+	// Operations, when not empty, restricts acquisition to records of these
+	// operations (a reconciler takes only what it can query).
+	Operations []string
 }
 
 // Store keeps idempotency records. Implementations must make every method

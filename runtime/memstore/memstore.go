@@ -175,6 +175,9 @@ func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]
 	now := s.now()
 	var due []*runtime.Record
 	for _, r := range s.records {
+		if len(p.Operations) > 0 && !slices.Contains(p.Operations, r.ID.Operation) {
+			continue
+		}
 		switch {
 		case r.State == runtime.StateProcessing && expired(r.LeaseExpiresAt, now):
 		case r.State == runtime.StateUnknown && !r.LeaseExpiresAt.After(now) &&

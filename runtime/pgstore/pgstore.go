@@ -132,6 +132,11 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 	if err := s.checkSize("request", p.Request); err != nil {
 		return runtime.ClaimResult{}, err
 	}
+	return claim(ctx, s.q, p)
+}
+
+// claim runs the claim statement on q (the pool, or a transaction).
+func claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	arg := db.ClaimParams{
 		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
 		Fingerprint: p.Fingerprint, Owner: p.Owner, Column6: interval(p.Lease),
@@ -140,7 +145,7 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 	// No row comes back only when a concurrent claim committed between the
 	// snapshot of the statement and its insert; the next run sees it.
 	for range 5 {
-		rows, err := s.q.Claim(ctx, arg)
+		rows, err := q.Claim(ctx, arg)
 		if err != nil {
 			return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
 		}
@@ -227,8 +232,13 @@ func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]
 	if limit <= 0 {
 		limit = 100
 	}
+	ops := p.Operations
+	if ops == nil {
+		ops = []string{}
+	}
 	rows, err := s.q.AcquirePending(ctx, db.AcquirePendingParams{
 		Owner: p.Owner, Lease: interval(p.Lease), MaxAttempts: p.MaxAttempts, MaxRecords: int32(min(limit, 1<<30)),
+		Operations: ops,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: acquire pending: %w", err)

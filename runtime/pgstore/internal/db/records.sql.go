@@ -15,11 +15,12 @@ const acquirePending = `-- name: AcquirePending :many
 WITH due AS (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE (d.state = 'PROCESSING' AND d.lease_expires_at <= now())
-       OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
-           AND ($3::integer <= 0 OR d.attempts < $3::integer))
+    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= now())
+        OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+            AND ($3::integer <= 0 OR d.attempts < $3::integer)))
+      AND (cardinality($4::text[]) = 0 OR d.operation = ANY($4::text[]))
     ORDER BY d.lease_expires_at NULLS FIRST
-    LIMIT $4::integer
+    LIMIT $5::integer
     FOR UPDATE SKIP LOCKED
 )
 UPDATE idem_records r SET
@@ -40,6 +41,7 @@ type AcquirePendingParams struct {
 	Owner       string
 	Lease       pgtype.Interval
 	MaxAttempts int32
+	Operations  []string
 	MaxRecords  int32
 }
 
@@ -70,6 +72,7 @@ func (q *Queries) AcquirePending(ctx context.Context, arg AcquirePendingParams) 
 		arg.Owner,
 		arg.Lease,
 		arg.MaxAttempts,
+		arg.Operations,
 		arg.MaxRecords,
 	)
 	if err != nil {

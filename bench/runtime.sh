@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runtime benchmarks side by side in one run: the effect alone vs runtime.Do
+# on the memory store, and a raw INSERT vs runtime.Do on PostgreSQL 15
+# (started here on a loopback port). Prints the ratios.
+#
+#   bench/runtime.sh [-count N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/services.sh
+count=${2:-5}
+services_init
+start_postgres
+out=$(mktemp)
+go test -run '^$' -bench . -benchmem -count "$count" ./runtime/ ./runtime/pgstore/ | tee "$out"
+awk '
+/^Benchmark/ { name=$1; sub(/-[0-9]+$/, "", name); ns[name]+=$3; n[name]++ }
+END {
+	for (k in ns) avg[k]=ns[k]/n[k]
+	printf "\nmedian-free averages (ns/op):\n"
+	for (k in avg) printf "  %-28s %12.0f\n", k, avg[k]
+	if (avg["BenchmarkBaselineInsert"] > 0)
+		printf "\npgstore happy path / one raw INSERT: %.2fx; replay / raw INSERT: %.2fx\n",
+			avg["BenchmarkDoFirstCall"] / avg["BenchmarkBaselineInsert"], avg["BenchmarkDoReplay"] / avg["BenchmarkBaselineInsert"]
+}' "$out"
+rm -f "$out"

@@ -1,0 +1,90 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// This file is the runtime's surface for code that runs calls its own way:
+// store packages with their own modes (pgstore.DoTx runs a call inside the
+// caller's transaction), HTTP adapters, generated wrappers.
+
+// NewIdentity returns the validated identity of a call on operation with key,
+// in the scope of ctx (see [WithScope]).
+func NewIdentity(ctx context.Context, operation, key string) (Identity, error) {
+	id := Identity{Scope: ScopeFrom(ctx), Operation: operation, Key: key}
+	if err := validateIdentity(id); err != nil {
+		return Identity{}, err
+	}
+	return id, nil
+}
+
+// Codec returns the runtime's codec.
+func (rt *Runtime) Codec() Codec { return rt.cfg.codec }
+
+// MaxWait returns how long a duplicate waits for a call in flight.
+func (rt *Runtime) MaxWait() time.Duration { return rt.cfg.maxWait }
+
+// WithAttempt returns a context carrying a, for an effect run outside [Do].
+// Its DownstreamKey field is ignored: the key is always derived from a.ID.
+func WithAttempt(ctx context.Context, a Attempt) context.Context {
+	return withAttempt(ctx, a.ID, a.FencingToken, a.TakenOver)
+}
+
+// EncodeFailure encodes a permanent failure (its message and [Coder] code) as
+// stored in a FAILED record.
+func EncodeFailure(err error) []byte {
+	f := failure{Message: "failed"}
+	if err != nil {
+		f.Message = err.Error()
+		var c Coder
+		if errors.As(err, &c) {
+			f.Code = c.ErrorCode()
+		}
+	}
+	b, _ := json.Marshal(f) // a struct of two strings always encodes
+	return b
+}
+
+type failure struct {
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message"`
+}
+
+func decodeFailure(id Identity, data []byte) error {
+	var f failure
+	if err := json.Unmarshal(data, &f); err != nil {
+		return fmt.Errorf("idem: %s %q: decoding stored failure: %w", id.Operation, id.Key, err)
+	}
+	return &FailedError{Operation: id.Operation, Key: id.Key, Code: f.Code, Message: f.Message}
+}
+
+// Replay returns what a duplicate with fingerprint gets from rec without
+// running anything: the stored response (SUCCESS), a [*FailedError]
+// (FAILED), [ErrKeyReused] when the fingerprints differ, [ErrOutcomeUnknown]
+// (UNKNOWN) or [ErrInProgress] (PROCESSING).
+func Replay[Resp any](rt *Runtime, rec Record, fingerprint []byte) (Resp, error) {
+	var resp Resp
+	id := rec.ID
+	if !bytes.Equal(rec.Fingerprint, fingerprint) {
+		return resp, fmt.Errorf("%w: %s %q was first used with another request", ErrKeyReused, id.Operation, id.Key)
+	}
+	switch rec.State {
+	case StateSuccess:
+		if err := rt.cfg.codec.Unmarshal(rec.Response, &resp); err != nil {
+			return resp, fmt.Errorf("idem: %s %q: decoding stored response: %w", id.Operation, id.Key, err)
+		}
+		return resp, nil
+	case StateFailed:
+		return resp, decodeFailure(id, rec.Response)
+	case StateUnknown:
+		return resp, fmt.Errorf("%w: %s %q: an earlier attempt may or may not have taken effect; it will be reconciled", ErrOutcomeUnknown, id.Operation, id.Key)
+	case StateProcessing:
+		return resp, fmt.Errorf("%w: %s %q", ErrInProgress, id.Operation, id.Key)
+	}
+	return resp, fmt.Errorf("idem: %s %q: record in unknown state %q", id.Operation, id.Key, rec.State)
+}
