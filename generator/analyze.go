@@ -50,7 +50,7 @@ func Analyze(pkg *packages.Package) ([]*Service, ErrorList) {
 		ops:  make(map[string]*Method),
 	}
 	a.packageErrors()
-	if len(pkg.Syntax) == 0 || pkg.Types == nil {
+	if len(pkg.Syntax) == 0 || pkg.Types == nil || a.broken() {
 		return nil, a.list.sorted()
 	}
 	a.dir = filepath.Dir(pkg.Fset.File(pkg.Syntax[0].Pos()).Name())
@@ -68,12 +68,42 @@ func Analyze(pkg *packages.Package) ([]*Service, ErrorList) {
 // constructors idemgen generates are expected (the generated files are left
 // out of loading) and ignored.
 func (a *analyzer) packageErrors() {
+	// With syntax errors the rest is noise: report the first parse error
+	// of each file (later ones are mostly its echo) and stop there.
+	parseErrs := map[string]bool{}
 	for _, e := range a.pkg.Errors {
-		if e.Kind == packages.TypeError && (strings.HasPrefix(e.Msg, "undefined: NewIdempotent") || strings.HasPrefix(e.Msg, "undefined: newIdempotent")) {
+		if e.Kind != packages.ParseError {
 			continue
 		}
-		a.list = append(a.list, Error{Pos: parsePos(e.Pos), Msg: e.Msg})
+		pos := parsePos(e.Pos)
+		if !parseErrs[pos.Filename] {
+			parseErrs[pos.Filename] = true
+			a.list = append(a.list, Error{Pos: pos, Msg: e.Msg})
+		}
 	}
+	for _, e := range a.pkg.Errors {
+		switch {
+		case e.Kind == packages.ParseError:
+		case len(parseErrs) > 0 && e.Kind == packages.TypeError:
+		case e.Kind == packages.ListError && e.Pos == "" && strings.HasPrefix(e.Msg, "# "):
+			// The go command's compiler output for the package itself;
+			// the type checker reports the same errors with positions.
+		case e.Kind == packages.TypeError && (strings.HasPrefix(e.Msg, "undefined: NewIdempotent") || strings.HasPrefix(e.Msg, "undefined: newIdempotent")):
+			// The generated constructors are left out of loading.
+		default:
+			a.list = append(a.list, Error{Pos: parsePos(e.Pos), Msg: e.Msg})
+		}
+	}
+}
+
+// broken reports whether the package has syntax errors.
+func (a *analyzer) broken() bool {
+	for _, e := range a.pkg.Errors {
+		if e.Kind == packages.ParseError {
+			return true
+		}
+	}
+	return false
 }
 
 // parsePos parses "file:line:col" or "file:line" as go/packages reports it.
@@ -385,6 +415,7 @@ func (a *analyzer) checkOp(s *Service, m *Method, d *directive, opts map[string]
 	sig := m.Sig
 	params, results := sig.Params(), sig.Results()
 	m.Op = s.Name + "." + m.Name
+	m.service = s.Name
 	if o, ok := opts["op"]; ok {
 		m.Op = o.value
 		if len(o.value) > maxOperationLen {
@@ -396,7 +427,7 @@ func (a *analyzer) checkOp(s *Service, m *Method, d *directive, opts map[string]
 		opPos = o.pos
 	}
 	if prev, dup := a.ops[m.Op]; dup {
-		a.at(opPos, "operation %q of %s is already used by %s at %s; set op= to tell them apart", m.Op, m.Name, prev.Name, a.short(prev.Pos))
+		a.at(opPos, "operation %q of %s.%s is already used by %s.%s at %s; set op= to tell them apart", m.Op, s.Name, m.Name, prev.service, prev.Name, a.short(prev.Pos))
 	} else {
 		a.ops[m.Op] = m
 	}
@@ -428,8 +459,11 @@ func (a *analyzer) checkOp(s *Service, m *Method, d *directive, opts map[string]
 	if results.Len() == 0 || !isError(results.At(results.Len()-1).Type()) {
 		a.at(m.Pos, "last result of op method %s must be error", m.Name)
 		shapeOK = false
+	} else if results.Len() == 1 {
+		a.at(m.Pos, "op method %s returns only an error; an op returns (Resp, error), and the response is what duplicates get replayed", m.Name)
+		shapeOK = false
 	} else if results.Len() != 2 {
-		a.at(m.Pos, "op method %s must return exactly one value and an error, (Resp, error); it returns %d values", m.Name, results.Len())
+		a.at(m.Pos, "op method %s returns %d values besides the error; an op returns exactly one, (Resp, error)", m.Name, results.Len()-1)
 		shapeOK = false
 	}
 	txIdx := -1
@@ -544,6 +578,9 @@ func (a *analyzer) path(m *Method, what, text string, pos token.Pos) *Path {
 			return nil
 		}
 	}
+	if m.Req == nil { // the method's shape is wrong; reported already
+		return nil
+	}
 	params := m.Sig.Params()
 	root := -1
 	for i := range params.Len() {
@@ -553,9 +590,6 @@ func (a *analyzer) path(m *Method, what, text string, pos token.Pos) *Path {
 	}
 	if root < 0 {
 		a.at(pos, "%s=%s: %s has no parameter named %s", what, text, m.Name, parts[0])
-		return nil
-	}
-	if m.Req == nil { // the method's shape is wrong; reported already
 		return nil
 	}
 	if root != m.ReqIndex {
@@ -585,12 +619,16 @@ func (a *analyzer) path(m *Method, what, text string, pos token.Pos) *Path {
 			if len(index) > 1 {
 				// A promoted field: spell out the embedded fields so
 				// that each pointer on the way can be checked for nil.
-				steps, ok := a.expand(t, index)
-				if !ok {
-					a.at(pos, "%s=%s: %s is promoted through an embedded field that this package cannot name; spell out an accessible path", what, text, name)
+				steps, named, ptr := a.expand(t, index)
+				switch {
+				case named:
+					p.Steps = append(p.Steps, steps...)
+				case ptr:
+					a.at(pos, "%s=%s: %s is promoted through an embedded pointer field that this package cannot name, so the wrapper cannot check it for nil; choose another field", what, text, name)
 					return nil
+				default:
+					p.Steps = append(p.Steps, Step{Field: obj.Name(), Type: obj.Type()})
 				}
-				p.Steps = append(p.Steps, steps...)
 			} else {
 				p.Steps = append(p.Steps, Step{Field: obj.Name(), Type: obj.Type()})
 			}
@@ -602,27 +640,30 @@ func (a *analyzer) path(m *Method, what, text string, pos token.Pos) *Path {
 }
 
 // expand turns the index path of a promoted field into explicit steps. It
-// fails when an embedded field on the way is not accessible from the
-// package.
-func (a *analyzer) expand(t types.Type, index []int) ([]Step, bool) {
-	var steps []Step
-	for _, i := range index {
+// reports whether every embedded field on the way can be named from the
+// package, and whether one of them is a pointer.
+func (a *analyzer) expand(t types.Type, index []int) (steps []Step, named, ptr bool) {
+	named = true
+	for j, i := range index {
 		u := t.Underlying()
 		if p, ok := u.(*types.Pointer); ok {
 			u = p.Elem().Underlying()
 		}
 		st, ok := u.(*types.Struct)
 		if !ok {
-			return nil, false
+			return nil, false, true
 		}
 		f := st.Field(i)
 		if !f.Exported() && f.Pkg() != a.pkg.Types {
-			return nil, false
+			named = false
+		}
+		if j < len(index)-1 && isPointer(f.Type()) {
+			ptr = true
 		}
 		steps = append(steps, Step{Field: f.Name(), Type: f.Type()})
 		t = f.Type()
 	}
-	return steps, true
+	return steps, named, ptr
 }
 
 // checkReconcile checks that the reconcile method of m exists with the

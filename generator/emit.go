@@ -644,7 +644,7 @@ func durationExpr(d time.Duration) *jen.Statement {
 			if d == u.d {
 				return jen.Qual("time", u.name)
 			}
-			return jen.Lit(int(d / u.d)).Op("*").Qual("time", u.name)
+			return jen.Lit(int(d/u.d)).Op("*").Qual("time", u.name)
 		}
 	}
 	return jen.Qual("time", "Duration").Call(jen.Lit(int64(d)))

@@ -49,11 +49,12 @@ type Service struct {
 
 // Method is one method of a service, in source order.
 type Method struct {
-	Name   string
-	Pos    token.Pos
-	Sig    *types.Signature
-	Skip   bool
-	dirPos token.Pos // of the //idem:op directive
+	Name    string
+	Pos     token.Pos
+	Sig     *types.Signature
+	Skip    bool
+	dirPos  token.Pos // of the //idem:op directive
+	service string
 
 	// Set for ops only.
 	Op          string // operation name, "Service.Method" by default
