@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Gateway is a fake in-process payment gateway. It charges cards once per
+// downstream key, takes Latency per call, and drops the response of every
+// DropEvery-th charge after charging (the client sees a timeout, the money
+// moved): the case that leaves an outcome UNKNOWN.
+type Gateway struct {
+	Latency   time.Duration
+	DropEvery int
+
+	mu      sync.Mutex
+	calls   int
+	charges int
+	byKey   map[string]ChargeReceipt
+	slow    map[string]time.Duration // extra latency by card, for the demo
+}
+
+// NewGateway returns a gateway with no charges.
+func NewGateway(latency time.Duration, dropEvery int) *Gateway {
+	return &Gateway{Latency: latency, DropEvery: dropEvery, byKey: map[string]ChargeReceipt{}, slow: map[string]time.Duration{}}
+}
+
+// timeoutError is what a client library returns when the response does not
+// arrive in time; like net.Error it has Timeout() bool.
+type timeoutError struct{ op string }
+
+func (e timeoutError) Error() string { return e.op + ": i/o timeout" }
+func (e timeoutError) Timeout() bool { return true }
+
+// Charge charges req once per downstream key.
+func (g *Gateway) Charge(ctx context.Context, downstreamKey string, req ChargeRequest) (ChargeReceipt, error) {
+	g.mu.Lock()
+	g.calls++
+	delay := g.Latency + g.slow[req.Card]
+	rc, dup := g.byKey[downstreamKey]
+	drop := false
+	if !dup {
+		g.charges++
+		rc = ChargeReceipt{ChargeID: fmt.Sprintf("ch_%03d", g.charges), Cents: req.Cents, Currency: req.Currency}
+		g.byKey[downstreamKey] = rc
+		drop = g.DropEvery > 0 && g.charges%g.DropEvery == 0
+	}
+	g.mu.Unlock()
+
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ChargeReceipt{}, fmt.Errorf("gateway: %w", context.Cause(ctx))
+	case <-t.C:
+	}
+	if drop {
+		return ChargeReceipt{}, fmt.Errorf("gateway: POST /charges: %w", timeoutError{op: "read"})
+	}
+	return rc, nil
+}
+
+// Lookup finds the charge made with a downstream key.
+func (g *Gateway) Lookup(downstreamKey string) (ChargeReceipt, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rc, ok := g.byKey[downstreamKey]
+	return rc, ok
+}
+
+// Stats returns how often Charge was called and how many charges happened.
+func (g *Gateway) Stats() (calls, charges int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls, g.charges
+}
+
+// setSlow makes charges of card take extra time.
+func (g *Gateway) setSlow(card string, d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.slow[card] = d
+}
