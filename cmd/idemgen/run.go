@@ -60,10 +60,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	for _, a := range args {
+		if a == "--" || !strings.HasPrefix(a, "-") {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			// Asked for: usage to stdout, success.
+			fs.SetOutput(stdout)
+			fs.Usage()
 			return exitOK
 		}
+	}
+	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if *version {
