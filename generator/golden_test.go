@@ -71,7 +71,7 @@ func readCases(t *testing.T) []*goldenCase {
 // repository and returns its directory and the environment of go commands
 // that work offline in it (every dependency is in the module cache once the
 // repository's own modules are downloaded).
-func scratchModule(t *testing.T) (string, []string) {
+func scratchModule(t testing.TB) (string, []string) {
 	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
