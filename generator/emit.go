@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dave/jennifer/jen"
+	"golang.org/x/tools/imports"
 )
 
 // predeclared are the identifiers of the universe scope; a generated
@@ -68,7 +69,13 @@ func Emit(s *Service, taken map[string]bool) ([]byte, error) {
 	if err := e.f.Render(&buf); err != nil {
 		return nil, fmt.Errorf("idemgen: rendering %s: %w", s.File, err)
 	}
-	return buf.Bytes(), nil
+	// Group the standard library's imports apart from the others, as
+	// goimports does; FormatOnly never adds or removes an import.
+	out, err := imports.Process(s.File, buf.Bytes(), &imports.Options{FormatOnly: true, Comments: true, TabIndent: true, TabWidth: 8})
+	if err != nil {
+		return nil, fmt.Errorf("idemgen: formatting %s: %w", s.File, err)
+	}
+	return out, nil
 }
 
 // planImports names every package the file refers to before any code is
@@ -555,7 +562,7 @@ func (e *emitter) op(m *Method) {
 	}
 
 	var doc []string
-	doc = append(doc, fmt.Sprintf("%s runs the wrapped %s at most once per idempotency key %s of operation %q (%s effect", m.Name, s.Name, m.Key.Text, m.Op, m.Effect))
+	doc = append(doc, fmt.Sprintf("%s runs %s of the wrapped %s at most once per idempotency key %s (operation %q, %s effect", m.Name, m.Name, s.Name, m.Key.Text, m.Op, m.Effect))
 	if m.Lease > 0 {
 		doc = append(doc, ", lease "+fmtDuration(m.Lease))
 	}

@@ -6,10 +6,11 @@ package main
 
 import (
 	"context"
+	"time"
+
 	idem "github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
 	"github.com/jackc/pgx/v5"
-	"time"
 )
 
 var _ Payments = (*idemPayments)(nil)
@@ -42,8 +43,8 @@ func NewIdempotentPayments(inner Payments, rt *idem.Runtime) Payments {
 	}
 }
 
-// Charge runs the wrapped Payments at most once per idempotency key
-// req.IdempotencyKey of operation "Payments.Charge" (remote effect, lease 30s,
+// Charge runs Charge of the wrapped Payments at most once per idempotency key
+// req.IdempotencyKey (operation "Payments.Charge", remote effect, lease 30s,
 // records kept 24h), in the scope req.MerchantID. FindCharge tells whether an
 // attempt whose outcome is unknown took effect.
 func (w *idemPayments) Charge(ctx context.Context, req ChargeRequest) (ChargeReceipt, error) {
@@ -59,9 +60,9 @@ func (w *idemPayments) Charge(ctx context.Context, req ChargeRequest) (ChargeRec
 	})
 }
 
-// CreateOrder runs the wrapped Payments at most once per idempotency key
-// req.OrderID of operation "Payments.CreateOrder" (local effect, records kept
-// 72h), in the scope req.MerchantID.
+// CreateOrder runs CreateOrder of the wrapped Payments at most once per
+// idempotency key req.OrderID (operation "Payments.CreateOrder", local effect,
+// records kept 72h), in the scope req.MerchantID.
 func (w *idemPayments) CreateOrder(ctx context.Context, tx pgx.Tx, req OrderRequest) (Order, error) {
 	ctx = idem.WithScope(ctx, req.MerchantID)
 	return pgstore.DoTx(ctx, w.rt, tx, pgstore.TxCall[OrderRequest, Order]{
