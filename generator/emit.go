@@ -56,6 +56,10 @@ type emitter struct {
 	f       *jen.File
 	names   namer             // file scope: package-scope names and imports
 	imports map[string]string // path -> name in the file
+
+	// Fields of the wrapper: "inner" and "rt" unless the service has
+	// methods of those names.
+	innerField, rtField string
 }
 
 // Emit renders the generated file of s. taken holds the package-scope
@@ -63,6 +67,11 @@ type emitter struct {
 func Emit(s *Service, taken map[string]bool) ([]byte, error) {
 	e := &emitter{s: s, f: jen.NewFilePathName(s.Pkg.Path(), s.Pkg.Name()), names: namer(taken).clone(), imports: map[string]string{}}
 	e.planImports()
+	fields := namer{}
+	for _, m := range s.Methods {
+		fields[m.Name] = true
+	}
+	e.innerField, e.rtField = fields.fresh("inner"), fields.fresh("rt")
 	e.f.HeaderComment(Header + "\n\n//go:build !" + BuildTag)
 	e.file()
 	var buf bytes.Buffer
@@ -340,8 +349,8 @@ func (e *emitter) file() {
 
 	e.f.Commentf("%s makes the ops of %s idempotent on the idem runtime.", s.Wrapper, s.Name)
 	e.f.Type().Id(s.Wrapper).Struct(
-		jen.Id("inner").Id(s.Name),
-		jen.Id("rt").Op("*").Add(e.idem("Runtime")),
+		jen.Id(e.innerField).Id(s.Name),
+		jen.Id(e.rtField).Op("*").Add(e.idem("Runtime")),
 	)
 	e.f.Line()
 	e.constructor()
@@ -402,7 +411,7 @@ func (e *emitter) constructor() {
 				).Block(jen.Panic(jen.Id(errName)))
 			}
 		}
-		g.Return(jen.Op("&").Id(s.Wrapper).Values(jen.Dict{jen.Id("inner"): jen.Id(inner), jen.Id("rt"): jen.Id(rt)}))
+		g.Return(jen.Op("&").Id(s.Wrapper).Values(jen.Dict{jen.Id(e.innerField): jen.Id(inner), jen.Id(e.rtField): jen.Id(rt)}))
 	})
 }
 
@@ -464,7 +473,7 @@ func (e *emitter) skip(m *Method) {
 		}
 		args = append(args, a)
 	}
-	call := jen.Id(recv).Dot("inner").Dot(m.Name).Call(args...)
+	call := jen.Id(recv).Dot(e.innerField).Dot(m.Name).Call(args...)
 	e.f.Commentf("%s passes straight through to the wrapped %s (//idem:skip).", m.Name, e.s.Name)
 	e.f.Func().Params(jen.Id(recv).Op("*").Id(e.s.Wrapper)).Id(m.Name).Add(e.signature(m.Sig, names)).BlockFunc(func(g *jen.Group) {
 		if m.Sig.Results().Len() == 0 {
@@ -615,10 +624,10 @@ func (e *emitter) op(m *Method) {
 			jen.Id("Operation").Op(":").Lit(m.Op),
 			jen.Id("Key").Op(":").Add(e.stringExpr(m.Key, names)),
 			jen.Id("Request").Op(":").Id(req),
-			jen.Id("Effect").Op(":").Id(recv).Dot("inner").Dot(m.Name),
+			jen.Id("Effect").Op(":").Id(recv).Dot(e.innerField).Dot(m.Name),
 		}
 		if m.Reconcile != "" {
-			items = append(items, jen.Id("Query").Op(":").Id(recv).Dot("inner").Dot(m.Reconcile))
+			items = append(items, jen.Id("Query").Op(":").Id(recv).Dot(e.innerField).Dot(m.Reconcile))
 		}
 		if len(m.Fingerprint) > 0 {
 			items = append(items, jen.Id("Fingerprint").Op(":").Add(e.idem("Fingerprint")).Call(jen.Id(fp)))
@@ -631,11 +640,11 @@ func (e *emitter) op(m *Method) {
 		}
 		lit := jen.Custom(jen.Options{Open: "{", Close: "}", Separator: ",", Multi: true}, items...)
 		if m.Effect == Local {
-			g.Return(jen.Qual(PgstorePath, "DoTx").Call(jen.Id(ctx), jen.Id(recv).Dot("rt"), jen.Id(names[m.TxIndex]),
+			g.Return(jen.Qual(PgstorePath, "DoTx").Call(jen.Id(ctx), jen.Id(recv).Dot(e.rtField), jen.Id(names[m.TxIndex]),
 				jen.Qual(PgstorePath, "TxCall").Types(e.typ(m.Req), e.typ(m.Resp)).Add(lit)))
 			return
 		}
-		g.Return(e.idem("Do").Call(jen.Id(ctx), jen.Id(recv).Dot("rt"),
+		g.Return(e.idem("Do").Call(jen.Id(ctx), jen.Id(recv).Dot(e.rtField),
 			e.idem("Call").Types(e.typ(m.Req), e.typ(m.Resp)).Add(lit)))
 	})
 }
