@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
-count=${2:-5}
+count=5
+[ "${1:-}" = "-count" ] && count=$2
 services_init
 start_postgres
 out=$(mktemp)
@@ -16,10 +17,11 @@ awk '
 /^Benchmark/ { name=$1; sub(/-[0-9]+$/, "", name); ns[name]+=$3; n[name]++ }
 END {
 	for (k in ns) avg[k]=ns[k]/n[k]
-	printf "\nmedian-free averages (ns/op):\n"
-	for (k in avg) printf "  %-28s %12.0f\n", k, avg[k]
-	if (avg["BenchmarkBaselineInsert"] > 0)
-		printf "\npgstore happy path / one raw INSERT: %.2fx; replay / raw INSERT: %.2fx\n",
-			avg["BenchmarkDoFirstCall"] / avg["BenchmarkBaselineInsert"], avg["BenchmarkDoReplay"] / avg["BenchmarkBaselineInsert"]
+	printf "\nmean ns/op over the runs:\n"
+	for (k in avg) printf "  %-30s %12.0f\n", k, avg[k]
+	b = avg["BenchmarkPGBaselineInsert"]
+	if (b > 0)
+		printf "\nPostgreSQL: Do happy path / one raw INSERT = %.2fx; Do replay / one raw INSERT = %.2fx\n",
+			avg["BenchmarkPGDoFirstCall"] / b, avg["BenchmarkPGDoReplay"] / b
 }' "$out"
 rm -f "$out"

@@ -23,8 +23,8 @@ func benchEffect(_ context.Context, r benchReq) (benchResp, error) {
 	return benchResp{ChargeID: "ch_1", Cents: r.Cents}, nil
 }
 
-// BenchmarkDirect is the baseline: the effect called without idem.
-func BenchmarkDirect(b *testing.B) {
+// BenchmarkMemDirect is the baseline: the effect called without idem.
+func BenchmarkMemDirect(b *testing.B) {
 	b.ReportAllocs()
 	ctx := context.Background()
 	for b.Loop() {
@@ -34,9 +34,9 @@ func BenchmarkDirect(b *testing.B) {
 	}
 }
 
-// BenchmarkDoFirstCall measures a first call (claim, effect, complete) on the
+// BenchmarkMemDoFirstCall measures a first call (claim, effect, complete) on the
 // memory store: the runtime's overhead per new key.
-func BenchmarkDoFirstCall(b *testing.B) {
+func BenchmarkMemDoFirstCall(b *testing.B) {
 	b.ReportAllocs()
 	rt, err := runtime.New(memstore.New())
 	if err != nil {
@@ -57,8 +57,8 @@ func BenchmarkDoFirstCall(b *testing.B) {
 	}
 }
 
-// BenchmarkDoReplay measures a duplicate replayed from the memory store.
-func BenchmarkDoReplay(b *testing.B) {
+// BenchmarkMemDoReplay measures a duplicate replayed from the memory store.
+func BenchmarkMemDoReplay(b *testing.B) {
 	b.ReportAllocs()
 	rt, err := runtime.New(memstore.New())
 	if err != nil {

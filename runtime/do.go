@@ -50,8 +50,15 @@ type Call[Req, Resp any] struct {
 // otherwise. Store errors are returned wrapped.
 func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Resp, error) {
 	var zero Resp
-	if c.Effect == nil {
+	switch {
+	case rt == nil:
+		return zero, fmt.Errorf("idem: %s: runtime is nil", c.Operation)
+	case c.Effect == nil:
 		return zero, fmt.Errorf("idem: %s: call has no effect", c.Operation)
+	case c.Lease < 0 || (c.Lease > 0 && c.Lease < 10*time.Millisecond):
+		return zero, fmt.Errorf("idem: %s: lease must be at least 10ms, got %v", c.Operation, c.Lease)
+	case c.TTL < 0:
+		return zero, fmt.Errorf("idem: %s: TTL must not be negative, got %v", c.Operation, c.TTL)
 	}
 	id := Identity{Scope: ScopeFrom(ctx), Operation: c.Operation, Key: c.Key}
 	if err := validateIdentity(id); err != nil {
@@ -109,7 +116,7 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		}
 		rec := res.Record
 		for {
-			if rec.State.Final() || !bytes.Equal(rec.Fingerprint, fp) || (rec.State == StateUnknown && c.Query == nil) {
+			if rec.State.Final() || !bytes.Equal(rec.Fingerprint, fp) || (rec.State == StateUnknown && (c.Query == nil || rec.Owner == "")) {
 				resp, err := Replay[Resp](rt, rec, fp)
 				switch {
 				case errors.Is(err, ErrKeyReused):
@@ -122,7 +129,7 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 				return resp, err
 			}
 			if !rec.LeaseLive() {
-				break // absent, expired or free for reconciliation: claim again
+				break // expired, or free for reconciliation: claim again
 			}
 			if waitUntil.IsZero() {
 				waitStart = time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -320,4 +321,61 @@ func (f *flakyTransitions) Transition(ctx context.Context, p runtime.TransitionP
 		return 0, errors.New("injected: connection reset")
 	}
 	return f.Store.Transition(ctx, p)
+}
+
+func TestLogsGoToTheCallersLogger(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	rt := newRT(t, memstore.New(), runtime.WithLogger(logger))
+	_, err := runtime.Do(context.Background(), rt, runtime.Call[int, int]{Operation: "Svc.Charge", Key: "k", Request: 1,
+		Effect: func(ctx context.Context, _ int) (int, error) {
+			return 0, fmt.Errorf("gateway: %w", context.DeadlineExceeded)
+		}})
+	if !errors.Is(err, runtime.ErrOutcomeUnknown) {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, want := range []string{`"level":"WARN"`, `outcome unknown`, `"operation":"Svc.Charge"`, `"key":"k"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+type lockedWriter struct {
+	w  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestDoRejectsBadCalls(t *testing.T) {
+	rt := newRT(t, memstore.New())
+	effect := func(context.Context, int) (int, error) { return 1, nil }
+	tests := []struct {
+		name string
+		rt   *runtime.Runtime
+		call runtime.Call[int, int]
+		want string
+	}{
+		{"nil runtime", nil, runtime.Call[int, int]{Operation: "Op", Key: "k", Effect: effect}, "runtime is nil"},
+		{"no effect", rt, runtime.Call[int, int]{Operation: "Op", Key: "k"}, "call has no effect"},
+		{"tiny lease", rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Effect: effect, Lease: time.Nanosecond}, "lease must be at least 10ms"},
+		{"negative TTL", rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Effect: effect, TTL: -time.Second}, "TTL must not be negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runtime.Do(context.Background(), tc.rt, tc.call)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
 }

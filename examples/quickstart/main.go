@@ -90,7 +90,10 @@ func run(ctx context.Context, out io.Writer) error {
 			Effect: gw.Charge, Query: gw.Find,
 		})
 	}
+	var outMu sync.Mutex
 	show := func(what string, rc Receipt, err error) {
+		outMu.Lock()
+		defer outMu.Unlock()
 		if err != nil {
 			fmt.Fprintf(out, "%-44s -> error: %v\n", what, err)
 			return

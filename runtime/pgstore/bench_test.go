@@ -25,9 +25,9 @@ func benchEffect(_ context.Context, r benchReq) (benchResp, error) {
 	return benchResp{ChargeID: "ch_1", Cents: r.Cents}, nil
 }
 
-// BenchmarkBaselineInsert is one autocommitted INSERT of a comparable row:
+// BenchmarkPGBaselineInsert is one autocommitted INSERT of a comparable row:
 // what a hand-written "insert the key, then act" costs, for ratios.
-func BenchmarkBaselineInsert(b *testing.B) {
+func BenchmarkPGBaselineInsert(b *testing.B) {
 	p := testPool(b)
 	ctx := context.Background()
 	table := fmt.Sprintf("bench_baseline_%d", time.Now().UnixNano())
@@ -43,9 +43,9 @@ func BenchmarkBaselineInsert(b *testing.B) {
 	}
 }
 
-// BenchmarkDoFirstCall is the happy path on PostgreSQL: claim, effect,
+// BenchmarkPGDoFirstCall is the happy path on PostgreSQL: claim, effect,
 // complete (two statements).
-func BenchmarkDoFirstCall(b *testing.B) {
+func BenchmarkPGDoFirstCall(b *testing.B) {
 	rt, err := runtime.New(pgstore.New(testPool(b)))
 	if err != nil {
 		b.Fatal(err)
@@ -62,8 +62,8 @@ func BenchmarkDoFirstCall(b *testing.B) {
 	}
 }
 
-// BenchmarkDoReplay is a duplicate replayed from PostgreSQL (one statement).
-func BenchmarkDoReplay(b *testing.B) {
+// BenchmarkPGDoReplay is a duplicate replayed from PostgreSQL (one statement).
+func BenchmarkPGDoReplay(b *testing.B) {
 	rt, err := runtime.New(pgstore.New(testPool(b)))
 	if err != nil {
 		b.Fatal(err)

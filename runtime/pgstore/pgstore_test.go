@@ -135,3 +135,51 @@ func TestTooLarge(t *testing.T) {
 		t.Fatalf("error = %v, want ErrTooLarge", err)
 	}
 }
+
+// The sweeper and the reconciler walk partial indexes, never the whole table.
+func TestSweepAndAcquireUseIndexes(t *testing.T) {
+	p := testPool(t)
+	ctx := context.Background()
+	conn, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// A tiny test table makes a sequential scan cheapest; forbid it to see
+	// whether an index can serve the query at all.
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	plans := map[string]string{
+		"idem_records_expires_at_idx": `EXPLAIN SELECT scope FROM idem_records
+			WHERE expires_at <= now() AND state IN ('SUCCESS', 'FAILED') ORDER BY expires_at LIMIT 100`,
+		"idem_records_pending_idx": `EXPLAIN SELECT scope FROM idem_records
+			WHERE (state = 'PROCESSING' AND lease_expires_at <= now()) OR (state = 'UNKNOWN' AND (lease_expires_at IS NULL OR lease_expires_at <= now()))
+			ORDER BY lease_expires_at NULLS FIRST LIMIT 100`,
+	}
+	for index, query := range plans {
+		rows, err := tx.Query(ctx, query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(plan.String(), index) || strings.Contains(plan.String(), "Seq Scan") {
+			t.Errorf("plan does not use %s:\n%s", index, plan.String())
+		}
+	}
+}

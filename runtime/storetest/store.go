@@ -436,17 +436,20 @@ func testAcquireUnknown(t *testing.T, s runtime.Store) {
 func testAcquirePending(t *testing.T, s runtime.Store) {
 	ctx := context.Background()
 	scope := uniqueScope(t)
+	// Acquisition is store-wide: a unique operation keeps parallel tests on a
+	// shared store out of each other's records.
+	op := "Test.Op." + scope
 	const n = 40
 	want := make(map[runtime.Identity]bool)
 	for i := range n {
-		id := runtime.Identity{Scope: scope, Operation: "Test.Op", Key: fmt.Sprintf("k%d", i)}
+		id := runtime.Identity{Scope: scope, Operation: op, Key: fmt.Sprintf("k%d", i)}
 		rec := mustClaim(t, s, claimParams(id, "w1", shortLease))
 		if i%2 == 0 {
 			finish(t, s, rec, runtime.StateUnknown, 0)
 		}
 		want[id] = true
 	}
-	live := runtime.Identity{Scope: scope, Operation: "Test.Op", Key: "live"}
+	live := runtime.Identity{Scope: scope, Operation: op, Key: "live"}
 	mustClaim(t, s, claimParams(live, "w1", longLease))
 	sleep(2 * shortLease)
 
@@ -460,7 +463,7 @@ func testAcquirePending(t *testing.T, s runtime.Store) {
 			defer wg.Done()
 			owner := fmt.Sprintf("reconciler-%d", w)
 			for range 1000 {
-				recs, err := s.AcquirePending(ctx, runtime.AcquireParams{Owner: owner, Lease: longLease, Limit: 3})
+				recs, err := s.AcquirePending(ctx, runtime.AcquireParams{Owner: owner, Lease: longLease, Limit: 3, Operations: []string{op}})
 				if err != nil {
 					errs <- err
 					return
@@ -499,7 +502,7 @@ func testAcquirePending(t *testing.T, s runtime.Store) {
 		t.Error("a PROCESSING record with a live lease was acquired")
 	}
 	// Acquired records are held: a second pass finds none of them.
-	recs, err := s.AcquirePending(ctx, runtime.AcquireParams{Owner: "late", Lease: longLease, Limit: 100})
+	recs, err := s.AcquirePending(ctx, runtime.AcquireParams{Owner: "late", Lease: longLease, Limit: 100, Operations: []string{op}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,11 +516,12 @@ func testAcquirePending(t *testing.T, s runtime.Store) {
 func testAcquirePendingMaxAttempts(t *testing.T, s runtime.Store) {
 	ctx := context.Background()
 	id := ident(t, "k1")
+	id.Operation += "." + id.Scope // acquisition is store-wide: keep to this test's records
 	rec := mustClaim(t, s, claimParams(id, "w1", longLease))
 	v := finish(t, s, rec, runtime.StateUnknown, 0)
 	acquire := func() *runtime.Record {
 		for range 100 {
-			recs, err := s.AcquirePending(ctx, runtime.AcquireParams{Owner: "r", Lease: longLease, Limit: 50, MaxAttempts: 2})
+			recs, err := s.AcquirePending(ctx, runtime.AcquireParams{Owner: "r", Lease: longLease, Limit: 50, MaxAttempts: 2, Operations: []string{id.Operation}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -34,6 +34,7 @@ type NewStore func(t *testing.T) runtime.Store
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("Store", func(t *testing.T) { RunStore(t, newStore) })
 	t.Run("Runtime", func(t *testing.T) { RunRuntime(t, newStore) })
+	t.Run("Reconcile", func(t *testing.T) { RunReconcile(t, newStore) })
 }
 
 // Timing of the suite: leases short enough to expire during a test, long

@@ -1,0 +1,326 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+)
+
+// Reconciler converges records whose outcome is unknown: UNKNOWN records,
+// and PROCESSING records whose lease expired because their worker died. For
+// each it asks the operation's registered query (see [Register]) whether the
+// effect happened, and records SUCCESS, FAILED, or releases the record,
+// according to the answer and the operation's [NotHappenedPolicy]. When the
+// query cannot tell, the record stays UNKNOWN and is retried with
+// exponential backoff and jitter; after MaxAttempts it is left UNKNOWN and
+// reported (log and [EventReconcileGaveUp]), never dropped.
+//
+// Any number of reconcilers, in any number of processes, may run at once:
+// each record is acquired with a lease by compare-and-set, so two never
+// converge the same record. A reconciler only takes records of operations
+// registered on its runtime.
+type Reconciler struct {
+	rt  *Runtime
+	cfg reconcilerConfig
+}
+
+type reconcilerConfig struct {
+	owner       string
+	batch       int
+	interval    time.Duration
+	lease       time.Duration
+	maxAttempts int32
+	baseBackoff time.Duration
+	maxBackoff  time.Duration
+	rand        func() float64
+}
+
+// ReconcilerOption configures a [Reconciler].
+type ReconcilerOption func(*reconcilerConfig) error
+
+// ReconcileBatch sets how many records one store call acquires (default 100).
+func ReconcileBatch(n int) ReconcilerOption {
+	return func(c *reconcilerConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("idem: reconcile batch must be positive, got %d", n)
+		}
+		c.batch = n
+		return nil
+	}
+}
+
+// ReconcileInterval sets how long Run sleeps when a pass found nothing
+// (default 1s).
+func ReconcileInterval(d time.Duration) ReconcilerOption {
+	return func(c *reconcilerConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("idem: reconcile interval must be positive, got %v", d)
+		}
+		c.interval = d
+		return nil
+	}
+}
+
+// ReconcileLease sets how long an acquired record is held while its query
+// runs (default 30s); a reconciler that dies releases it by expiry.
+func ReconcileLease(d time.Duration) ReconcilerOption {
+	return func(c *reconcilerConfig) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("idem: reconcile lease must be at least 10ms, got %v", d)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// ReconcileMaxAttempts sets after how many inconclusive queries a record is
+// given up on (default 20).
+func ReconcileMaxAttempts(n int) ReconcilerOption {
+	return func(c *reconcilerConfig) error {
+		if n <= 0 || n > 1<<30 {
+			return fmt.Errorf("idem: reconcile max attempts must be positive, got %d", n)
+		}
+		c.maxAttempts = int32(n)
+		return nil
+	}
+}
+
+// ReconcileBackoff sets the backoff after an inconclusive query: base ×
+// 2^(attempts-1), capped at max, with full jitter (defaults 1s and 10m).
+func ReconcileBackoff(base, max time.Duration) ReconcilerOption {
+	return func(c *reconcilerConfig) error {
+		if base <= 0 || max < base {
+			return fmt.Errorf("idem: reconcile backoff needs 0 < base <= max, got %v, %v", base, max)
+		}
+		c.baseBackoff, c.maxBackoff = base, max
+		return nil
+	}
+}
+
+// ReconcileOwner sets the owner id written into acquired records (default:
+// the runtime's owner with "/reconciler").
+func ReconcileOwner(owner string) ReconcilerOption {
+	return func(c *reconcilerConfig) error {
+		if owner == "" || len(owner) > MaxKeyLen {
+			return fmt.Errorf("idem: reconcile owner must be 1 to %d bytes", MaxKeyLen)
+		}
+		c.owner = owner
+		return nil
+	}
+}
+
+// NewReconciler returns a reconciler converging records of the operations
+// registered on rt.
+func NewReconciler(rt *Runtime, opts ...ReconcilerOption) (*Reconciler, error) {
+	if rt == nil {
+		return nil, errors.New("idem: reconciler: runtime is nil")
+	}
+	cfg := reconcilerConfig{
+		owner: rt.cfg.owner + "/reconciler", batch: 100, interval: time.Second, lease: 30 * time.Second,
+		maxAttempts: 20, baseBackoff: time.Second, maxBackoff: 10 * time.Minute, rand: rand.Float64,
+	}
+	if len(cfg.owner) > MaxKeyLen {
+		cfg.owner = cfg.owner[len(cfg.owner)-MaxKeyLen:]
+	}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Reconciler{rt: rt, cfg: cfg}, nil
+}
+
+// ReconcileStats counts what a pass did.
+type ReconcileStats struct {
+	// Acquired records, and what became of them.
+	Acquired  int
+	Succeeded int
+	Failed    int
+	Released  int
+	// StillUnknown were left UNKNOWN to be retried after a backoff.
+	StillUnknown int
+	// GaveUp reached MaxAttempts and stay UNKNOWN for a human.
+	GaveUp int
+	// LeaseLost were taken from this reconciler before it finished.
+	LeaseLost int
+}
+
+func (s *ReconcileStats) add(o ReconcileStats) {
+	s.Acquired += o.Acquired
+	s.Succeeded += o.Succeeded
+	s.Failed += o.Failed
+	s.Released += o.Released
+	s.StillUnknown += o.StillUnknown
+	s.GaveUp += o.GaveUp
+	s.LeaseLost += o.LeaseLost
+}
+
+// RunOnce makes one pass: it acquires and converges batches until no due
+// record is left, and returns what it did. Use it from cron-style jobs.
+func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileStats, error) {
+	var total ReconcileStats
+	ops := r.rt.Operations()
+	if len(ops) == 0 {
+		return total, nil // nothing this runtime can query
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		recs, err := r.rt.store.AcquirePending(ctx, AcquireParams{
+			Owner: r.cfg.owner, Lease: r.cfg.lease, Limit: r.cfg.batch, MaxAttempts: r.cfg.maxAttempts, Operations: ops,
+		})
+		if err != nil {
+			return total, fmt.Errorf("idem: reconciler: acquiring records: %w", err)
+		}
+		var errs []error
+		for _, rec := range recs {
+			st, err := r.converge(ctx, rec)
+			total.add(st)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return total, err
+		}
+		if len(recs) < r.cfg.batch {
+			return total, nil
+		}
+	}
+}
+
+// Run reconciles until ctx is cancelled, sleeping Interval after a pass
+// that found nothing. Store errors are logged and retried; Run returns nil
+// when ctx is cancelled.
+func (r *Reconciler) Run(ctx context.Context) error {
+	for {
+		st, err := r.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			r.rt.cfg.logger.ErrorContext(ctx, "idem: reconcile pass failed", "err", err)
+		}
+		if st.Acquired > 0 && err == nil {
+			continue
+		}
+		if sleepCtx(ctx, r.cfg.interval) != nil {
+			return nil
+		}
+	}
+}
+
+// converge asks the query about one acquired record and records the answer.
+func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, error) {
+	st := ReconcileStats{Acquired: 1}
+	rt, op := r.rt, rec.ID.Operation
+	q, ok := rt.query(op)
+	if !ok { // unregistered since the batch was taken: let it go
+		_, err := rt.store.Transition(ctx, TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version, To: StateUnknown})
+		st.StillUnknown++
+		return st, ignoreLeaseLost(err)
+	}
+	start := time.Now()
+	qctx, cancel := context.WithTimeout(withAttempt(ctx, rec.ID, rec.Version, true), min(rt.cfg.queryTimeout, r.cfg.lease))
+	resp, outcome, qerr := runRegisteredQuery(qctx, q, rec.Request)
+	cancel()
+	rt.phase(ctx, op, PhaseReconcile, start)
+
+	tp := TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version}
+	release := false
+	switch outcome {
+	case OutcomeSucceeded:
+		tp.To, tp.Response, tp.TTL = StateSuccess, resp, rt.cfg.ttl
+	case OutcomeFailed:
+		tp.To, tp.Response, tp.TTL = StateFailed, EncodeFailure(qerr), rt.cfg.ttl
+	case OutcomeNotHappened:
+		if q.opts.NotHappened == NotHappenedFail {
+			tp.To, tp.Response, tp.TTL = StateFailed, EncodeFailure(errors.New("the effect did not happen")), rt.cfg.ttl
+		} else {
+			release = true
+		}
+	default:
+		tp.To, tp.Lease = StateUnknown, r.backoff(rec.Attempts)
+	}
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.completionTimeout)
+	defer ccancel()
+	var err error
+	if release {
+		err = rt.store.Release(cctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})
+	} else {
+		_, err = rt.store.Transition(cctx, tp)
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		st.LeaseLost++
+		rt.emit(ctx, Event{Kind: EventLeaseLost, Operation: op, State: StateUnknown, Err: err})
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("idem: reconciler: %s %q: recording the outcome: %w", op, rec.ID.Key, err)
+	}
+	switch {
+	case release:
+		st.Released++
+		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op})
+		rt.cfg.logger.InfoContext(ctx, "idem: reconciled: the effect did not happen; record released",
+			"operation", op, "key", rec.ID.Key, "scope", rec.ID.Scope)
+	case tp.To == StateUnknown && rec.Attempts >= r.cfg.maxAttempts:
+		st.GaveUp++
+		rt.emit(ctx, Event{Kind: EventReconcileGaveUp, Operation: op, State: StateUnknown, Err: qerr})
+		rt.cfg.logger.ErrorContext(ctx, "idem: giving up reconciling: the record stays UNKNOWN and needs a human",
+			"operation", op, "key", rec.ID.Key, "scope", rec.ID.Scope, "attempts", rec.Attempts, "err", qerr)
+	case tp.To == StateUnknown:
+		st.StillUnknown++
+		rt.emit(ctx, Event{Kind: EventUnknown, Operation: op, State: StateUnknown, Err: qerr})
+		rt.cfg.logger.InfoContext(ctx, "idem: reconcile: the query cannot tell yet; will retry",
+			"operation", op, "key", rec.ID.Key, "attempts", rec.Attempts, "retry_in", tp.Lease, "err", qerr)
+	default:
+		if tp.To == StateSuccess {
+			st.Succeeded++
+		} else {
+			st.Failed++
+		}
+		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: tp.To})
+		rt.cfg.logger.InfoContext(ctx, "idem: reconciled", "operation", op, "key", rec.ID.Key,
+			"scope", rec.ID.Scope, "state", string(tp.To))
+	}
+	return st, nil
+}
+
+// backoff is the hold-off after the given number of attempts: exponential,
+// capped, with full jitter (at least 10ms).
+func (r *Reconciler) backoff(attempts int32) time.Duration {
+	d := r.cfg.baseBackoff
+	for i := int32(1); i < attempts && d < r.cfg.maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.maxBackoff)
+	return max(time.Duration(r.cfg.rand()*float64(d)), 10*time.Millisecond)
+}
+
+func runRegisteredQuery(ctx context.Context, q registeredQuery, request []byte) (resp []byte, o Outcome, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			resp, o, err = nil, OutcomeUnknown, &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return q.run(ctx, request)
+}
+
+func ignoreLeaseLost(err error) error {
+	if errors.Is(err, ErrLeaseLost) {
+		return nil
+	}
+	return err
+}
+
+func (rt *Runtime) query(operation string) (registeredQuery, bool) {
+	rt.mu.RLock()
+	q, ok := rt.queries[operation]
+	rt.mu.RUnlock()
+	return q, ok
+}
