@@ -8,23 +8,24 @@ import (
 )
 
 // Gateway is a fake in-process payment gateway. It charges cards once per
-// downstream key, takes Latency per call, and drops the response of every
-// DropEvery-th charge after charging (the client sees a timeout, the money
-// moved): the case that leaves an outcome UNKNOWN.
+// downstream key and takes Latency per call. Cards routed through a flaky
+// network (setFlaky) sometimes time out: the charge happens but its
+// response is lost, so the client sees a timeout although the money moved,
+// the case that leaves an outcome UNKNOWN.
 type Gateway struct {
-	Latency   time.Duration
-	DropEvery int
+	Latency time.Duration
 
 	mu      sync.Mutex
 	calls   int
 	charges int
 	byKey   map[string]ChargeReceipt
-	slow    map[string]time.Duration // extra latency by card, for the demo
+	slow    map[string]time.Duration // extra latency by card
+	flaky   map[string]int           // responses still to drop, by card
 }
 
 // NewGateway returns a gateway with no charges.
-func NewGateway(latency time.Duration, dropEvery int) *Gateway {
-	return &Gateway{Latency: latency, DropEvery: dropEvery, byKey: map[string]ChargeReceipt{}, slow: map[string]time.Duration{}}
+func NewGateway(latency time.Duration) *Gateway {
+	return &Gateway{Latency: latency, byKey: map[string]ChargeReceipt{}, slow: map[string]time.Duration{}, flaky: map[string]int{}}
 }
 
 // timeoutError is what a client library returns when the response does not
@@ -40,12 +41,14 @@ func (g *Gateway) Charge(ctx context.Context, downstreamKey string, req ChargeRe
 	g.calls++
 	delay := g.Latency + g.slow[req.Card]
 	rc, dup := g.byKey[downstreamKey]
-	drop := false
 	if !dup {
 		g.charges++
 		rc = ChargeReceipt{ChargeID: fmt.Sprintf("ch_%03d", g.charges), Cents: req.Cents, Currency: req.Currency}
 		g.byKey[downstreamKey] = rc
-		drop = g.DropEvery > 0 && g.charges%g.DropEvery == 0
+	}
+	drop := g.flaky[req.Card] > 0
+	if drop {
+		g.flaky[req.Card]--
 	}
 	g.mu.Unlock()
 
@@ -75,6 +78,13 @@ func (g *Gateway) Stats() (calls, charges int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.calls, g.charges
+}
+
+// setFlaky makes the gateway lose the next n responses to charges of card.
+func (g *Gateway) setFlaky(card string, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.flaky[card] = n
 }
 
 // setSlow makes charges of card take extra time.

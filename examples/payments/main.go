@@ -5,7 +5,9 @@
 // charged twice), a key reused with another request (rejected), another
 // merchant using the same key (its own record), a duplicate that arrives
 // while the first call is in flight, and a gateway timeout whose outcome is
-// unknown until FindCharge reconciles it.
+// unknown until FindCharge reconciles it (inline, when the client retries,
+// or by the background reconciler, which finds FindCharge registered under
+// the operation name by the generated constructor).
 //
 // It runs on the in-process memory store:
 //
@@ -55,13 +57,16 @@ type demo struct {
 	gateway  *Gateway
 	prefix   string // of keys: empty on memory, unique per run on PostgreSQL
 	requests int
+
+	reconciler *runtime.Reconciler
 }
 
 func run(ctx context.Context, out io.Writer, dsn string) error {
-	gw := NewGateway(20*time.Millisecond, 3)
+	gw := NewGateway(20 * time.Millisecond)
 	svc := &service{gateway: gw}
 	opts := []runtime.Option{runtime.WithMaxWait(100 * time.Millisecond)}
 	d := &demo{out: out, gateway: gw}
+	var rec *runtime.Reconciler
 
 	var pool *pgxpool.Pool
 	var store runtime.Store
@@ -91,6 +96,10 @@ func run(ctx context.Context, out io.Writer, dsn string) error {
 		return err
 	}
 	d.pay = NewIdempotentPayments(svc, rt)
+	if rec, err = runtime.NewReconciler(rt); err != nil {
+		return err
+	}
+	d.reconciler = rec
 	fmt.Fprintln(out)
 
 	if err := d.charges(ctx); err != nil {
@@ -179,8 +188,9 @@ func (d *demo) charges(ctx context.Context) error {
 		return err
 	}
 
-	// The gateway drops the response of its third charge: the money moved
-	// but the client saw a timeout.
+	// The network to card 4000's bank is flaky: the gateway charges, but
+	// its response is lost and the client sees a timeout.
+	d.gateway.setFlaky("4000", 1)
 	pay3 := ChargeRequest{IdempotencyKey: d.key("pay-3"), MerchantID: "acme", Card: "4000", Cents: 1250, Currency: "EUR"}
 	if _, err := d.charge(ctx, "charge pay-3 (the gateway's response times out)", pay3); !errors.Is(err, runtime.ErrOutcomeUnknown) {
 		return fmt.Errorf("timeout not reported as unknown: %v", err)
@@ -207,6 +217,25 @@ func (d *demo) charges(ctx context.Context) error {
 		return err
 	}
 	if _, err := d.charge(ctx, "retry pay-4 after the first call finished (replayed)", pay4); err != nil {
+		return err
+	}
+
+	// No retry comes this time: the background reconciler converges the
+	// UNKNOWN record with the query NewIdempotentPayments registered.
+	d.gateway.setFlaky("4000", 1)
+	pay5 := ChargeRequest{IdempotencyKey: d.key("pay-5"), MerchantID: "acme", Card: "4000", Cents: 990, Currency: "EUR"}
+	if _, err := d.charge(ctx, "charge pay-5 (times out too)", pay5); !errors.Is(err, runtime.ErrOutcomeUnknown) {
+		return fmt.Errorf("timeout not reported as unknown: %v", err)
+	}
+	st, err := d.reconciler.RunOnce(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(d.out, "%-58s -> %d converged to SUCCESS\n", "reconciler pass (asks FindCharge about UNKNOWN records)", st.Succeeded)
+	if st.Succeeded < 1 {
+		return fmt.Errorf("the reconciler did not converge pay-5: %+v", st)
+	}
+	if _, err := d.charge(ctx, "retry pay-5 later (replayed, converged)", pay5); err != nil {
 		return err
 	}
 	return nil

@@ -37,7 +37,10 @@ var chargeLines = []string{
 	"retry pay-3 (FindCharge reconciles: it happened) -> ch_003",
 	"pay-4 while its first call is in flight -> in progress",
 	"retry pay-4 after the first call finished (replayed) -> ch_004",
-	"12 charge requests, 4 calls to the gateway, 4 charges",
+	"charge pay-5 (times out too) -> outcome unknown",
+	"reconciler pass (asks FindCharge about UNKNOWN records) -> 1 converged to SUCCESS",
+	"retry pay-5 later (replayed, converged) -> ch_005 (9.90 EUR)",
+	"14 charge requests, 5 calls to the gateway, 5 charges",
 }
 
 func TestMemory(t *testing.T) {

@@ -27,14 +27,14 @@ type idemPayments struct {
 //
 // It registers the reconcile queries with the runtime by operation name, so
 // that a reconciler can converge records whose outcome is unknown:
-//   - "Payments.Charge": Payments.FindCharge
+//   - "shop.Charge": Payments.FindCharge
 //
 // It panics when inner or rt is nil.
 func NewIdempotentPayments(inner Payments, rt *idem.Runtime) Payments {
 	if inner == nil || rt == nil {
 		panic("idem: NewIdempotentPayments: inner and rt must not be nil")
 	}
-	if err := idem.Register[ChargeRequest, ChargeReceipt](rt, "Payments.Charge", inner.FindCharge, idem.QueryOptions{}); err != nil {
+	if err := idem.Register[ChargeRequest, ChargeReceipt](rt, "shop.Charge", inner.FindCharge, idem.QueryOptions{}); err != nil {
 		panic(err)
 	}
 	return &idemPayments{
@@ -44,13 +44,13 @@ func NewIdempotentPayments(inner Payments, rt *idem.Runtime) Payments {
 }
 
 // Charge runs Charge of the wrapped Payments at most once per idempotency key
-// req.IdempotencyKey (operation "Payments.Charge", remote effect, lease 30s,
+// req.IdempotencyKey (operation "shop.Charge", remote effect, lease 30s,
 // records kept 24h), in the scope req.MerchantID. FindCharge tells whether an
 // attempt whose outcome is unknown took effect.
 func (w *idemPayments) Charge(ctx context.Context, req ChargeRequest) (ChargeReceipt, error) {
 	ctx = idem.WithScope(ctx, req.MerchantID)
 	return idem.Do(ctx, w.rt, idem.Call[ChargeRequest, ChargeReceipt]{
-		Operation: "Payments.Charge",
+		Operation: "shop.Charge",
 		Key:       req.IdempotencyKey,
 		Request:   req,
 		Effect:    w.inner.Charge,
@@ -61,12 +61,12 @@ func (w *idemPayments) Charge(ctx context.Context, req ChargeRequest) (ChargeRec
 }
 
 // CreateOrder runs CreateOrder of the wrapped Payments at most once per
-// idempotency key req.OrderID (operation "Payments.CreateOrder", local effect,
+// idempotency key req.OrderID (operation "shop.CreateOrder", local effect,
 // records kept 72h), in the scope req.MerchantID.
 func (w *idemPayments) CreateOrder(ctx context.Context, tx pgx.Tx, req OrderRequest) (Order, error) {
 	ctx = idem.WithScope(ctx, req.MerchantID)
 	return pgstore.DoTx(ctx, w.rt, tx, pgstore.TxCall[OrderRequest, Order]{
-		Operation: "Payments.CreateOrder",
+		Operation: "shop.CreateOrder",
 		Key:       req.OrderID,
 		Request:   req,
 		Effect:    w.inner.CreateOrder,

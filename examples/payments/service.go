@@ -19,15 +19,16 @@ import (
 //idem:service
 type Payments interface {
 	// Charge charges a card at the gateway: a remote effect. A timeout
-	// leaves its outcome unknown; FindCharge asks the gateway.
+	// leaves its outcome unknown; FindCharge asks the gateway. Records are
+	// per merchant (scope) and named shop.Charge (op).
 	//
-	//idem:op key=req.IdempotencyKey effect=remote scope=req.MerchantID lease=30s ttl=24h reconcile=FindCharge
+	//idem:op key=req.IdempotencyKey effect=remote scope=req.MerchantID op=shop.Charge lease=30s ttl=24h reconcile=FindCharge
 	Charge(ctx context.Context, req ChargeRequest) (ChargeReceipt, error)
 
 	// CreateOrder writes the order in the caller's transaction: a local
 	// effect, committed together with its idempotency record.
 	//
-	//idem:op key=req.OrderID effect=local scope=req.MerchantID ttl=72h
+	//idem:op key=req.OrderID effect=local scope=req.MerchantID op=shop.CreateOrder ttl=72h
 	CreateOrder(ctx context.Context, tx pgx.Tx, req OrderRequest) (Order, error)
 
 	// FindCharge tells whether the charge of req happened.
