@@ -179,7 +179,7 @@ func (a *analyzer) file(f *ast.File) {
 		d := parseDirective(c)
 		switch d.name {
 		case directiveService:
-			a.at(c.Slash, "//idem:service must be in the doc comment of an interface type declaration")
+			a.at(c.Slash, "//idem:service must be in the doc comment of a package-level interface type declaration")
 		case directiveOp, directiveSkip:
 			a.at(c.Slash, "%s must be in the doc comment of a method of an //idem:service interface", d)
 		default:
@@ -344,7 +344,15 @@ func (a *analyzer) methodDirectives(s *Service, f *ast.Field) *Method {
 		}
 	}
 	if len(ds) == 0 {
-		a.at(ident.Pos(), "method %s of //idem:service %s has no //idem:op or //idem:skip directive", m.Name, s.Name)
+		hint := ""
+		if f.Doc != nil {
+			for _, c := range f.Doc.List {
+				if strings.HasPrefix(c.Text, "// idem:") {
+					hint = " (directives take no space: write //idem:, not // idem:)"
+				}
+			}
+		}
+		a.at(ident.Pos(), "method %s of //idem:service %s has no //idem:op or //idem:skip directive%s", m.Name, s.Name, hint)
 		return nil
 	}
 	for _, d := range ds[1:] {
