@@ -656,7 +656,7 @@ func durationExpr(d time.Duration) *jen.Statement {
 			return jen.Lit(int(d/u.d)).Op("*").Qual("time", u.name)
 		}
 	}
-	return jen.Qual("time", "Duration").Call(jen.Lit(int64(d)))
+	return jen.Qual("time", "Duration").Call(jen.Op(strconv.FormatInt(int64(d), 10)))
 }
 
 // comment writes text as a line comment wrapped at 80 columns.
