@@ -107,7 +107,7 @@ func (e *emitter) planImports() {
 				need("errors", "errors")
 			}
 		}
-		if len(m.Fingerprint) > 0 {
+		if len(m.Fingerprint) > 0 || m.Scope != nil {
 			need("fmt", "fmt")
 		}
 		if m.Effect == Local {
@@ -554,7 +554,7 @@ func (e *emitter) op(m *Method) {
 	recv := n.fresh("w")
 	ctx, req := names[0], names[m.ReqIndex]
 	guards := e.guards(m)
-	needZero := len(guards) > 0 || len(m.Fingerprint) > 0
+	needZero := len(guards) > 0 || len(m.Fingerprint) > 0 || m.Scope != nil
 	var zero, fp, errName string
 	if needZero {
 		zero = n.fresh("zero")
@@ -611,6 +611,10 @@ func (e *emitter) op(m *Method) {
 				jen.Qual("fmt", "Errorf").Call(jen.Lit(printfEscape("idem: "+m.Op+": encoding the fingerprint fields: ")+"%w"), jen.Id(errName))))
 		}
 		if m.Scope != nil {
+			// An empty scope would put the key in the unscoped namespace,
+			// shared by every caller that forgot the field.
+			g.If(pathExpr(names[m.Scope.Param], fields(m.Scope)).Op("==").Lit("")).Block(jen.Return(jen.Id(zero),
+				jen.Qual("fmt", "Errorf").Call(jen.Lit("%w: "+printfEscape(fmt.Sprintf("%s: the scope %s is empty", m.Op, m.Scope.Text))), e.idem("ErrInvalidKey"))))
 			g.Id(ctx).Op("=").Add(e.idem("WithScope")).Call(jen.Id(ctx), e.stringExpr(m.Scope, names))
 		}
 		items := []jen.Code{

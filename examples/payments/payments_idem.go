@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	idem "github.com/idemkit/idem/runtime"
@@ -48,6 +49,10 @@ func NewIdempotentPayments(inner Payments, rt *idem.Runtime) Payments {
 // records kept 24h), in the scope req.MerchantID. FindCharge tells whether an
 // attempt whose outcome is unknown took effect.
 func (w *idemPayments) Charge(ctx context.Context, req ChargeRequest) (ChargeReceipt, error) {
+	var zero ChargeReceipt
+	if req.MerchantID == "" {
+		return zero, fmt.Errorf("%w: shop.Charge: the scope req.MerchantID is empty", idem.ErrInvalidKey)
+	}
 	ctx = idem.WithScope(ctx, req.MerchantID)
 	return idem.Do(ctx, w.rt, idem.Call[ChargeRequest, ChargeReceipt]{
 		Operation: "shop.Charge",
@@ -64,6 +69,10 @@ func (w *idemPayments) Charge(ctx context.Context, req ChargeRequest) (ChargeRec
 // idempotency key req.OrderID (operation "shop.CreateOrder", local effect,
 // records kept 72h), in the scope req.MerchantID.
 func (w *idemPayments) CreateOrder(ctx context.Context, tx pgx.Tx, req OrderRequest) (Order, error) {
+	var zero Order
+	if req.MerchantID == "" {
+		return zero, fmt.Errorf("%w: shop.CreateOrder: the scope req.MerchantID is empty", idem.ErrInvalidKey)
+	}
 	ctx = idem.WithScope(ctx, req.MerchantID)
 	return pgstore.DoTx(ctx, w.rt, tx, pgstore.TxCall[OrderRequest, Order]{
 		Operation: "shop.CreateOrder",
