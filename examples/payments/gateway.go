@@ -93,3 +93,17 @@ func (g *Gateway) setSlow(card string, d time.Duration) {
 	defer g.mu.Unlock()
 	g.slow[card] = d
 }
+
+// waitCalls waits until Charge was called n times.
+func (g *Gateway) waitCalls(ctx context.Context, n int) error {
+	for {
+		if calls, _ := g.Stats(); calls >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}

@@ -205,11 +205,14 @@ func (d *demo) charges(ctx context.Context) error {
 	pay4 := ChargeRequest{IdempotencyKey: d.key("pay-4"), MerchantID: "acme", Card: "5555", Cents: 4200, Currency: "EUR"}
 	done := make(chan error, 1)
 	d.requests++
+	calls, _ := d.gateway.Stats()
 	go func() {
 		_, err := d.pay.Charge(ctx, pay4)
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	if err := d.gateway.waitCalls(ctx, calls+1); err != nil { // the first call reached the gateway
+		return err
+	}
 	if _, err := d.charge(ctx, "pay-4 while its first call is in flight", pay4); !errors.Is(err, runtime.ErrInProgress) {
 		return fmt.Errorf("in-flight duplicate: %v", err)
 	}
