@@ -38,6 +38,8 @@ type analyzer struct {
 	services []*Service
 	seen     map[*ast.Comment]bool // directives consumed
 	ops      map[string]*Method    // operation name -> op
+
+	undefined []packages.Error // "undefined: X" type errors
 }
 
 // Analyze finds the //idem:service interfaces of pkg and checks them and
@@ -58,6 +60,7 @@ func Analyze(pkg *packages.Package) ([]*Service, ErrorList) {
 		a.file(f)
 	}
 	a.outputs()
+	a.reportUndefined()
 	if len(a.list) > 0 {
 		return nil, a.list.sorted()
 	}
@@ -88,9 +91,26 @@ func (a *analyzer) packageErrors() {
 		case e.Kind == packages.ListError && e.Pos == "" && strings.HasPrefix(e.Msg, "# "):
 			// The go command's compiler output for the package itself;
 			// the type checker reports the same errors with positions.
-		case e.Kind == packages.TypeError && (strings.HasPrefix(e.Msg, "undefined: NewIdempotent") || strings.HasPrefix(e.Msg, "undefined: newIdempotent")):
-			// The generated constructors are left out of loading.
+		case e.Kind == packages.TypeError && strings.HasPrefix(e.Msg, "undefined: "):
+			// Maybe a generated constructor, left out of loading: decided
+			// once the services are known (see undefined).
+			a.undefined = append(a.undefined, e)
 		default:
+			a.list = append(a.list, Error{Pos: parsePos(e.Pos), Msg: e.Msg})
+		}
+	}
+}
+
+// reportUndefined reports the "undefined:" type errors, except those about
+// the constructors of the package's services: code that calls them is
+// expected to fail to type-check while the generated files are left out.
+func (a *analyzer) reportUndefined() {
+	generated := map[string]bool{}
+	for _, s := range a.services {
+		generated[s.Constructor] = true
+	}
+	for _, e := range a.undefined {
+		if !generated[strings.TrimPrefix(e.Msg, "undefined: ")] {
 			a.list = append(a.list, Error{Pos: parsePos(e.Pos), Msg: e.Msg})
 		}
 	}
