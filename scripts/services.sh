@@ -4,6 +4,8 @@
 #
 #   services_init            make the scratch directory, arm the cleanup trap
 #   start_postgres           PostgreSQL 15 -> exports IDEM_TEST_POSTGRES_URL
+#   start_redis              standalone Redis -> exports IDEM_TEST_REDIS_URL
+#   start_redis_cluster      3-master Redis Cluster -> exports IDEM_TEST_REDIS_CLUSTER_ADDRS
 #   services_stop            stop everything started (also on exit)
 
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
@@ -70,6 +72,133 @@ start_postgres() {
 
 stop_postgres() {
 	as_service_user "$PG_BIN/pg_ctl" -D "$SERVICES_DIR/pg/data" -m immediate -w stop >/dev/null 2>&1 || true
+}
+
+# ensure_redis installs redis-server (and redis-cli) when missing; CI runs as
+# root on a fresh machine.
+ensure_redis() {
+	command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && return
+	[ "$(id -u)" -eq 0 ] || { echo "redis-server is missing and we are not root: install redis-server" >&2; return 1; }
+	log "installing redis-server"
+	apt-get update -qq >"$SERVICES_DIR/apt.log" 2>&1 &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >>"$SERVICES_DIR/apt.log" 2>&1 ||
+		{ cat "$SERVICES_DIR/apt.log" >&2; return 1; }
+	# The package may start its system instance (port 6379, which the tests
+	# never use); stop it so that nothing we caused outlives the script.
+	service redis-server stop >/dev/null 2>&1 || true
+}
+
+# redis_port prints a loopback port for a Redis node such that the port and
+# its cluster-bus port (port+10000) are both free and not in "$@". Both lie
+# below the usual ephemeral range (32768-60999), where a client socket's
+# local port would make bind fail although nobody listens.
+redis_port() {
+	local port
+	for _ in $(seq 1 200); do
+		port=$((10000 + RANDOM % 12700))
+		[[ " $* " == *" $port "* || " $* " == *" $((port + 10000)) "* ]] && continue
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+		(exec 3<>"/dev/tcp/127.0.0.1/$((port + 10000))") 2>/dev/null && continue
+		echo "$port"
+		return
+	done
+	echo "no free port for Redis found" >&2
+	return 1
+}
+
+# redis_node starts one redis-server in the background on 127.0.0.1:port
+# with its files in dir (no persistence, not daemonized: its pid is tracked
+# and services_stop stops it) and waits until it answers. Extra arguments go
+# to redis-server. It fails quietly (the log is in dir/redis.log).
+redis_node() {
+	local dir=$1 port=$2
+	shift 2
+	mkdir -p "$dir"
+	redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize no \
+		--save '' --appendonly no --logfile "$dir/redis.log" "$@" &
+	local pid=$!
+	_redis_pids+=("$pid")
+	for _ in $(seq 1 100); do
+		redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return
+		kill -0 "$pid" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# redis_node_anyport starts a node like redis_node in dir/<port>, on a port
+# from redis_port that avoids the ports listed in $2, retrying on another
+# port when the bind fails; the port is left in _redis_port. (No command
+# substitution: the server must be a child of this shell, for its pid.)
+_redis_port=""
+redis_node_anyport() {
+	local dir=$1 avoid=$2 port=""
+	shift 2
+	for _ in 1 2 3 4 5; do
+		# shellcheck disable=SC2086 # $avoid is a list of ports
+		port=$(redis_port $avoid) || return 1
+		rm -rf "${dir:?}/$port"
+		if redis_node "$dir/$port" "$port" "$@"; then
+			_redis_port=$port
+			return
+		fi
+	done
+	echo "redis-server did not start on 5 ports; last log:" >&2
+	cat "$dir/$port/redis.log" >&2 || true
+	return 1
+}
+
+_redis_pids=()
+
+_mark_started() {
+	[[ " ${_started[*]} " == *" $1 "* ]] || _started+=("$1")
+}
+
+start_redis() {
+	ensure_redis
+	_mark_started redis
+	local port
+	redis_node_anyport "$SERVICES_DIR/redis" ""
+	port=$_redis_port
+	log "started Redis on 127.0.0.1:$port"
+	export IDEM_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
+}
+
+start_redis_cluster() {
+	ensure_redis
+	_mark_started redis
+	local i port addrs=() ports=() taken=""
+	for i in 1 2 3; do
+		redis_node_anyport "$SERVICES_DIR/redis-cluster" "$taken" \
+			--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000
+		port=$_redis_port
+		ports+=("$port")
+		taken="$taken $port $((port + 10000))"
+		addrs+=("127.0.0.1:$port")
+	done
+	log "creating a Redis Cluster of 3 masters on ${addrs[*]}"
+	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$SERVICES_DIR/redis-cluster/create.log" 2>&1 ||
+		{ cat "$SERVICES_DIR/redis-cluster/create.log" >&2; return 1; }
+	for port in "${ports[@]}"; do
+		for i in $(seq 1 200); do
+			redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' && break
+			[ "$i" -eq 200 ] && { echo "Redis Cluster node $port never reached cluster_state:ok" >&2; return 1; }
+			sleep 0.1
+		done
+	done
+	export IDEM_TEST_REDIS_CLUSTER_ADDRS
+	IDEM_TEST_REDIS_CLUSTER_ADDRS=$(IFS=,; echo "${addrs[*]}")
+}
+
+stop_redis() {
+	local pid
+	for pid in "${_redis_pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${_redis_pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	_redis_pids=()
 }
 
 services_stop() {

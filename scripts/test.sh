@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: starts the servers the tests need (PostgreSQL 15 on
-# a loopback port), checks formatting, vet, staticcheck and generated-code
+# The whole test suite: starts the servers the tests need (PostgreSQL 15, a
+# standalone Redis and a 3-master Redis Cluster, on loopback ports), checks formatting, vet, staticcheck and generated-code
 # drift, runs `go test -race ./...`, and stops what it started.
 #
 #   scripts/test.sh              everything
@@ -36,6 +36,8 @@ rm -rf "$tools_bin"
 
 services_init
 start_postgres
+start_redis
+start_redis_cluster
 
 log "go test -race ./..."
 go test -race -count=1 "$@" ./...

@@ -1,0 +1,578 @@
+// Package redisstore is a Redis [runtime.Store] on go-redis/v9. It takes a
+// [redis.UniversalClient], so the same store works on a single server,
+// Sentinel and Redis Cluster.
+//
+// Every state change is one Lua script, run by SHA (EVALSHA, falling back to
+// EVAL when the server does not know the script yet), so Redis applies it
+// atomically and no get-then-set ever spans two round trips. Leases and expiry
+// are decided with Redis's clock (TIME inside the script), never the
+// application's; [runtime.Record.StoreNow] is that clock at the read.
+//
+// # Key layout
+//
+// Records are spread over a fixed number of buckets (default 256, see
+// [WithBuckets]); the bucket of a record is a hash of its identity. With the
+// default prefix "idem:", bucket b holds
+//
+//	idem:{b}:r:<scope>:<operation>:<key>   hash: one record
+//	idem:{b}:pending                       sorted set: PROCESSING and UNKNOWN records by lease expiry
+//	idem:{b}:expiry                        sorted set: SUCCESS and FAILED records by ExpiresAt
+//
+// The hash tag {b} puts a record and both indexes of its bucket in one
+// Cluster slot, so every script touches one slot. Scope, operation and key
+// are escaped (%XX for '%', ':', '{', '}', '|', '\\' and bytes outside
+// visible ASCII), so no identity can be spelled as another one.
+//
+// # TTL
+//
+// A finished (SUCCESS or FAILED) record has ExpiresAt = store now + TTL and
+// a Redis expiry (PEXPIRE) of TTL + grace ([WithExpiryGrace], default 1m):
+// Redis deletes it by itself, and between ExpiresAt and the deletion a
+// claim treats it as absent (replacing it with a higher version) and
+// [Store.Sweep] may delete it. Sweep is therefore optional: it only frees
+// memory up to grace earlier and drops index entries of records Redis
+// already deleted. PROCESSING and UNKNOWN records never carry a Redis expiry
+// (PERSIST) and are never swept.
+//
+// # Round trips
+//
+// The happy path of [runtime.Do] is two scripts (claim, complete); a replay
+// is one (the claim returns the finished record). [Store.AcquirePending]
+// and [Store.Sweep] pipeline one small counting script over every bucket
+// (one round trip per master, in parallel on Cluster) and then run their
+// script on the buckets that have due entries only.
+//
+// # Failures
+//
+// Redis errors come back wrapped as "redisstore: <operation>: <cause>", and
+// the runtime fails closed on them. go-redis resends a command whose
+// connection broke without knowing whether Redis ran it; claim and
+// transition carry a per-call nonce so that a resent script reports what
+// its first run did instead of a foreign live lease or [runtime.ErrLeaseLost].
+// Records survive a restart only as far as Redis persists them: run it with
+// an append-only file and maxmemory-policy noeviction.
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/runtime"
+)
+
+// Defaults of the options.
+const (
+	DefaultPrefix         = "idem:"
+	DefaultBuckets        = 256
+	DefaultExpiryGrace    = time.Minute
+	DefaultMaxRecordBytes = 1 << 20
+)
+
+// Limits of one AcquirePending or Sweep call when the caller gives none,
+// and how many index entries one bucket script inspects at most.
+const (
+	defaultAcquireLimit = 100
+	defaultSweepLimit   = 1000
+	inspectBudget       = 2000
+)
+
+// Store is a [runtime.Store] on Redis. It is safe for concurrent use.
+type Store struct {
+	c        redis.UniversalClient
+	prefix   string
+	buckets  int
+	grace    time.Duration
+	maxBytes int
+
+	noncePrefix string
+	nonce       atomic.Uint64
+	tags        []bucketKeys // per bucket, built once
+}
+
+// bucketKeys are the key prefix of a bucket's records and its index keys.
+type bucketKeys struct{ rec, pending, expiry string }
+
+// Option configures a [Store].
+type Option func(*Store) error
+
+// WithPrefix sets the prefix of every key (default "idem:"). It must not
+// contain '{' or '}', which would change the hash tag.
+func WithPrefix(prefix string) Option {
+	return func(s *Store) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", prefix)
+		}
+		s.prefix = prefix
+		return nil
+	}
+}
+
+// WithBuckets sets the number of buckets records are spread over (default
+// 256, at most 16384). Every process sharing the records must use the same
+// number: records written with another count are not found.
+func WithBuckets(n int) Option {
+	return func(s *Store) error {
+		if n < 1 || n > 16384 {
+			return fmt.Errorf("redisstore: buckets must be 1 to 16384, got %d", n)
+		}
+		s.buckets = n
+		return nil
+	}
+}
+
+// WithExpiryGrace sets how long after its ExpiresAt Redis itself deletes a
+// finished record (default 1m). Until then a claim of the same identity
+// replaces it with a higher version, as a store that sweeps would.
+func WithExpiryGrace(d time.Duration) Option {
+	return func(s *Store) error {
+		if d < 0 {
+			return fmt.Errorf("redisstore: expiry grace must not be negative, got %v", d)
+		}
+		s.grace = d
+		return nil
+	}
+}
+
+// WithMaxRecordBytes limits the size of a stored request or response; larger
+// ones are refused with [runtime.ErrTooLarge] (default 1 MiB).
+func WithMaxRecordBytes(n int) Option {
+	return func(s *Store) error {
+		if n <= 0 {
+			return fmt.Errorf("redisstore: max record bytes must be positive, got %d", n)
+		}
+		s.maxBytes = n
+		return nil
+	}
+}
+
+// New returns a store on client. The client may be a *redis.Client, a
+// *redis.ClusterClient or a failover client; the store never closes it.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	s := &Store{c: client, prefix: DefaultPrefix, buckets: DefaultBuckets, grace: DefaultExpiryGrace, maxBytes: DefaultMaxRecordBytes}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	s.noncePrefix = hex.EncodeToString(b[:]) + "-"
+	s.tags = make([]bucketKeys, s.buckets)
+	for i := range s.tags {
+		tag := s.bucketTag(i)
+		s.tags[i] = bucketKeys{rec: tag + "r:", pending: tag + "pending", expiry: tag + "expiry"}
+	}
+	return s, nil
+}
+
+var _ runtime.Store = (*Store)(nil)
+
+// LoadScripts loads the store's scripts on every server (on Cluster, every
+// master) ahead of the first call. It is optional: a script the server does
+// not know is sent once with EVAL, which also caches it.
+func (s *Store) LoadScripts(ctx context.Context) error {
+	for _, sc := range allScripts {
+		if err := sc.Load(ctx, s.c).Err(); err != nil {
+			return fmt.Errorf("redisstore: loading scripts: %w", err)
+		}
+	}
+	return nil
+}
+
+// keys are the Redis keys of one record.
+type keys struct{ rec, pending, expiry string }
+
+func (s *Store) bucketTag(b int) string {
+	return s.prefix + "{" + strconv.Itoa(b) + "}:"
+}
+
+func (s *Store) keysOf(id runtime.Identity) keys {
+	var e strings.Builder
+	e.Grow(len(id.Scope) + len(id.Operation) + len(id.Key) + 2)
+	escape(&e, id.Scope)
+	e.WriteByte(':')
+	escape(&e, id.Operation)
+	e.WriteByte(':')
+	escape(&e, id.Key)
+	name := e.String()
+	// FNV-1a, 32 bits, of the escaped name.
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h ^= uint32(name[i])
+		h *= 16777619
+	}
+	bk := &s.tags[h%uint32(s.buckets)]
+	return keys{rec: bk.rec + name, pending: bk.pending, expiry: bk.expiry}
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+// escape writes v with '%', the separator ':', the hash-tag braces, '|',
+// '\\' and every byte outside visible ASCII as %XX: the escaped components
+// never contain ':', so the joined name is unambiguous.
+func escape(b *strings.Builder, v string) {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c <= ' ' || c >= 0x7f, c == '%', c == ':', c == '{', c == '}', c == '|', c == '\\':
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&15])
+		default:
+			b.WriteByte(c)
+		}
+	}
+}
+
+func (s *Store) newNonce() string {
+	var b [64]byte
+	return string(strconv.AppendUint(append(b[:0], s.noncePrefix...), s.nonce.Add(1), 36))
+}
+
+func (s *Store) checkSize(what string, b []byte) error {
+	if len(b) > s.maxBytes {
+		return fmt.Errorf("%w: redisstore: %s is %d bytes, the limit is %d (see WithMaxRecordBytes)", runtime.ErrTooLarge, what, len(b), s.maxBytes)
+	}
+	return nil
+}
+
+func us(d time.Duration) int64 { return d.Microseconds() }
+
+// Claim implements [runtime.Store] in one script.
+func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+	return s.claim(ctx, p, s.newNonce())
+}
+
+// claim runs the claim script. The nonce names this call: when the client
+// resends the script (go-redis retries a command whose connection broke,
+// not knowing whether Redis ran it), the script recognizes the claim it made
+// and reports it as claimed instead of as a live record held by another.
+func (s *Store) claim(ctx context.Context, p runtime.ClaimParams, nonce string) (runtime.ClaimResult, error) {
+	if err := s.checkSize("request", p.Request); err != nil {
+		return runtime.ClaimResult{}, err
+	}
+	k := s.keysOf(p.ID)
+	acq := "0"
+	if p.AcquireUnknown {
+		acq = "1"
+	}
+	vals, err := claimScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry},
+		p.Fingerprint, p.Owner, us(p.Lease), p.Request, acq, p.ID.Scope, p.ID.Operation, p.ID.Key, nonce, us(s.grace)).Slice()
+	if err != nil {
+		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	if len(vals) < 2 {
+		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: unexpected reply of %d values", len(vals))
+	}
+	now, err := timeVal(vals[1])
+	if err != nil {
+		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	rec, err := parseRecord(vals[2:], now)
+	if err != nil {
+		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	return runtime.ClaimResult{Claimed: intVal(vals[0]) == 1, Record: rec}, nil
+}
+
+// Get implements [runtime.Store].
+func (s *Store) Get(ctx context.Context, id runtime.Identity) (runtime.Record, error) {
+	vals, err := getScript.Run(ctx, s.c, []string{s.keysOf(id).rec}).Slice()
+	if err != nil {
+		return runtime.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	if len(vals) < 2 {
+		return runtime.Record{}, fmt.Errorf("redisstore: get: unexpected reply of %d values", len(vals))
+	}
+	if intVal(vals[0]) != 1 {
+		return runtime.Record{}, runtime.ErrNotFound
+	}
+	now, err := timeVal(vals[1])
+	if err != nil {
+		return runtime.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	rec, err := parseRecord(vals[2:], now)
+	if err != nil {
+		return runtime.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	return rec, nil
+}
+
+// Transition implements [runtime.Store] in one script.
+func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
+	return s.transition(ctx, p, s.newNonce())
+}
+
+// transition runs the transition script; a resent script with the same
+// nonce reports the transition it applied instead of ErrLeaseLost.
+func (s *Store) transition(ctx context.Context, p runtime.TransitionParams, nonce string) (int64, error) {
+	if err := s.checkSize("response", p.Response); err != nil {
+		return 0, err
+	}
+	k := s.keysOf(p.ID)
+	has := "0"
+	if p.Response != nil {
+		has = "1"
+	}
+	vals, err := transitionScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry},
+		string(p.From), p.Owner, p.Version, string(p.To), p.NewOwner, us(p.Lease), us(p.TTL),
+		p.Response, has, s.grace.Milliseconds(), nonce).Slice()
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: transition to %s: %w", p.To, err)
+	}
+	if len(vals) == 0 || intVal(vals[0]) != 1 {
+		return 0, runtime.ErrLeaseLost
+	}
+	if len(vals) < 2 {
+		return 0, fmt.Errorf("redisstore: transition to %s: unexpected reply of %d values", p.To, len(vals))
+	}
+	return intVal(vals[1]), nil
+}
+
+// Renew implements [runtime.Store] in one script.
+func (s *Store) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
+	k := s.keysOf(p.ID)
+	vals, err := renewScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry},
+		string(p.State), p.Owner, p.Version, us(p.Lease)).Slice()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redisstore: renew: %w", err)
+	}
+	if len(vals) == 0 || intVal(vals[0]) != 1 {
+		return time.Time{}, runtime.ErrLeaseLost
+	}
+	if len(vals) < 2 {
+		return time.Time{}, fmt.Errorf("redisstore: renew: unexpected reply of %d values", len(vals))
+	}
+	until, err := timeVal(vals[1])
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redisstore: renew: %w", err)
+	}
+	return until, nil
+}
+
+// Release implements [runtime.Store] in one script.
+func (s *Store) Release(ctx context.Context, p runtime.ReleaseParams) error {
+	k := s.keysOf(p.ID)
+	n, err := releaseScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry},
+		string(p.State), p.Owner, p.Version).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	if n != 1 {
+		return runtime.ErrLeaseLost
+	}
+	return nil
+}
+
+// AcquirePending implements [runtime.Store]. It pipelines a count of due
+// entries over every bucket's pending index (one round trip per master),
+// then runs the acquire script on the buckets with due entries, starting at
+// a random bucket, until Limit records are acquired (default 100 when Limit
+// is not positive). Each bucket's script is atomic, so two callers never
+// acquire the same record; within a bucket records come oldest lease first,
+// across buckets there is no global order.
+func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]runtime.Record, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultAcquireLimit
+	}
+	due, err := s.dueBuckets(ctx, "pending")
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: acquire pending: %w", err)
+	}
+	ops := make([]any, len(p.Operations))
+	for i, op := range p.Operations {
+		ops[i] = op
+	}
+	var out []runtime.Record
+	for _, b := range due {
+		if len(out) >= limit {
+			break
+		}
+		args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget}, ops...)
+		vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending}, args...).Slice()
+		if err != nil {
+			// Records acquired from earlier buckets are held by p.Owner now:
+			// return them with the error so that they are not stranded.
+			return out, fmt.Errorf("redisstore: acquire pending: %w", err)
+		}
+		if len(vals) < 1 || (len(vals)-1)%nFields != 0 {
+			return out, fmt.Errorf("redisstore: acquire pending: unexpected reply of %d values", len(vals))
+		}
+		now, err := timeVal(vals[0])
+		if err != nil {
+			return out, fmt.Errorf("redisstore: acquire pending: %w", err)
+		}
+		for i := 1; i < len(vals); i += nFields {
+			rec, err := parseRecord(vals[i:i+nFields], now)
+			if err != nil {
+				return out, fmt.Errorf("redisstore: acquire pending: %w", err)
+			}
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// Sweep implements [runtime.Store]: it deletes up to limit (default 1000)
+// finished records whose ExpiresAt passed, by the expiry indexes of the
+// buckets, and drops index entries of records Redis already expired (those
+// are not counted). Redis deletes finished records by itself grace after
+// ExpiresAt, so running Sweep is optional.
+func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		limit = defaultSweepLimit
+	}
+	due, err := s.dueBuckets(ctx, "expiry")
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: sweep: %w", err)
+	}
+	n := 0
+	for _, b := range due {
+		if n >= limit {
+			break
+		}
+		m, err := sweepScript.Run(ctx, s.c, []string{s.tags[b].expiry}, limit-n, inspectBudget).Int()
+		if err != nil {
+			return n, fmt.Errorf("redisstore: sweep: %w", err)
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// dueBuckets returns the buckets whose index (pending or expiry) has entries
+// due by the store's clock, in an order starting at a random bucket so that
+// concurrent callers spread.
+func (s *Store) dueBuckets(ctx context.Context, index string) ([]int, error) {
+	cmds, err := s.countDue(ctx, index, false)
+	if err != nil && isNoScript(err) {
+		cmds, err = s.countDue(ctx, index, true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	start := mrand.IntN(s.buckets)
+	var due []int
+	for i := range s.buckets {
+		b := (start + i) % s.buckets
+		if n, _ := cmds[b].Int64(); n > 0 {
+			due = append(due, b)
+		}
+	}
+	return due, nil
+}
+
+func (s *Store) countDue(ctx context.Context, index string, eval bool) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, s.buckets)
+	_, err := s.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for b := range s.buckets {
+			k := []string{s.tags[b].pending}
+			if index == "expiry" {
+				k[0] = s.tags[b].expiry
+			}
+			if eval {
+				cmds[b] = dueScript.Eval(ctx, pipe, k)
+			} else {
+				cmds[b] = dueScript.EvalSha(ctx, pipe, k)
+			}
+		}
+		return nil
+	})
+	return cmds, err
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// nFields is the number of record fields in a reply (prelude's F).
+const nFields = 15
+
+// parseRecord decodes the fields sc, op, ky, fp, st, ow, v, le, ex, rq, rs,
+// to, at, ca, ua.
+func parseRecord(v []any, now time.Time) (runtime.Record, error) {
+	if len(v) < nFields {
+		return runtime.Record{}, fmt.Errorf("record reply has %d fields, want %d", len(v), nFields)
+	}
+	str := func(i int) string { s, _ := v[i].(string); return s }
+	bytesOf := func(i int) []byte {
+		if s := str(i); s != "" {
+			return []byte(s)
+		}
+		return nil
+	}
+	r := runtime.Record{
+		ID:          runtime.Identity{Scope: str(0), Operation: str(1), Key: str(2)},
+		Fingerprint: bytesOf(3),
+		State:       runtime.State(str(4)),
+		Owner:       str(5),
+		Request:     bytesOf(9),
+		Response:    bytesOf(10),
+		StoreNow:    now,
+	}
+	if !r.State.Valid() {
+		return runtime.Record{}, fmt.Errorf("record %q/%q/%q has invalid state %q", r.ID.Scope, r.ID.Operation, r.ID.Key, r.State)
+	}
+	var err error
+	num := func(i int) int64 {
+		n, perr := strconv.ParseInt(str(i), 10, 64)
+		if perr != nil && err == nil {
+			err = fmt.Errorf("record %q/%q/%q: field %d: %w", r.ID.Scope, r.ID.Operation, r.ID.Key, i, perr)
+		}
+		return n
+	}
+	r.Version = num(6)
+	r.LeaseExpiresAt = microTime(num(7))
+	r.ExpiresAt = microTime(num(8))
+	r.Takeovers = int32(num(11))
+	r.Attempts = int32(num(12))
+	r.CreatedAt = microTime(num(13))
+	r.UpdatedAt = microTime(num(14))
+	return r, err
+}
+
+func microTime(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(n)
+}
+
+func timeVal(v any) (time.Time, error) {
+	switch x := v.(type) {
+	case int64:
+		return microTime(x), nil
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("bad time %q: %w", x, err)
+		}
+		return microTime(n), nil
+	}
+	return time.Time{}, fmt.Errorf("bad time %v (%T)", v, v)
+}
+
+func intVal(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}

@@ -1,0 +1,254 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/redisstore"
+	"github.com/idemkit/idem/runtime/storetest"
+)
+
+var (
+	standaloneOnce sync.Once
+	standalone     *redis.Client
+	clusterOnce    sync.Once
+	cluster        *redis.ClusterClient
+)
+
+// standaloneClient connects once per test binary to IDEM_TEST_REDIS_URL.
+func standaloneClient(t testing.TB) *redis.Client {
+	t.Helper()
+	url := testenv.RedisURL(t)
+	standaloneOnce.Do(func() {
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatalf("%s: %v", testenv.RedisURLVar, err)
+		}
+		opt.PoolSize = 64
+		standalone = redis.NewClient(opt)
+	})
+	if standalone == nil {
+		t.Fatalf("%s: no client", testenv.RedisURLVar)
+	}
+	if err := standalone.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("Redis at %s: %v", url, err)
+	}
+	return standalone
+}
+
+// clusterClient connects once per test binary to IDEM_TEST_REDIS_CLUSTER_ADDRS.
+func clusterClient(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	addrs := testenv.RedisClusterAddrs(t)
+	clusterOnce.Do(func() {
+		cluster = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 32})
+	})
+	ctx := context.Background()
+	if err := cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		return c.Ping(ctx).Err()
+	}); err != nil {
+		t.Fatalf("Redis Cluster at %v: %v", addrs, err)
+	}
+	return cluster
+}
+
+func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// testPrefix returns a key prefix no other test uses. The conformance suite
+// isolates its records by scope, but AcquirePending (like Sweep) is global
+// to a store: a suite case that acquires with a large limit would take
+// records another parallel case is about to acquire or converge. One prefix
+// per case gives each its own store, as memstore.New does.
+func testPrefix(t testing.TB) string {
+	return fmt.Sprintf("idemtest:%d:", prefixSeq.Add(1)) + fmt.Sprintf("%x:", time.Now().UnixNano())
+}
+
+var prefixSeq atomic.Int64
+
+func TestConformance(t *testing.T) {
+	c := standaloneClient(t)
+	storetest.Run(t, func(t *testing.T) runtime.Store { return newStore(t, c, redisstore.WithPrefix(testPrefix(t))) })
+}
+
+func TestConformanceCluster(t *testing.T) {
+	c := clusterClient(t)
+	var masters atomic.Int32
+	if err := c.ForEachMaster(context.Background(), func(context.Context, *redis.Client) error {
+		masters.Add(1)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := masters.Load(); n < 3 {
+		t.Fatalf("cluster has %d masters, want at least 3", n)
+	}
+	storetest.Run(t, func(t *testing.T) runtime.Store { return newStore(t, c, redisstore.WithPrefix(testPrefix(t))) })
+}
+
+// TestClusterSlots checks on a real cluster that a record and the indexes of
+// its bucket share a slot, and that buckets spread over every master.
+func TestClusterSlots(t *testing.T) {
+	c := clusterClient(t)
+	ctx := context.Background()
+	s := newStore(t, c)
+	id := runtime.Identity{Scope: "tenant{x}:a|b", Operation: "Svc.Op", Key: "k:{1}"}
+	rec, pending, expiry := redisstore.KeysOf(s, id)
+	var slots []int64
+	for _, k := range []string{rec, pending, expiry} {
+		n, err := c.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots = append(slots, n)
+	}
+	if slots[0] != slots[1] || slots[0] != slots[2] {
+		t.Fatalf("record %q and its indexes are in slots %v, want one slot", rec, slots)
+	}
+	// Every master serves some bucket, so AcquirePending must visit them all.
+	owners := make(map[string]bool)
+	for b := range redisstore.DefaultBuckets {
+		_, pending, _ := redisstore.KeysOf(s, runtime.Identity{Key: fmt.Sprint(b)})
+		shard, err := c.MasterForKey(ctx, pending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners[shard.Options().Addr] = true
+	}
+	if len(owners) < 3 {
+		t.Fatalf("buckets live on %d masters, want all 3", len(owners))
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	for name, opt := range map[string]redisstore.Option{
+		"brace in prefix": redisstore.WithPrefix("a{b"),
+		"zero buckets":    redisstore.WithBuckets(0),
+		"too many":        redisstore.WithBuckets(16385),
+		"negative grace":  redisstore.WithExpiryGrace(-time.Second),
+		"zero max bytes":  redisstore.WithMaxRecordBytes(0),
+	} {
+		if _, err := redisstore.New(c, opt); err == nil {
+			t.Errorf("%s: New accepted it", name)
+		}
+	}
+	if _, err := redisstore.New(nil); err == nil {
+		t.Error("New(nil) accepted")
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	s := newStore(t, standaloneClient(t), redisstore.WithMaxRecordBytes(16))
+	ctx := context.Background()
+	id := runtime.Identity{Scope: "toolarge/" + time.Now().Format(time.RFC3339Nano), Operation: "T.Large", Key: "k"}
+	_, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Request: []byte(strings.Repeat("x", 17)), Owner: "w", Lease: time.Minute})
+	if !errors.Is(err, runtime.ErrTooLarge) || !strings.Contains(err.Error(), "request is 17 bytes, the limit is 16") {
+		t.Fatalf("claim error = %v, want ErrTooLarge naming the sizes", err)
+	}
+	if _, err := s.Get(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("a refused claim left a record: %v", err)
+	}
+	res, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Request: []byte("small"), Owner: "w", Lease: time.Minute})
+	if err != nil || !res.Claimed {
+		t.Fatalf("claim: %v %+v", err, res)
+	}
+	_, err = s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: "w", Version: res.Record.Version,
+		To: runtime.StateSuccess, TTL: time.Hour, Response: []byte(strings.Repeat("y", 100))})
+	if !errors.Is(err, runtime.ErrTooLarge) || !strings.Contains(err.Error(), "response is 100 bytes") {
+		t.Fatalf("transition error = %v, want ErrTooLarge", err)
+	}
+	if got, _ := s.Get(ctx, id); got.State != runtime.StateProcessing || got.Version != res.Record.Version {
+		t.Fatalf("a refused transition changed the record: %+v", got)
+	}
+
+	// Through the runtime: the caller gets ErrTooLarge and the effect never runs.
+	rt, err := runtime.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	_, err = runtime.Do(runtime.WithScope(ctx, id.Scope), rt, runtime.Call[string, string]{Operation: "T.Large", Key: "k2", Request: strings.Repeat("x", 64),
+		Effect: func(context.Context, string) (string, error) { runs.Add(1); return "", nil }})
+	if !errors.Is(err, runtime.ErrTooLarge) || runs.Load() != 0 {
+		t.Fatalf("Do error = %v (effect runs %d), want ErrTooLarge and no run", err, runs.Load())
+	}
+}
+
+// countingHook counts the commands and pipelines sent to Redis: each is one
+// round trip.
+type countingHook struct{ n atomic.Int32 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+func TestRoundTrips(t *testing.T) {
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	hook := &countingHook{}
+	c.AddHook(hook)
+	s := newStore(t, c)
+	ctx := context.Background()
+	if err := s.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx = runtime.WithScope(ctx, "roundtrips/"+time.Now().Format(time.RFC3339Nano))
+	var runs atomic.Int32
+	do := func(key string) {
+		t.Helper()
+		got, err := runtime.Do(ctx, rt, runtime.Call[string, string]{Operation: "T.RoundTrips", Key: key, Request: "req",
+			Effect: func(context.Context, string) (string, error) { runs.Add(1); return "resp", nil }})
+		if err != nil || got != "resp" {
+			t.Fatalf("Do = %q, %v", got, err)
+		}
+	}
+	hook.n.Store(0)
+	do("first")
+	if n := hook.n.Load(); n != 2 {
+		t.Errorf("happy path: %d round trips, want 2 (claim, complete)", n)
+	}
+	hook.n.Store(0)
+	do("first")
+	if n := hook.n.Load(); n != 1 {
+		t.Errorf("replay: %d round trips, want 1 (claim)", n)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("effect ran %d times, want 1", runs.Load())
+	}
+}

@@ -1,0 +1,288 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// Every state change is one Lua script, so Redis runs it atomically: no
+// get-then-set ever spans two round trips. Times are microseconds since the
+// Unix epoch read from Redis's own clock (TIME), never the application's; they
+// stay below 2^53, so Lua's doubles hold them exactly, and they are written
+// with string.format('%.0f') so that no exponent notation reaches Redis.
+//
+// A record is one hash; its fields are listed in prelude's F (the order of
+// every reply). Two sorted sets per bucket, in the record's hash slot, index
+// it: <prefix>{b}:pending holds PROCESSING records with a lease and UNKNOWN
+// records, scored by lease expiry (0 for none); <prefix>{b}:expiry holds
+// SUCCESS and FAILED records, scored by ExpiresAt. Members are record keys.
+// index() is the one place that keeps both in step with a record's state.
+
+// prelude is shared by the scripts that read or write records.
+const prelude = `
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function fmt(n) return string.format('%.0f', n) end
+local F = {'sc','op','ky','fp','st','ow','v','le','ex','rq','rs','to','at','ca','ua'}
+local function read(key, out)
+  local r = redis.call('HMGET', key, unpack(F))
+  for i = 1, #F do out[#out + 1] = r[i] end
+  return out
+end
+local function final(st) return st == 'SUCCESS' or st == 'FAILED' end
+-- peek reads fields of a record named by an index entry (not a declared
+-- key): while Cluster migrates the bucket's slot, the record may already
+-- live on the target node, and the read errors; the caller skips it.
+local function peek(k, ...)
+  local r = redis.pcall('HMGET', k, ...)
+  if type(r) == 'table' and r.err == nil then return r end
+  return nil
+end
+local function index(key, pend, exp, st, le, ex)
+  if st == 'UNKNOWN' or (st == 'PROCESSING' and le > 0) then
+    redis.call('ZADD', pend, fmt(le), key)
+  else
+    redis.call('ZREM', pend, key)
+  end
+  if final(st) then
+    redis.call('ZADD', exp, fmt(ex), key)
+  else
+    redis.call('ZREM', exp, key)
+  end
+end
+`
+
+// claimScript: KEYS record, pending, expiry; ARGV fingerprint, owner,
+// lease (us), request, acquire-unknown ("1"), scope, operation, key, nonce,
+// expiry grace (us). Reply: claimed (0/1), store now, then the record's
+// fields.
+//
+// The nonce makes a client-side retry of the same call (go-redis resends a
+// command whose connection broke) recognize its own claim instead of
+// reporting the record as someone else's.
+//
+// Redis deletes finished records grace after ExpiresAt but cannot drop their
+// expiry-index entries. So that the index stays bounded when nobody calls
+// Sweep, every claim also clears up to two entries of its bucket that are
+// past ExpiresAt + grace (finished records come only from claims, so the
+// index drains at least as fast as it grows).
+var claimScript = redis.NewScript(prelude + `
+local key = KEYS[1]
+local now = now_us()
+local cutoff = now - tonumber(ARGV[10])
+for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(cutoff), 'LIMIT', 0, 2)) do
+  local c = nil
+  if k ~= key then c = peek(k, 'st', 'ex') end
+  if c then
+    local kex = tonumber(c[2]) or 0
+    if final(c[1]) and kex > cutoff then
+      redis.call('ZADD', KEYS[3], fmt(kex), k)
+    else
+      if final(c[1]) then redis.call('DEL', k) end
+      redis.call('ZREM', KEYS[3], k)
+    end
+  end
+end
+local cur = redis.call('HMGET', key, 'st', 'fp', 'v', 'le', 'ex', 'ow', 'cn')
+local st, fp = cur[1], cur[2]
+local le, ex = tonumber(cur[4]) or 0, tonumber(cur[5]) or 0
+local lease = now + tonumber(ARGV[3])
+local claimed = 1
+if not st or (final(st) and ex > 0 and ex <= now) then
+  local v = 1
+  if st then v = tonumber(cur[3]) + 1 end
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'sc', ARGV[6], 'op', ARGV[7], 'ky', ARGV[8], 'fp', ARGV[1],
+    'st', 'PROCESSING', 'ow', ARGV[2], 'v', fmt(v), 'le', fmt(lease), 'ex', '0',
+    'rq', ARGV[4], 'to', '0', 'at', '0', 'ca', fmt(now), 'ua', fmt(now), 'cn', ARGV[9])
+  index(key, KEYS[2], KEYS[3], 'PROCESSING', lease, 0)
+elseif st == 'PROCESSING' and le > 0 and le <= now and fp == ARGV[1] then
+  redis.call('HINCRBY', key, 'v', 1)
+  redis.call('HINCRBY', key, 'to', 1)
+  redis.call('HSET', key, 'ow', ARGV[2], 'le', fmt(lease), 'ua', fmt(now), 'cn', ARGV[9])
+  index(key, KEYS[2], KEYS[3], st, lease, 0)
+elseif ARGV[5] == '1' and st == 'UNKNOWN' and le <= now and fp == ARGV[1] then
+  redis.call('HINCRBY', key, 'v', 1)
+  redis.call('HINCRBY', key, 'at', 1)
+  redis.call('HSET', key, 'ow', ARGV[2], 'le', fmt(lease), 'ua', fmt(now), 'cn', ARGV[9])
+  index(key, KEYS[2], KEYS[3], st, lease, 0)
+elseif not (cur[7] == ARGV[9] and cur[6] == ARGV[2] and (st == 'PROCESSING' or st == 'UNKNOWN')) then
+  claimed = 0
+end
+return read(key, {claimed, fmt(now)})
+`)
+
+// getScript: KEYS record. Reply: found (0/1), store now, the fields.
+var getScript = redis.NewScript(prelude + `
+local now = now_us()
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, fmt(now)} end
+return read(KEYS[1], {1, fmt(now)})
+`)
+
+// transitionScript: KEYS record, pending, expiry; ARGV from, owner, version,
+// to, new owner, lease (us), ttl (us), response, has response ("1"),
+// expiry grace (ms), nonce. Reply: {1, new version} or {0} (lease lost).
+//
+// Finished records get PEXPIRE ttl+grace: Redis deletes them itself, grace
+// after ExpiresAt, so a claim or Sweep in between still sees the record (and
+// a reused key gets a higher version). Other states are PERSISTed.
+var transitionScript = redis.NewScript(prelude + `
+local key = KEYS[1]
+local cur = redis.call('HMGET', key, 'st', 'ow', 'v', 'tn')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or tonumber(cur[3]) ~= tonumber(ARGV[3]) then
+  if cur[4] and cur[4] == ARGV[11] then
+    return {1, tonumber(ARGV[3]) + 1} -- this very call, resent by the client: it was applied
+  end
+  return {0}
+end
+local now = now_us()
+local v = redis.call('HINCRBY', key, 'v', 1)
+local to = ARGV[4]
+local le, ex = 0, 0
+if tonumber(ARGV[6]) > 0 then le = now + tonumber(ARGV[6]) end
+if final(to) then ex = now + tonumber(ARGV[7]) end
+redis.call('HSET', key, 'st', to, 'ow', ARGV[5], 'le', fmt(le), 'ex', fmt(ex), 'ua', fmt(now), 'tn', ARGV[11])
+if final(to) then
+  if ARGV[9] == '1' then
+    redis.call('HSET', key, 'rs', ARGV[8])
+  else
+    redis.call('HDEL', key, 'rs')
+  end
+  local ms = math.floor(tonumber(ARGV[7]) / 1000) + tonumber(ARGV[10])
+  if ms < 1 then ms = 1 end
+  redis.call('PEXPIRE', key, fmt(ms))
+else
+  redis.call('PERSIST', key)
+end
+index(key, KEYS[2], KEYS[3], to, le, ex)
+return {1, v}
+`)
+
+// renewScript: KEYS record, pending, expiry; ARGV state, owner, version,
+// lease (us). Reply: {1, lease expiry} or {0}.
+var renewScript = redis.NewScript(prelude + `
+local key = KEYS[1]
+local cur = redis.call('HMGET', key, 'st', 'ow', 'v', 'ex')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or tonumber(cur[3]) ~= tonumber(ARGV[3]) then
+  return {0}
+end
+local now = now_us()
+local le = now + tonumber(ARGV[4])
+redis.call('HSET', key, 'le', fmt(le), 'ua', fmt(now))
+index(key, KEYS[2], KEYS[3], cur[1], le, tonumber(cur[4]) or 0)
+return {1, fmt(le)}
+`)
+
+// releaseScript: KEYS record, pending, expiry; ARGV state, owner, version.
+// Reply: 1 (deleted) or 0 (lease lost).
+var releaseScript = redis.NewScript(`
+local key = KEYS[1]
+local cur = redis.call('HMGET', key, 'st', 'ow', 'v')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or tonumber(cur[3]) ~= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('DEL', key)
+redis.call('ZREM', KEYS[2], key)
+redis.call('ZREM', KEYS[3], key)
+return 1
+`)
+
+// acquireScript: KEYS pending index of one bucket; ARGV owner, lease (us),
+// limit, max attempts, inspection budget, then the operations to keep to
+// (none: all). It walks the index from the oldest lease, acquires due
+// records (PROCESSING with an expired lease, UNKNOWN with a free lease below
+// max attempts) as UNKNOWN for the owner, drops stale entries, and skips
+// records over max attempts or of other operations. Reply: store now, then
+// the fields of each acquired record.
+var acquireScript = redis.NewScript(prelude + `
+local pend = KEYS[1]
+local now = now_us()
+local lease = now + tonumber(ARGV[2])
+local limit, maxa, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local ops = nil -- ARGV[6..]: only records of these operations, when given
+if #ARGV > 5 then
+  ops = {}
+  for i = 6, #ARGV do ops[ARGV[i]] = true end
+end
+local out = {fmt(now)}
+local n, offset, seen = 0, 0, {}
+while n < limit and budget > 0 do
+  local batch = redis.call('ZRANGEBYSCORE', pend, '-inf', fmt(now), 'LIMIT', offset, 64)
+  if #batch == 0 then break end
+  for _, key in ipairs(batch) do
+    if n >= limit or budget <= 0 then break end
+    budget = budget - 1
+    local cur = peek(key, 'st', 'le', 'at', 'op')
+    local st, le, at = nil, 0, 0
+    if cur then st, le, at = cur[1], tonumber(cur[2]) or 0, tonumber(cur[3]) or 0 end
+    if seen[key] or not cur then
+      offset = offset + 1
+    elseif ops and st and not ops[cur[4]] then
+      offset = offset + 1 -- another operation: not this caller's
+    elseif not st or not (st == 'UNKNOWN' or (st == 'PROCESSING' and le > 0)) then
+      redis.call('ZREM', pend, key) -- stale entry: the record is gone or not pending
+    elseif le > now then
+      redis.call('ZADD', pend, fmt(le), key) -- stale score: move it to its lease
+    elseif st == 'PROCESSING' or maxa <= 0 or at < maxa then
+      redis.call('HINCRBY', key, 'v', 1)
+      redis.call('HINCRBY', key, 'at', 1)
+      redis.call('HSET', key, 'st', 'UNKNOWN', 'ow', ARGV[1], 'le', fmt(lease), 'ua', fmt(now))
+      redis.call('ZADD', pend, fmt(lease), key)
+      read(key, out)
+      seen[key] = true
+      n = n + 1
+      if lease <= now then offset = offset + 1 end
+    else
+      offset = offset + 1 -- over max attempts for this caller
+    end
+  end
+end
+return out
+`)
+
+// sweepScript: KEYS expiry index of one bucket; ARGV limit, inspection
+// budget. Deletes finished records whose ExpiresAt passed, oldest first,
+// and drops stale entries (records Redis already expired, or replaced).
+// Reply: how many records it deleted.
+var sweepScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local exp = KEYS[1]
+local limit, budget = tonumber(ARGV[1]), tonumber(ARGV[2])
+local n, offset = 0, 0
+while n < limit and budget > 0 do
+  local batch = redis.call('ZRANGEBYSCORE', exp, '-inf', string.format('%.0f', now), 'LIMIT', offset, 64)
+  if #batch == 0 then break end
+  for _, key in ipairs(batch) do
+    if n >= limit or budget <= 0 then break end
+    budget = budget - 1
+    local cur = redis.pcall('HMGET', key, 'st', 'ex')
+    local fin, ex = false, 0
+    if type(cur) == 'table' and cur.err == nil then
+      fin = cur[1] == 'SUCCESS' or cur[1] == 'FAILED'
+      ex = tonumber(cur[2]) or 0
+    end
+    if type(cur) ~= 'table' or cur.err ~= nil then
+      offset = offset + 1 -- not readable here (slot migrating): skip
+    elseif fin and ex > 0 and ex <= now then
+      redis.call('DEL', key)
+      redis.call('ZREM', exp, key)
+      n = n + 1
+    elseif fin and ex > now then
+      redis.call('ZADD', exp, string.format('%.0f', ex), key)
+    else
+      redis.call('ZREM', exp, key)
+    end
+  end
+end
+return n
+`)
+
+// dueScript: KEYS one index; counts its entries due by the store's clock.
+// AcquirePending and Sweep pipeline it over every bucket to find the ones
+// worth running their script on.
+var dueScript = redis.NewScript(`
+local t = redis.call('TIME')
+return redis.call('ZCOUNT', KEYS[1], '-inf', string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2])))
+`)
+
+var allScripts = []*redis.Script{claimScript, getScript, transitionScript, renewScript, releaseScript, acquireScript, sweepScript, dueScript}
