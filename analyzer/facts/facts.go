@@ -82,7 +82,7 @@ func (f *TokenDelete) String() string {
 // transaction it receives as parameter Param.
 type ClosesTx struct{ Params []int }
 
-func (*ClosesTx) AFact() {}
+func (*ClosesTx) AFact()           {}
 func (f *ClosesTx) String() string { return fmt.Sprintf("closestx(%v)", f.Params) }
 
 // Config is the shared configuration of the facts analyzer. Lists accept

@@ -136,8 +136,11 @@ func report(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, pos
 	if isGo {
 		what = "a goroutine started here runs " + p.Chain[0] + ", which may do network I/O,"
 	}
-	chain := p.String()
-	msg := fmt.Sprintf("%s (%s) while the database transaction %s is open: "+
+	chain := ""
+	if len(p.Chain) > 1 {
+		chain = " (" + p.String() + ")"
+	}
+	msg := fmt.Sprintf("%s%s while the database transaction %s is open: "+
 		"if the call times out or the transaction rolls back, the remote effect may have happened while the database says it has not "+
 		"(a lost or double charge), and the transaction holds its locks for the whole round trip; %s",
 		what, chain, where, advice)

@@ -33,7 +33,7 @@ func plain(ctx context.Context, db *sql.DB) error {
 		tx.Rollback()
 		return err
 	}
-	if _, err := http.Get("https://pay.example/charge"); err != nil { // want `http\.Get may do network I/O \(http\.Get\) while the database transaction begun at a\.go:\d+:\d+ is open.*persist PROCESSING in its own transaction, commit, then call`
+	if _, err := http.Get("https://pay.example/charge"); err != nil { // want `http\.Get may do network I/O while the database transaction begun at a\.go:\d+:\d+ is open.*persist PROCESSING in its own transaction, commit, then call`
 		tx.Rollback()
 		return err
 	}
@@ -304,7 +304,7 @@ func savepointOK(ctx context.Context, conn *pgx.Conn, pc PaymentClient) error {
 func beginFunc(ctx context.Context, conn *pgx.Conn, pc PaymentClient) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		tx.Exec(ctx, "UPDATE intents SET state='PROCESSING'")
-		_, err := pc.Charge(ctx, &ChargeRequest{}) // want `\(a\.PaymentClient\)\.Charge may do network I/O .* while the database transaction run by the call at a\.go:\d+:\d+ is open`
+		_, err := pc.Charge(ctx, &ChargeRequest{}) // want `\(a\.PaymentClient\)\.Charge may do network I/O while the database transaction run by the call at a\.go:\d+:\d+ is open`
 		return err
 	})
 }
