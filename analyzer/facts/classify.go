@@ -405,8 +405,17 @@ func words(v ssa.Value, depth int, out *[]string) {
 	case *ssa.Alloc:
 		*out = append(*out, v.Comment)
 		for _, r := range *v.Referrers() {
-			if st, ok := r.(*ssa.Store); ok && st.Addr == v {
-				words(st.Val, depth+1, out)
+			switch r := r.(type) {
+			case *ssa.Store:
+				if r.Addr == v {
+					words(r.Val, depth+1, out)
+				}
+			case *ssa.IndexAddr: // elements of a variadic argument
+				for _, r2 := range *r.Referrers() {
+					if st, ok := r2.(*ssa.Store); ok && st.Addr == r {
+						words(st.Val, depth+1, out)
+					}
+				}
 			}
 		}
 	case *ssa.FieldAddr:

@@ -286,6 +286,8 @@ func (r *Result) IsTimeoutCheck(instr ssa.Instruction) bool {
 			switch {
 			case pkgPath(fn) == "errors" && fn.Name() == "Is" && len(c.Args) == 2:
 				return isTimeoutValue(c.Args[1])
+			case pkgPath(fn) == "errors" && fn.Name() == "As" && len(c.Args) == 2:
+				return hasTimeoutMethod(unwrap(c.Args[1]).Type())
 			case pkgPath(fn) == "os" && fn.Name() == "IsTimeout":
 				return true
 			case fn.Name() == "Timeout":
@@ -308,6 +310,22 @@ func (r *Result) IsTimeoutCheck(instr ssa.Instruction) bool {
 		}
 	}
 	return false
+}
+
+// hasTimeoutMethod: t is a pointer to a type with a Timeout() bool method
+// (errors.As(err, &netErr) is the first half of a timeout check).
+func hasTimeoutMethod(t types.Type) bool {
+	p, ok := t.(*types.Pointer)
+	if !ok {
+		return false
+	}
+	obj, _, _ := types.LookupFieldOrMethod(p.Elem(), true, nil, "Timeout")
+	fn, ok := obj.(*types.Func)
+	if !ok {
+		return false
+	}
+	sig := fn.Type().(*types.Signature)
+	return sig.Params().Len() == 0 && sig.Results().Len() == 1
 }
 
 func isTimeoutValue(v ssa.Value) bool {
