@@ -78,6 +78,14 @@ func (f *TokenDelete) String() string {
 	return "tokendelete(" + strings.Join(f.Chain, " -> ") + ")"
 }
 
+// TokenClaim marks a function that claims an idempotency token atomically
+// (SET NX, SetArgs, a Lua script, INSERT/UPDATE on a token table, SELECT ..
+// FOR UPDATE).
+type TokenClaim struct{}
+
+func (*TokenClaim) AFact()         {}
+func (*TokenClaim) String() string { return "tokenclaim" }
+
 // ClosesTx marks a function that commits or rolls back (not deferred) a
 // transaction it receives as parameter Param.
 type ClosesTx struct{ Params []int }
@@ -123,7 +131,7 @@ func New(cfg Config) *Facts {
 		Requires: []*analysis.Analyzer{buildssa.Analyzer},
 		FactTypes: []analysis.Fact{
 			new(NetIO), new(TxRunner), new(TimeoutCheck), new(FailAction),
-			new(StatusWriter), new(TokenDelete), new(ClosesTx),
+			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(ClosesTx),
 		},
 		ResultType: reflect.TypeOf((*Result)(nil)),
 		Run: func(pass *analysis.Pass) (any, error) {

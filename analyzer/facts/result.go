@@ -44,6 +44,7 @@ type Summary struct {
 	Fail        *Action
 	StatusParam int // param index written as a status, or -1
 	TokenDel    *Path
+	Claim       bool  // claims an idempotency token atomically
 	Closes      []int // tx params committed or rolled back
 	ClosesAny   bool  // commits or rolls back some tx (not deferred)
 	CallsParam  map[int]bool
@@ -488,6 +489,30 @@ func (r *Result) TokenDeleteCall(c *ssa.CallCommon) *Path {
 	return nil
 }
 
+// ClaimCall reports whether c claims an idempotency token atomically,
+// directly or through a helper.
+func (r *Result) ClaimCall(c *ssa.CallCommon) bool {
+	if RedisTokenOp(c) == "claim" {
+		return true
+	}
+	switch r.SQLTokenOp(c) {
+	case "insert", "update", "lock":
+		return true
+	}
+	sf := StaticFn(c)
+	if sf == nil {
+		return false
+	}
+	if s := r.local(sf); s != nil {
+		return s.Claim
+	}
+	if fn, ok := sf.Object().(*types.Func); ok {
+		var f TokenClaim
+		return r.Pass.ImportObjectFact(fn, &f)
+	}
+	return false
+}
+
 // closesParams returns the argument indexes of c whose transaction the
 // callee commits or rolls back.
 func (r *Result) closesParams(c *ssa.CallCommon) []int {
@@ -561,6 +586,9 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 				if p := r.TokenDeleteCall(c); p != nil {
 					s.TokenDel, changed = p, true
 				}
+			}
+			if !s.Claim && r.ClaimCall(c) {
+				s.Claim, changed = true, true
 			}
 			if _, isCall := instr.(*ssa.Call); isCall {
 				if v, ok := TxEnd(c); ok {
@@ -720,6 +748,9 @@ func (r *Result) export() {
 		}
 		if s.TokenDel != nil {
 			r.Pass.ExportObjectFact(obj, &TokenDelete{Chain: s.TokenDel.Chain})
+		}
+		if s.Claim {
+			r.Pass.ExportObjectFact(obj, &TokenClaim{})
 		}
 		if len(s.Closes) > 0 {
 			r.Pass.ExportObjectFact(obj, &ClosesTx{Params: s.Closes})
