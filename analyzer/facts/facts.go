@@ -17,7 +17,6 @@ import (
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
-	"golang.org/x/tools/go/analysis/passes/buildssa"
 )
 
 // NetIO marks a function that may do network I/O, directly or through
@@ -128,7 +127,6 @@ func New(cfg Config) *Facts {
 	a := &analysis.Analyzer{
 		Name:     "idemfacts",
 		Doc:      "computes idemlint's shared facts (network I/O chains, transaction runners, timeout checks, failure actions, token deletes)",
-		Requires: []*analysis.Analyzer{buildssa.Analyzer},
 		FactTypes: []analysis.Fact{
 			new(NetIO), new(TxRunner), new(TimeoutCheck), new(FailAction),
 			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(ClosesTx),

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
-	"golang.org/x/tools/go/analysis/passes/buildssa"
 	"golang.org/x/tools/go/ssa"
 )
 
@@ -53,7 +52,7 @@ type Summary struct {
 // Result is the facts analyzer's result for one package.
 type Result struct {
 	Pass     *analysis.Pass
-	SSA      *buildssa.SSA
+	SSA      *SSA
 	cfg      *Config
 	sums     map[*ssa.Function]*Summary
 	flows    map[*ssa.Function]*TxFlow
@@ -63,7 +62,7 @@ type Result struct {
 func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
 	r := &Result{
 		Pass:     pass,
-		SSA:      pass.ResultOf[buildssa.Analyzer].(*buildssa.SSA),
+		SSA:      buildSSA(pass),
 		cfg:      cfg,
 		sums:     map[*ssa.Function]*Summary{},
 		flows:    map[*ssa.Function]*TxFlow{},

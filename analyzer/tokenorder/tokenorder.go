@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
-	"golang.org/x/tools/go/analysis/passes/buildssa"
 	"golang.org/x/tools/go/ssa"
 
 	"github.com/idemkit/idem/analyzer/facts"
@@ -57,7 +56,7 @@ func New(cfg Config) *analysis.Analyzer {
 		Name:     Name,
 		Doc:      Doc,
 		URL:      "https://github.com/idemkit/idem/blob/main/docs/idemlint.md#tokenorder",
-		Requires: []*analysis.Analyzer{buildssa.Analyzer, f.Analyzer},
+		Requires: []*analysis.Analyzer{f.Analyzer},
 		Run: func(pass *analysis.Pass) (any, error) {
 			run(pass, pass.ResultOf[f.Analyzer].(*facts.Result))
 			return nil, nil

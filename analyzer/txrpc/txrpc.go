@@ -7,7 +7,6 @@ import (
 	"go/token"
 
 	"golang.org/x/tools/go/analysis"
-	"golang.org/x/tools/go/analysis/passes/buildssa"
 	"golang.org/x/tools/go/ssa"
 
 	"github.com/idemkit/idem/analyzer/facts"
@@ -58,7 +57,7 @@ func New(cfg Config) *analysis.Analyzer {
 		Name:     Name,
 		Doc:      Doc,
 		URL:      "https://github.com/idemkit/idem/blob/main/docs/idemlint.md#txrpc",
-		Requires: []*analysis.Analyzer{buildssa.Analyzer, f.Analyzer},
+		Requires: []*analysis.Analyzer{f.Analyzer},
 		Run: func(pass *analysis.Pass) (any, error) {
 			run(pass, pass.ResultOf[f.Analyzer].(*facts.Result))
 			return nil, nil
