@@ -125,8 +125,8 @@ func New(cfg Config) *Facts {
 	}
 	f := &Facts{Config: c}
 	a := &analysis.Analyzer{
-		Name:     "idemfacts",
-		Doc:      "computes idemlint's shared facts (network I/O chains, transaction runners, timeout checks, failure actions, token deletes)",
+		Name: "idemfacts",
+		Doc:  "computes idemlint's shared facts (network I/O chains, transaction runners, timeout checks, failure actions, token deletes)",
 		FactTypes: []analysis.Fact{
 			new(NetIO), new(TxRunner), new(TimeoutCheck), new(FailAction),
 			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(ClosesTx),
