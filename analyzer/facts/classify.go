@@ -523,3 +523,17 @@ var (
 	rePermanent    = regexp.MustCompile(`(?i)permanent`)
 	reStatusParam  = regexp.MustCompile(`(?i)state|status`)
 )
+
+// ReadOnlyLeaf reports whether the leaf network call of a chain cannot have
+// a remote effect (an HTTP GET/HEAD, a dial, a go-redis read): its failure
+// may be handled as a failure.
+func ReadOnlyLeaf(p *Path) bool {
+	switch p.Chain[len(p.Chain)-1] {
+	case "http.Get", "http.Head", "(*http.Client).Get", "(*http.Client).Head",
+		"net.Dial", "net.DialTimeout", "(*net.Dialer).Dial", "(*net.Dialer).DialContext",
+		"(redis.cmdable).Get", "(redis.cmdable).Exists", "(redis.cmdable).HGet",
+		"(redis.Cmdable).Get", "(redis.Cmdable).Exists", "(redis.Cmdable).HGet":
+		return true
+	}
+	return false
+}

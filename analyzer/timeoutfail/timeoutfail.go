@@ -78,7 +78,7 @@ func run(pass *analysis.Pass, res *facts.Result) {
 					continue
 				}
 				p := res.NetCall(&call.Call)
-				if p == nil {
+				if p == nil || facts.ReadOnlyLeaf(p) {
 					continue
 				}
 				errs := errorValues(call)

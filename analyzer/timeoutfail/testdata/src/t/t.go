@@ -51,9 +51,9 @@ func refund(ctx context.Context, db *sql.DB, id string) error {
 
 // 1. http error -> UPDATE .. 'FAILED'.
 func sqlFailed(ctx context.Context, db *sql.DB, id string) error {
-	_, err := http.Get("https://pay.example/charge")
+	_, err := http.Post("https://pay.example/charge", "text/plain", nil)
 	if err != nil {
-		db.ExecContext(ctx, "UPDATE payments SET state='FAILED' WHERE id=$1", id) // want `the error of http\.Get, a call that may do network I/O, reaches an action that writes a FAILED status without telling a timeout apart.*record UNKNOWN`
+		db.ExecContext(ctx, "UPDATE payments SET state='FAILED' WHERE id=$1", id) // want `the error of http\.Post, a call that may do network I/O, reaches an action that writes a FAILED status without telling a timeout apart.*record UNKNOWN`
 		return err
 	}
 	return nil
@@ -61,7 +61,7 @@ func sqlFailed(ctx context.Context, db *sql.DB, id string) error {
 
 // 1'. a timeout is told apart first.
 func sqlFailedOK(ctx context.Context, db *sql.DB, id string) error {
-	_, err := http.Get("https://pay.example/charge")
+	_, err := http.Post("https://pay.example/charge", "text/plain", nil)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			db.ExecContext(ctx, "UPDATE payments SET state='UNKNOWN' WHERE id=$1", id)
@@ -434,6 +434,15 @@ func viaHandler(ctx context.Context, db *sql.DB, id string) error {
 func viaHandlerOK(ctx context.Context, db *sql.DB, id string) error {
 	if err := tc.Charge(ctx, id); err != nil {
 		return handleErrOK(ctx, db, id, err)
+	}
+	return nil
+}
+
+// 18'. a failed read (HTTP GET) has no remote effect: marking failed is fine.
+func readFailedOK(ctx context.Context, db *sql.DB, id string) error {
+	if _, err := http.Get("https://rates.example/eur"); err != nil {
+		tb.MarkFailed(ctx, db, id)
+		return err
 	}
 	return nil
 }
