@@ -3,9 +3,10 @@
 # packages: this repository, and golang.org/x/tools (a mid-size real module,
 # fetched into the module cache with go mod download when missing).
 #
-# Each measurement uses a fresh GOCACHE, warmed first with `go build` of the
-# packages, so that compiling is not measured and go vet's own result cache
-# cannot answer (every tool runs exactly once per cache).
+# Each measurement uses a fresh GOCACHE, warmed first with the export data of
+# the packages, their tests and dependencies (`go list -export -deps -test`),
+# so that compiling is not measured and go vet's own result cache cannot
+# answer (every tool runs exactly once per cache).
 #
 # Columns: go vet (default analyzers), idemlint run directly (loads
 # everything from source once), go vet -vettool=idemlint (per-package units,
@@ -45,7 +46,8 @@ measure() {
 	n=$(cd "$dir" && go list "$@" 2>/dev/null | wc -l)
 	for rep in $(seq "$reps"); do
 		export GOCACHE=$work/cache-$label-$rep
-		(cd "$dir" && go build "$@" >/dev/null 2>&1) || true
+		# export data of every package and test variant: what go vet compiles first
+		(cd "$dir" && go list -export -deps -test "$@" >/dev/null 2>&1) || true
 		local vet lint vettool
 		vet=$(secs "$dir" go vet "$@")
 		lint=$(secs "$dir" "$bin" "$@")

@@ -350,7 +350,10 @@ var (
 	reSelect   = regexp.MustCompile(`(?is)^\s*select\b.*?\bfrom\s+"?([\w.]+)"?`)
 	reInsert   = regexp.MustCompile(`(?is)^\s*insert\s+into\s+"?([\w.]+)"?`)
 	reUpdate   = regexp.MustCompile(`(?is)^\s*update\s+"?([\w.]+)"?`)
-	reTokenish = regexp.MustCompile(`(?i)idempot|token|dedup|nonce|idem[_:.-]`)
+	reStrongTok = regexp.MustCompile(`(?i)idempot|dedup|nonce|idem[_:.-]`)
+	reWeakTok   = regexp.MustCompile(`(?i)token`)
+	// words that make "token" an authentication token, not an idempotency token
+	reAuthTok = regexp.MustCompile(`(?i)access|refresh|auth|oauth|session|jwt|bearer|api_?key|csrf|login|id_?token`)
 	reFailed   = regexp.MustCompile(`(?i)^(state_|status_)?fail(ed|ure)?$`)
 	reFailSQL  = regexp.MustCompile(`(?i)'fail(ed|ure)?'`)
 )
@@ -364,7 +367,22 @@ func (r *Result) tokenTable(name string) bool {
 			return true
 		}
 	}
-	return reTokenish.MatchString(name)
+	return tokenWords([]string{name})
+}
+
+// tokenWords: the words name an idempotency token: idempotency, idem,
+// dedup or nonce, or "token" when nothing says it is an authentication
+// token (access, refresh, session, jwt, ...).
+func tokenWords(ws []string) bool {
+	weak, auth := false, false
+	for _, w := range ws {
+		if reStrongTok.MatchString(w) {
+			return true
+		}
+		weak = weak || reWeakTok.MatchString(w)
+		auth = auth || reAuthTok.MatchString(w)
+	}
+	return weak && !auth
 }
 
 // SQLTokenOp classifies a SQL call on an idempotency token table:
@@ -466,12 +484,7 @@ func fieldName(t types.Type, i int) string {
 func tokenish(v ssa.Value) bool {
 	var ws []string
 	words(v, 0, &ws)
-	for _, w := range ws {
-		if reTokenish.MatchString(w) {
-			return true
-		}
-	}
-	return false
+	return tokenWords(ws)
 }
 
 // RedisTokenOp classifies a go-redis call on an idempotency token key:
@@ -519,7 +532,7 @@ func isFailedConst(v ssa.Value) bool {
 var (
 	reStatusSetter = regexp.MustCompile(`(?i)^(set|update|save|mark|write|record|transition|finish|complete|persist|store)\w*(state|status)$|^(state|status)$`)
 	reMarkFailed   = regexp.MustCompile(`^(?i:mark|set|save|record|persist)(As)?Fail(ed|ure)?\w*$|^(?i:fail)(Intent|Payment|Charge|Order|Record|Request|Operation|Op)$`)
-	reRefund       = regexp.MustCompile(`(?i)refund`)
+	reRefund       = regexp.MustCompile(`^(?i:issue|create|do|start|make|send)?(?i:refund)`)
 	rePermanent    = regexp.MustCompile(`(?i)permanent`)
 	reStatusParam  = regexp.MustCompile(`(?i)state|status`)
 )

@@ -1,6 +1,7 @@
 package tokenorder_test
 
 import (
+	"strings"
 	"testing"
 
 	"golang.org/x/tools/go/analysis/analysistest"
@@ -9,7 +10,33 @@ import (
 )
 
 func TestTokenorder(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), tokenorder.New(tokenorder.Config{}), "k")
+	results := analysistest.Run(t, analysistest.TestData(), tokenorder.New(tokenorder.Config{}), "k")
+	// Every finding points at the effect (and, for check-then-act, at the
+	// check and the consume).
+	n := 0
+	for _, r := range results {
+		for _, d := range r.Diagnostics {
+			if strings.HasPrefix(d.Message, "idemlint:ignore") {
+				continue
+			}
+			n++
+			want := 1
+			if strings.Contains(d.Message, "non-atomic check") {
+				want = 2
+			}
+			if len(d.Related) != want {
+				t.Errorf("%v: related = %+v, want %d", r.Pass.Fset.Position(d.Pos), d.Related, want)
+			}
+			for _, rel := range d.Related {
+				if !rel.Pos.IsValid() || rel.Pos == d.Pos {
+					t.Errorf("%v: bad related position %+v", r.Pass.Fset.Position(d.Pos), rel)
+				}
+			}
+		}
+	}
+	if n < 15 {
+		t.Errorf("%d findings, want at least 15", n)
+	}
 }
 
 func TestTokenorderTables(t *testing.T) {

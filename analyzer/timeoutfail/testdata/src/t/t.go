@@ -456,3 +456,22 @@ func suppressed(ctx context.Context, db *sql.DB, id string) error {
 	}
 	return nil
 }
+
+// 19. a directive without a reason suppresses nothing.
+func noReason(ctx context.Context, db *sql.DB, id string) error {
+	if err := tc.Charge(ctx, id); err != nil {
+		//idemlint:ignore timeoutfail // want `idemlint:ignore timeoutfail needs a reason`
+		tb.MarkFailed(ctx, db, id) // want `marks the operation failed`
+		return err
+	}
+	return nil
+}
+
+// 19'. a directive for another rule does not suppress this one.
+func otherRule(ctx context.Context, db *sql.DB, id string) error {
+	if err := tc.Charge(ctx, id); err != nil {
+		tb.MarkFailed(ctx, db, id) //idemlint:ignore txrpc not this rule // want `marks the operation failed`
+		return err
+	}
+	return nil
+}

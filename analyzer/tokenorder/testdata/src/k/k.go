@@ -353,3 +353,38 @@ func suppressed(ctx context.Context, rdb *redis.Client, key string) error {
 	rdb.Del(ctx, "idem:"+key) //idemlint:ignore tokenorder the gateway dedups on the key itself; the token is only a hint
 	return kb.Charge(ctx, key)
 }
+
+// 18'. an OAuth access token cache: read, fetch, store. Not an idempotency token.
+func accessTokenCacheOK(ctx context.Context, rdb *redis.Client, user string) (string, error) {
+	if tok, _ := rdb.Get(ctx, "access_token:"+user).Result(); tok != "" {
+		return tok, nil
+	}
+	resp, err := http.Post("https://auth.example/oauth/token", "application/x-www-form-urlencoded", nil)
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	rdb.Set(ctx, "access_token:"+user, "t", 0)
+	return "t", nil
+}
+
+// 19'. logging out deletes a session token, then revokes it upstream.
+func logoutOK(ctx context.Context, rdb *redis.Client, sessionToken string) error {
+	rdb.Del(ctx, "session:"+sessionToken)
+	_, err := http.Post("https://auth.example/revoke", "text/plain", nil)
+	return err
+}
+
+// 18. an anti-resubmit form token (the seeds' "token mechanism") deleted first.
+func formToken(ctx context.Context, rdb *redis.Client, formToken string) error {
+	if n, _ := rdb.Del(ctx, "token:"+formToken).Result(); n == 0 { // want `the idempotency token is deleted`
+		return ErrDuplicate
+	}
+	return kb.Charge(ctx, formToken)
+}
+
+// 19. a directive without a reason suppresses nothing.
+func noReason(ctx context.Context, rdb *redis.Client, key string) error {
+	rdb.Del(ctx, "idem:"+key) //idemlint:ignore tokenorder // want `idemlint:ignore tokenorder needs a reason` `the idempotency token is deleted`
+	return kb.Charge(ctx, key)
+}
