@@ -346,16 +346,16 @@ func SQLOf(c *ssa.CallCommon) (string, bool) {
 }
 
 var (
-	reDelete   = regexp.MustCompile(`(?is)^\s*delete\s+from\s+"?([\w.]+)"?`)
-	reSelect   = regexp.MustCompile(`(?is)^\s*select\b.*?\bfrom\s+"?([\w.]+)"?`)
-	reInsert   = regexp.MustCompile(`(?is)^\s*insert\s+into\s+"?([\w.]+)"?`)
-	reUpdate   = regexp.MustCompile(`(?is)^\s*update\s+"?([\w.]+)"?`)
+	reDelete    = regexp.MustCompile(`(?is)^\s*delete\s+from\s+"?([\w.]+)"?`)
+	reSelect    = regexp.MustCompile(`(?is)^\s*select\b.*?\bfrom\s+"?([\w.]+)"?`)
+	reInsert    = regexp.MustCompile(`(?is)^\s*insert\s+into\s+"?([\w.]+)"?`)
+	reUpdate    = regexp.MustCompile(`(?is)^\s*update\s+"?([\w.]+)"?`)
 	reStrongTok = regexp.MustCompile(`(?i)idempot|dedup|nonce|idem[_:.-]`)
 	reWeakTok   = regexp.MustCompile(`(?i)token`)
 	// words that make "token" an authentication token, not an idempotency token
 	reAuthTok = regexp.MustCompile(`(?i)access|refresh|auth|oauth|session|jwt|bearer|api_?key|csrf|login|id_?token`)
-	reFailed   = regexp.MustCompile(`(?i)^(state_|status_)?fail(ed|ure)?$`)
-	reFailSQL  = regexp.MustCompile(`(?i)'fail(ed|ure)?'`)
+	reFailed  = regexp.MustCompile(`(?i)^(state_|status_)?fail(ed|ure)?$`)
+	reFailSQL = regexp.MustCompile(`(?i)'fail(ed|ure)?'`)
 )
 
 func (r *Result) tokenTable(name string) bool {
