@@ -32,10 +32,23 @@ func isStd(pass *analysis.Pass) bool {
 	return strings.HasPrefix(filepath.Clean(name), goroot)
 }
 
+// modeled are the libraries whose network and transaction entry points the
+// rules know by name; their bodies are not analyzed either.
+var modeled = []string{pkgPgx, pkgRedis, pkgGRPC, "google.golang.org/protobuf", "google.golang.org/genproto"}
+
+func isModeled(path string) bool {
+	for _, m := range modeled {
+		if path == m || strings.HasPrefix(path, m+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // buildSSA builds the package's SSA form (bodies of this package only).
 func buildSSA(pass *analysis.Pass) *SSA {
 	out := &SSA{}
-	if isStd(pass) {
+	if isStd(pass) || isModeled(pass.Pkg.Path()) {
 		return out
 	}
 	prog := ssa.NewProgram(pass.Fset, ssa.InstantiateGenerics)
