@@ -350,10 +350,11 @@ var (
 	reSelect    = regexp.MustCompile(`(?is)^\s*select\b.*?\bfrom\s+"?([\w.]+)"?`)
 	reInsert    = regexp.MustCompile(`(?is)^\s*insert\s+into\s+"?([\w.]+)"?`)
 	reUpdate    = regexp.MustCompile(`(?is)^\s*update\s+"?([\w.]+)"?`)
+	reForUpdate = regexp.MustCompile(`(?i)\bfor\s+(no\s+key\s+)?update\b`)
 	reStrongTok = regexp.MustCompile(`(?i)idempot|dedup|nonce|idem[_:.-]`)
 	reWeakTok   = regexp.MustCompile(`(?i)token`)
 	// words that make "token" an authentication token, not an idempotency token
-	reAuthTok = regexp.MustCompile(`(?i)access|refresh|auth|oauth|session|jwt|bearer|api_?key|csrf|login|id_?token`)
+	reAuthTok = regexp.MustCompile(`(?i)access|refresh|auth|oauth|session|jwt|bearer|api_?(key|token)|csrf|login|id_?token`)
 	reFailed  = regexp.MustCompile(`(?i)^(state_|status_)?fail(ed|ure)?$`)
 	reFailSQL = regexp.MustCompile(`(?i)'fail(ed|ure)?'`)
 )
@@ -385,6 +386,11 @@ func tokenWords(ws []string) bool {
 	return weak && !auth
 }
 
+var sqlKinds = []struct {
+	op string
+	re *regexp.Regexp
+}{{"delete", reDelete}, {"select", reSelect}, {"insert", reInsert}, {"update", reUpdate}}
+
 // SQLTokenOp classifies a SQL call on an idempotency token table:
 // "delete", "select", "insert", "update" or "".
 func (r *Result) SQLTokenOp(c *ssa.CallCommon) string {
@@ -392,9 +398,10 @@ func (r *Result) SQLTokenOp(c *ssa.CallCommon) string {
 	if !ok {
 		return ""
 	}
-	for op, re := range map[string]*regexp.Regexp{"delete": reDelete, "select": reSelect, "insert": reInsert, "update": reUpdate} {
+	for _, k := range sqlKinds {
+		op, re := k.op, k.re
 		if m := re.FindStringSubmatch(q); m != nil && r.tokenTable(m[1]) {
-			if op == "select" && regexp.MustCompile(`(?i)for\s+update`).MatchString(q) {
+			if op == "select" && reForUpdate.MatchString(q) {
 				return "lock"
 			}
 			return op
