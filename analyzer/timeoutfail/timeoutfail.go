@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"go/token"
 	"go/types"
+	"regexp"
+	"strings"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/ssa"
@@ -190,6 +192,9 @@ func check(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, fn *
 			}
 		}
 	}
+	// Only a transaction that writes holds an intent: rolling back a
+	// read-only one loses nothing.
+	openAtCall &= writtenSites(fl, fn)
 	for _, b := range fn.Blocks {
 		iff, ok := b.Instrs[len(b.Instrs)-1].(*ssa.If)
 		if !ok {
@@ -220,6 +225,45 @@ func check(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, fn *
 		}
 	}
 }
+
+// writtenSites returns the transactions of fl that fn writes through
+// (INSERT, UPDATE or DELETE; or an Exec with SQL that is not constant).
+func writtenSites(fl *facts.TxFlow, fn *ssa.Function) uint64 {
+	var set uint64
+	for _, b := range fn.Blocks {
+		for _, instr := range b.Instrs {
+			ci, ok := instr.(ssa.CallInstruction)
+			if !ok {
+				continue
+			}
+			c := ci.Common()
+			fo := facts.CalleeObj(c)
+			if fo == nil || !strings.HasPrefix(fo.Name(), "Exec") && !strings.HasPrefix(fo.Name(), "Query") {
+				continue
+			}
+			q, isConst := facts.SQLOf(c)
+			if isConst && !reWrite.MatchString(q) {
+				continue
+			}
+			if !isConst && !strings.HasPrefix(fo.Name(), "Exec") {
+				continue
+			}
+			recv := c.Value
+			if !c.IsInvoke() && len(c.Args) > 0 {
+				recv = c.Args[0]
+			}
+			if !facts.IsTxType(recv.Type()) {
+				continue
+			}
+			for _, i := range fl.SitesOf(recv) {
+				set |= 1 << uint(i)
+			}
+		}
+	}
+	return set
+}
+
+var reWrite = regexp.MustCompile(`(?i)\b(insert|update|delete|merge|upsert)\b`)
 
 // action describes the definite-failure action taken by instr, or "".
 func action(res *facts.Result, fl *facts.TxFlow, instr ssa.Instruction, openAtCall uint64, deferred map[int]bool) string {

@@ -187,6 +187,21 @@ func rollbackIntentOK(ctx context.Context, db *sql.DB, id string) error {
 	return tx.Commit()
 }
 
+// 6 (another twin). a read-only transaction rolled back on the error loses nothing.
+func rollbackReadOnlyOK(ctx context.Context, db *sql.DB, id string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	var n int
+	tx.QueryRow("SELECT count(*) FROM payments WHERE id=$1", id).Scan(&n)
+	if err := tc.Charge(ctx, id); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
 // 7. returning the error runs the deferred Rollback.
 func deferredRollback(ctx context.Context, db *sql.DB, id string) error {
 	tx, err := db.BeginTx(ctx, nil)
