@@ -85,6 +85,14 @@ type TokenClaim struct{}
 func (*TokenClaim) AFact()         {}
 func (*TokenClaim) String() string { return "tokenclaim" }
 
+// CallsParams marks a function that calls its func parameters Params
+// (index in the SSA parameter list), such as a retry helper: a closure
+// given to it runs when it is called.
+type CallsParams struct{ Params []int }
+
+func (*CallsParams) AFact()           {}
+func (f *CallsParams) String() string { return fmt.Sprintf("callsparams(%v)", f.Params) }
+
 // ClosesTx marks a function that commits or rolls back (not deferred) a
 // transaction it receives as parameter Param.
 type ClosesTx struct{ Params []int }
@@ -129,7 +137,7 @@ func New(cfg Config) *Facts {
 		Doc:  "computes idemlint's shared facts (network I/O chains, transaction runners, timeout checks, failure actions, token deletes)",
 		FactTypes: []analysis.Fact{
 			new(NetIO), new(TxRunner), new(TimeoutCheck), new(FailAction),
-			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(ClosesTx),
+			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(CallsParams), new(ClosesTx),
 		},
 		ResultType: reflect.TypeOf((*Result)(nil)),
 		Run: func(pass *analysis.Pass) (any, error) {

@@ -202,11 +202,11 @@ func (r *Result) NetCall(c *ssa.CallCommon) *Path {
 // callbackNet: a call that runs a func argument (a transaction runner or a
 // function known to call that parameter) which does network I/O.
 func (r *Result) callbackNet(c *ssa.CallCommon) *Path {
-	name := ""
+	name, decl := "", token.NoPos
 	if fn := CalleeObj(c); fn != nil {
-		name = FuncName(fn)
+		name, decl = FuncName(fn), fn.Pos()
 	} else if sf := StaticFn(c); sf != nil {
-		name = DisplayName(sf)
+		name, decl = DisplayName(sf), sf.Pos()
 	} else {
 		return nil
 	}
@@ -214,9 +214,18 @@ func (r *Result) callbackNet(c *ssa.CallCommon) *Path {
 	if i := r.RunnerArg(c); i >= 0 {
 		idx[i] = true
 	}
-	if s := r.local(StaticFn(c)); s != nil {
-		for i := range s.CallsParam {
-			idx[i] = true
+	if sf := StaticFn(c); sf != nil {
+		if s := r.local(sf); s != nil {
+			for i := range s.CallsParam {
+				idx[i] = true
+			}
+		} else if fn, ok := sf.Object().(*types.Func); ok {
+			var f CallsParams
+			if r.Pass.ImportObjectFact(fn, &f) {
+				for _, i := range f.Params {
+					idx[i] = true
+				}
+			}
 		}
 	}
 	for i := range c.Args {
@@ -225,7 +234,7 @@ func (r *Result) callbackNet(c *ssa.CallCommon) *Path {
 		}
 		for _, f := range funcsOf(c.Args[i], map[ssa.Value]bool{}) {
 			if p := r.NetCall(&ssa.CallCommon{Value: f}); p != nil {
-				return pathVia(name, p, token.NoPos, true)
+				return pathVia(name, p, decl, true)
 			}
 		}
 	}
@@ -753,6 +762,15 @@ func (r *Result) export() {
 		}
 		if len(s.Closes) > 0 {
 			r.Pass.ExportObjectFact(obj, &ClosesTx{Params: s.Closes})
+		}
+		if len(s.CallsParam) > 0 {
+			var ps []int
+			for i := range fn.Params {
+				if s.CallsParam[i] {
+					ps = append(ps, i)
+				}
+			}
+			r.Pass.ExportObjectFact(obj, &CallsParams{Params: ps})
 		}
 	}
 }

@@ -14,7 +14,7 @@ func Send() error { return fc.Post(nil) } // want Send:`netio\(fc\.Post -> \(\*h
 
 func Double(x int) int { return fc.Pure(x) }
 
-func Atomically(db *sql.DB, fn func() error) error { // want Atomically:`txrunner\(1\)`
+func Atomically(db *sql.DB, fn func() error) error { // want Atomically:`txrunner\(1\)` Atomically:`callsparams\(\[1\]\)`
 	tx, err := db.Begin()
 	if err != nil {
 		return err
@@ -47,3 +47,5 @@ func Claim(ctx context.Context, rdb *redis.Client, key string) bool { // want Cl
 }
 
 func Finish(tx *sql.Tx) error { return tx.Commit() } // want Finish:`closestx\(\[0\]\)`
+
+func Retry(fn func() error) error { return fn() } // want Retry:`callsparams\(\[0\]\)`

@@ -591,3 +591,30 @@ func suppressed(db *sql.DB) error {
 	b.SendCharge("1") //idemlint:ignore txrpc // want `idemlint:ignore txrpc needs a reason` `b\.SendCharge may do network I/O`
 	return tx.Commit()
 }
+
+// 23. a closure handed to a retry helper in another package (known, by
+// facts, to call its func parameter) inside the transaction.
+func retried(db *sql.DB) error {
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := b.Retry(3, func() error { return b.SendCharge("1") }); err != nil { // want `b\.Retry may do network I/O \(b\.Retry -> a\.retried\.func1 -> b\.SendCharge -> c\.PostJSON -> \(\*http\.Client\)\.Do\)`
+		return err
+	}
+	return tx.Commit()
+}
+
+// 23'. the retried closure only validates.
+func retriedOK(db *sql.DB) error {
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := b.Retry(3, func() error { b.Validate("1"); return nil }); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

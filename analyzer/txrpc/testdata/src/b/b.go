@@ -41,3 +41,14 @@ func AfterCommit(db *sql.DB, fn func() error) error {
 	}
 	return fn()
 }
+
+// Retry calls fn up to n times (not a runner: it opens no transaction).
+func Retry(n int, fn func() error) error {
+	var err error
+	for i := 0; i < n; i++ {
+		if err = fn(); err == nil {
+			return nil
+		}
+	}
+	return err
+}
