@@ -29,3 +29,9 @@ func TestTimeoutfail(t *testing.T) {
 		t.Errorf("%d findings, want at least 15", n)
 	}
 }
+
+// TestTimeoutfailFix: a misspelled rule name in a suppression directive is
+// reported with a fix that corrects it.
+func TestTimeoutfailFix(t *testing.T) {
+	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), timeoutfail.New(timeoutfail.Config{}), "fix")
+}

@@ -46,3 +46,9 @@ func TestTokenorderTables(t *testing.T) {
 	}
 	analysistest.Run(t, analysistest.TestData(), a, "kcfg")
 }
+
+// TestTokenorderFix: a misspelled rule name in a suppression directive is
+// reported with a fix that corrects it.
+func TestTokenorderFix(t *testing.T) {
+	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), tokenorder.New(tokenorder.Config{}), "fix")
+}

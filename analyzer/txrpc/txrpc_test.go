@@ -64,3 +64,9 @@ func checkRelated(t *testing.T, results []*analysistest.Result) {
 		t.Errorf("checked %d diagnostics, want at least 3", checked)
 	}
 }
+
+// TestTxrpcFix: a misspelled rule name in a suppression directive is
+// reported with a fix that corrects it.
+func TestTxrpcFix(t *testing.T) {
+	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), txrpc.New(txrpc.Config{}), "fix")
+}

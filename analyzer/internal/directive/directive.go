@@ -9,6 +9,7 @@ package directive
 import (
 	"go/ast"
 	"go/token"
+	"strconv"
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
@@ -55,7 +56,13 @@ func (r *Reporter) scan(c *ast.Comment) {
 		rest = rest[:i] // a trailing comment is not a reason
 	}
 	fields := strings.Fields(rest)
-	if len(fields) == 0 || fields[0] != r.rule {
+	if len(fields) == 0 {
+		return
+	}
+	if fields[0] != r.rule {
+		if d := distance(fields[0], r.rule); d > 0 && d <= 2 {
+			r.misspelled(c, fields[0])
+		}
 		return
 	}
 	if len(fields) < 2 {
@@ -86,4 +93,43 @@ func (r *Reporter) Report(d analysis.Diagnostic) {
 	r.seen[d.Pos] = true
 	d.Category = r.rule
 	r.pass.Report(d)
+}
+
+// misspelled reports a directive whose rule name is a typo of this rule,
+// with a fix that corrects it (safe: it only edits the comment).
+func (r *Reporter) misspelled(c *ast.Comment, word string) {
+	off := len(prefix) + strings.Index(c.Text[len(prefix):], word)
+	pos := c.Pos() + token.Pos(off)
+	end := pos + token.Pos(len(word))
+	r.pass.Report(analysis.Diagnostic{
+		Pos:      pos,
+		End:      end,
+		Category: r.rule,
+		Message:  "idemlint:ignore names no rule " + strconv.Quote(word) + "; did you mean " + r.rule + "? It suppresses nothing as written",
+		SuggestedFixes: []analysis.SuggestedFix{{
+			Message:   "Replace " + word + " with " + r.rule,
+			TextEdits: []analysis.TextEdit{{Pos: pos, End: end, NewText: []byte(r.rule)}},
+		}},
+	})
+}
+
+// distance is the Levenshtein distance between a and b.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
