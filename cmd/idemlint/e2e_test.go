@@ -134,9 +134,6 @@ func run(t *testing.T, dir string, name string, args ...string) (stdout, stderr 
 }
 
 func TestEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds idemlint and runs go vet")
-	}
 	bin := buildIdemlint(t)
 	badDir := writeModule(t, bad)
 	goodDir := writeModule(t, good)
