@@ -436,6 +436,14 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 		if strings.HasPrefix(pkgPath(fn), pkgIdem) && rePermanent.MatchString(fn.Name()) {
 			return &Action{What: "returns a permanent failure", Chain: []string{name}}
 		}
+		if strings.HasPrefix(pkgPath(fn), pkgIdem) && fn.Name() == "Retryable" {
+			return &Action{What: "releases the record, so a retry runs the effect again", Chain: []string{name}}
+		}
+		for _, a := range args {
+			if IsIdemPermanent(a) {
+				return &Action{What: "returns a permanent failure (wraps the idem runtime's ErrPermanent)", Chain: []string{name}}
+			}
+		}
 		if reRefund.MatchString(fn.Name()) {
 			return &Action{What: "refunds", Chain: []string{name}}
 		}
@@ -471,6 +479,17 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 		return &Action{What: fa.What, Chain: append([]string{name}, fa.Chain...)}
 	}
 	return nil
+}
+
+// IsIdemPermanent reports whether v is the idem runtime's ErrPermanent.
+func IsIdemPermanent(v ssa.Value) bool {
+	v = unwrap(v)
+	u, ok := v.(*ssa.UnOp)
+	if !ok || u.Op != token.MUL {
+		return false
+	}
+	g, ok := u.X.(*ssa.Global)
+	return ok && g.Pkg != nil && strings.HasPrefix(g.Pkg.Pkg.Path(), pkgIdem) && g.Name() == "ErrPermanent"
 }
 
 // TokenDeleteCall reports whether c deletes an idempotency token or record.

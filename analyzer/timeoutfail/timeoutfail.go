@@ -281,6 +281,11 @@ func action(res *facts.Result, fl *facts.TxFlow, instr ssa.Instruction, openAtCa
 			return a.String()
 		}
 	case *ssa.Return:
+		for _, r := range in.Results {
+			if facts.IsIdemPermanent(r) {
+				return "returns a permanent failure (the idem runtime's ErrPermanent)"
+			}
+		}
 		open := fl.OpenAt(in) & openAtCall
 		for i := range fl.Sites {
 			if open&(1<<uint(i)) != 0 && deferred[i] {

@@ -490,3 +490,62 @@ func otherRule(ctx context.Context, db *sql.DB, id string) error {
 	}
 	return nil
 }
+
+// 20. the record is released on any error.
+func released(ctx context.Context, id string) error {
+	if err := tc.Charge(ctx, id); err != nil {
+		return runtime.Retryable(err) // want `reaches an action that releases the record, so a retry runs the effect again`
+	}
+	return nil
+}
+
+// 20'. released only when the request provably never left (a validation
+// error before the call); the call's error is reported as unknown.
+func releasedOK(ctx context.Context, id string) error {
+	if err := validate(id); err != nil {
+		return runtime.Retryable(err)
+	}
+	if err := tc.Charge(ctx, id); err != nil {
+		return runtime.Unknown(err)
+	}
+	return nil
+}
+
+// 21. ErrPermanent wrapped around the call's error.
+func wrapsPermanent(ctx context.Context, id string) error {
+	if err := tc.Charge(ctx, id); err != nil {
+		return fmt.Errorf("%w: charge: %v", runtime.ErrPermanent, err) // want `returns a permanent failure \(wraps the idem runtime's ErrPermanent\)`
+	}
+	return nil
+}
+
+// 21'. ErrPermanent for a timeout-aware path.
+func wrapsPermanentOK(ctx context.Context, id string) error {
+	if err := tc.Charge(ctx, id); err != nil {
+		if os.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
+			return runtime.Unknown(err)
+		}
+		return fmt.Errorf("%w: charge: %v", runtime.ErrPermanent, err)
+	}
+	return nil
+}
+
+// 22. ErrPermanent returned as is.
+func returnsPermanent(ctx context.Context, id string) error {
+	if err := tc.Charge(ctx, id); err != nil {
+		return runtime.ErrPermanent // want `returns a permanent failure \(the idem runtime's ErrPermanent\)`
+	}
+	return nil
+}
+
+// 22'. ErrPermanent returned for a definite decline only.
+func returnsPermanentOK(ctx context.Context, pc PaymentClient, id string) error {
+	reply, err := pc.Charge(ctx, &ChargeRequest{ID: id})
+	if err != nil {
+		return runtime.Unknown(err)
+	}
+	if !reply.OK {
+		return runtime.ErrPermanent
+	}
+	return nil
+}
