@@ -28,8 +28,9 @@ package) returns an error, the error may be a timeout: the remote side may
 have done the work. Reaching a definite-failure action on that error - a
 write of a FAILED status (also through a helper given the status, such as
 setState(ctx, id, StateFailed)), a rollback of the transaction holding the
-intent, a refund, deleting the idempotency token or record, or returning a
-permanent failure of the idem runtime - on a path that never tells a timeout
+intent, a refund, deleting the idempotency token or record, returning a
+permanent failure of the idem runtime (Permanent, ErrPermanent) or releasing
+the record (Retryable) - on a path that never tells a timeout
 apart (errors.Is(err, context.DeadlineExceeded), os.IsTimeout, a net.Error's
 Timeout(), gRPC codes.DeadlineExceeded/Unavailable, or a helper known to do
 one of these) turns "unknown" into "failed": the client retries or the money
