@@ -1,0 +1,559 @@
+package facts
+
+import (
+	"go/constant"
+	"go/types"
+	"regexp"
+	"strings"
+
+	"golang.org/x/tools/go/ssa"
+)
+
+const (
+	pkgSQL    = "database/sql"
+	pkgPgx    = "github.com/jackc/pgx/v5"
+	pkgGRPC   = "google.golang.org/grpc"
+	pkgCodes  = "google.golang.org/grpc/codes"
+	pkgRedis  = "github.com/redis/go-redis/v9"
+	pkgIdem   = "github.com/idemkit/idem"
+	codeDeadl = 4  // codes.DeadlineExceeded
+	codeUnav  = 14 // codes.Unavailable
+)
+
+// FuncName is the short display name of fn: "http.Get", "(*http.Client).Do",
+// "(redis.Cmdable).Get", "pay.SendCharge".
+func FuncName(fn *types.Func) string {
+	sig, _ := fn.Type().(*types.Signature)
+	if sig != nil && sig.Recv() != nil {
+		return "(" + typeName(sig.Recv().Type(), false) + ")." + fn.Name()
+	}
+	if fn.Pkg() == nil {
+		return fn.Name()
+	}
+	return fn.Pkg().Name() + "." + fn.Name()
+}
+
+// FullName is the path-qualified name of fn used by configuration:
+// "net/http.Get", "(*net/http.Client).Do".
+func FullName(fn *types.Func) string {
+	sig, _ := fn.Type().(*types.Signature)
+	if sig != nil && sig.Recv() != nil {
+		return "(" + typeName(sig.Recv().Type(), true) + ")." + fn.Name()
+	}
+	if fn.Pkg() == nil {
+		return fn.Name()
+	}
+	return fn.Pkg().Path() + "." + fn.Name()
+}
+
+func typeName(t types.Type, full bool) string {
+	ptr := ""
+	if p, ok := t.(*types.Pointer); ok {
+		ptr = "*"
+		t = p.Elem()
+	}
+	if n, ok := types.Unalias(t).(*types.Named); ok {
+		o := n.Obj()
+		if o.Pkg() == nil {
+			return ptr + o.Name()
+		}
+		if full {
+			return ptr + o.Pkg().Path() + "." + o.Name()
+		}
+		return ptr + o.Pkg().Name() + "." + o.Name()
+	}
+	return ptr + t.String()
+}
+
+// normName makes "(*a/b.T).M", "(a/b.T).M" and "a/b.T.M" compare equal.
+func normName(s string) string {
+	return strings.NewReplacer("(", "", ")", "", "*", "").Replace(strings.TrimSpace(s))
+}
+
+func matchList(fn *types.Func, list []string) bool {
+	if len(list) == 0 {
+		return false
+	}
+	n := normName(FullName(fn))
+	for _, l := range list {
+		if normName(l) == n {
+			return true
+		}
+	}
+	return false
+}
+
+// recvNamed returns the package path and type name of fn's receiver.
+func recvNamed(fn *types.Func) (pkg, name string) {
+	sig, _ := fn.Type().(*types.Signature)
+	if sig == nil || sig.Recv() == nil {
+		return "", ""
+	}
+	return namedOf(sig.Recv().Type())
+}
+
+func namedOf(t types.Type) (pkg, name string) {
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	if n, ok := types.Unalias(t).(*types.Named); ok && n.Obj().Pkg() != nil {
+		return n.Obj().Pkg().Path(), n.Obj().Name()
+	}
+	return "", ""
+}
+
+func pkgPath(fn *types.Func) string {
+	if fn.Pkg() == nil {
+		return ""
+	}
+	return fn.Pkg().Path()
+}
+
+// builtinNet reports whether fn is a known network I/O function.
+func builtinNet(fn *types.Func) bool {
+	name := fn.Name()
+	rp, rn := recvNamed(fn)
+	switch pkgPath(fn) {
+	case "net/http":
+		if rp == "" {
+			return name == "Get" || name == "Post" || name == "PostForm" || name == "Head"
+		}
+		switch rn {
+		case "Client":
+			return name == "Do" || name == "Get" || name == "Post" || name == "PostForm" || name == "Head"
+		case "Transport", "RoundTripper":
+			return name == "RoundTrip"
+		}
+	case "net":
+		if rp == "" {
+			return strings.HasPrefix(name, "Dial")
+		}
+		return rn == "Dialer" && strings.HasPrefix(name, "Dial")
+	case "net/smtp":
+		if rp == "" {
+			return name == "SendMail" || name == "Dial"
+		}
+		return rn == "Client" && name != "Close"
+	case "net/rpc":
+		if rp == "" {
+			return strings.HasPrefix(name, "Dial")
+		}
+		return rn == "Client" && (name == "Call" || name == "Go")
+	case pkgGRPC:
+		if name == "Invoke" || name == "NewStream" {
+			return true
+		}
+	case pkgRedis:
+		return redisNet(fn)
+	}
+	return hasCallOption(fn)
+}
+
+// hasCallOption: any function or method with a ...grpc.CallOption parameter
+// (generated gRPC client stubs).
+func hasCallOption(fn *types.Func) bool {
+	sig, _ := fn.Type().(*types.Signature)
+	if sig == nil || !sig.Variadic() {
+		return false
+	}
+	last := sig.Params().At(sig.Params().Len() - 1).Type()
+	if s, ok := last.(*types.Slice); ok {
+		p, n := namedOf(s.Elem())
+		return p == pkgGRPC && n == "CallOption"
+	}
+	return false
+}
+
+func isRedis(fn *types.Func) bool { return pkgPath(fn) == pkgRedis }
+
+func redisNet(fn *types.Func) bool {
+	if !isRedis(fn) {
+		return false
+	}
+	_, rn := recvNamed(fn)
+	if rn == "" {
+		return false
+	}
+	name := fn.Name()
+	if rn == "Pipeliner" || rn == "Pipeline" {
+		return name == "Exec"
+	}
+	switch name {
+	case "Pipelined", "TxPipelined", "Watch", "Do", "Process":
+		return true
+	}
+	sig := fn.Type().(*types.Signature)
+	if sig.Results().Len() == 0 {
+		return false
+	}
+	p, n := namedOf(sig.Results().At(0).Type())
+	return p == pkgRedis && strings.HasSuffix(n, "Cmd")
+}
+
+// redisCmd returns the go-redis command name of a call ("Del", "Get", ...)
+// or "".
+func redisCmd(c *ssa.CallCommon) string {
+	fn := CalleeObj(c)
+	if fn == nil || !redisNet(fn) {
+		return ""
+	}
+	return fn.Name()
+}
+
+// IsTxType reports whether t is *sql.Tx or pgx.Tx.
+func IsTxType(t types.Type) bool {
+	p, n := namedOf(t)
+	return n == "Tx" && (p == pkgSQL || p == pkgPgx)
+}
+
+// CalleeObj returns the declared function or method called by c, if known:
+// the interface method for invokes, the static callee's object otherwise
+// (method values resolve to their method).
+func CalleeObj(c *ssa.CallCommon) *types.Func {
+	if c.IsInvoke() {
+		return c.Method
+	}
+	if fn := c.StaticCallee(); fn != nil {
+		if o := fn.Origin(); o != nil {
+			fn = o
+		}
+		if f, ok := fn.Object().(*types.Func); ok {
+			return f
+		}
+	}
+	return nil
+}
+
+// StaticFn returns the SSA function statically called by c (generic origin).
+func StaticFn(c *ssa.CallCommon) *ssa.Function {
+	if c.IsInvoke() {
+		return nil
+	}
+	fn := c.StaticCallee()
+	if fn != nil && fn.Origin() != nil {
+		fn = fn.Origin()
+	}
+	return fn
+}
+
+// IsBegin reports whether c begins a transaction: a Begin* call returning
+// (tx, error).
+func IsBegin(c *ssa.CallCommon) bool {
+	sig := c.Signature()
+	if sig == nil || sig.Results().Len() != 2 || !IsTxType(sig.Results().At(0).Type()) {
+		return false
+	}
+	fn := CalleeObj(c)
+	if fn == nil {
+		return false
+	}
+	return strings.HasPrefix(strings.ToLower(fn.Name()), "begin")
+}
+
+// TxEnd returns the transaction value that c commits or rolls back.
+func TxEnd(c *ssa.CallCommon) (ssa.Value, bool) {
+	fn := CalleeObj(c)
+	if fn == nil || (fn.Name() != "Commit" && fn.Name() != "Rollback") {
+		return nil, false
+	}
+	if c.IsInvoke() {
+		if IsTxType(c.Value.Type()) {
+			return c.Value, true
+		}
+		return nil, false
+	}
+	if len(c.Args) > 0 && IsTxType(c.Args[0].Type()) {
+		return c.Args[0], true
+	}
+	return nil, false
+}
+
+// IsRollback reports whether c is a Rollback of a transaction.
+func IsRollback(c *ssa.CallCommon) bool {
+	_, ok := TxEnd(c)
+	return ok && CalleeObj(c).Name() == "Rollback"
+}
+
+// knownRunnerArg returns the index in c.Args of the callback run inside a
+// transaction by a built-in runner (pgx.BeginFunc, pgx.BeginTxFunc).
+func knownRunnerArg(fn *types.Func) int {
+	if pkgPath(fn) == pkgPgx {
+		switch fn.Name() {
+		case "BeginFunc":
+			return 2
+		case "BeginTxFunc":
+			return 3
+		}
+	}
+	return -1
+}
+
+// takesTx reports whether t is a func type with a transaction parameter:
+// a callback given a transaction is run inside it.
+func takesTx(t types.Type) bool {
+	sig, ok := t.Underlying().(*types.Signature)
+	if !ok {
+		return false
+	}
+	for i := 0; i < sig.Params().Len(); i++ {
+		if IsTxType(sig.Params().At(i).Type()) {
+			return true
+		}
+	}
+	return false
+}
+
+// ConstString returns the string value of v if it is a constant string or a
+// concatenation of them.
+func ConstString(v ssa.Value) (string, bool) {
+	switch v := v.(type) {
+	case *ssa.Const:
+		if v.Value != nil && v.Value.Kind() == constant.String {
+			return constant.StringVal(v.Value), true
+		}
+	case *ssa.BinOp:
+		x, ok1 := ConstString(v.X)
+		y, ok2 := ConstString(v.Y)
+		if ok1 && ok2 {
+			return x + y, true
+		}
+	case *ssa.MakeInterface:
+		return ConstString(v.X)
+	case *ssa.ChangeType:
+		return ConstString(v.X)
+	}
+	return "", false
+}
+
+// SQLOf returns the SQL text of an Exec/Query-shaped call: a method named
+// Exec*/Query* whose first string argument is a constant.
+func SQLOf(c *ssa.CallCommon) (string, bool) {
+	fn := CalleeObj(c)
+	if fn == nil {
+		return "", false
+	}
+	n := fn.Name()
+	if !strings.HasPrefix(n, "Exec") && !strings.HasPrefix(n, "Query") {
+		return "", false
+	}
+	args := c.Args
+	for _, a := range args {
+		if b, ok := a.Type().Underlying().(*types.Basic); ok && b.Kind() == types.String {
+			return ConstString(a)
+		}
+	}
+	return "", false
+}
+
+var (
+	reDelete    = regexp.MustCompile(`(?is)^\s*delete\s+from\s+"?([\w.]+)"?`)
+	reSelect    = regexp.MustCompile(`(?is)^\s*select\b.*?\bfrom\s+"?([\w.]+)"?`)
+	reInsert    = regexp.MustCompile(`(?is)^\s*insert\s+into\s+"?([\w.]+)"?`)
+	reUpdate    = regexp.MustCompile(`(?is)^\s*update\s+"?([\w.]+)"?`)
+	reForUpdate = regexp.MustCompile(`(?i)\bfor\s+(no\s+key\s+)?update\b`)
+	reStrongTok = regexp.MustCompile(`(?i)idempot|dedup|nonce|idem[_:.-]`)
+	reWeakTok   = regexp.MustCompile(`(?i)token`)
+	// words that make "token" an authentication token, not an idempotency token
+	reAuthTok = regexp.MustCompile(`(?i)access|refresh|auth|oauth|session|jwt|bearer|api_?(key|token)|csrf|login|id_?token`)
+	reFailed  = regexp.MustCompile(`(?i)^(state_|status_)?fail(ed|ure)?$`)
+	reFailSQL = regexp.MustCompile(`(?i)'fail(ed|ure)?'`)
+)
+
+func (r *Result) tokenTable(name string) bool {
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		name = name[i+1:]
+	}
+	for _, t := range r.cfg.TokenTables {
+		if strings.EqualFold(t, name) {
+			return true
+		}
+	}
+	return tokenWords([]string{name})
+}
+
+// tokenWords: the words name an idempotency token: idempotency, idem,
+// dedup or nonce, or "token" when nothing says it is an authentication
+// token (access, refresh, session, jwt, ...).
+func tokenWords(ws []string) bool {
+	weak, auth := false, false
+	for _, w := range ws {
+		if reStrongTok.MatchString(w) {
+			return true
+		}
+		weak = weak || reWeakTok.MatchString(w)
+		auth = auth || reAuthTok.MatchString(w)
+	}
+	return weak && !auth
+}
+
+var sqlKinds = []struct {
+	op string
+	re *regexp.Regexp
+}{{"delete", reDelete}, {"select", reSelect}, {"insert", reInsert}, {"update", reUpdate}}
+
+// SQLTokenOp classifies a SQL call on an idempotency token table:
+// "delete", "select", "insert", "update" or "".
+func (r *Result) SQLTokenOp(c *ssa.CallCommon) string {
+	q, ok := SQLOf(c)
+	if !ok {
+		return ""
+	}
+	for _, k := range sqlKinds {
+		op, re := k.op, k.re
+		if m := re.FindStringSubmatch(q); m != nil && r.tokenTable(m[1]) {
+			if op == "select" && reForUpdate.MatchString(q) {
+				return "lock"
+			}
+			return op
+		}
+	}
+	return ""
+}
+
+// words collects the identifying words of a value: constant strings, names
+// of parameters, fields, globals and of functions that computed it.
+func words(v ssa.Value, depth int, out *[]string) {
+	if depth > 6 || v == nil {
+		return
+	}
+	switch v := v.(type) {
+	case *ssa.Const:
+		if s, ok := ConstString(v); ok {
+			*out = append(*out, s)
+		}
+	case *ssa.Parameter:
+		*out = append(*out, v.Name())
+	case *ssa.FreeVar:
+		*out = append(*out, v.Name())
+	case *ssa.Global:
+		*out = append(*out, v.Name())
+	case *ssa.Alloc:
+		*out = append(*out, v.Comment)
+		for _, r := range *v.Referrers() {
+			switch r := r.(type) {
+			case *ssa.Store:
+				if r.Addr == v {
+					words(r.Val, depth+1, out)
+				}
+			case *ssa.IndexAddr: // elements of a variadic argument
+				for _, r2 := range *r.Referrers() {
+					if st, ok := r2.(*ssa.Store); ok && st.Addr == r {
+						words(st.Val, depth+1, out)
+					}
+				}
+			}
+		}
+	case *ssa.FieldAddr:
+		*out = append(*out, fieldName(v.X.Type(), v.Field))
+		words(v.X, depth+1, out)
+	case *ssa.Field:
+		*out = append(*out, fieldName(v.X.Type(), v.Field))
+	case *ssa.UnOp:
+		words(v.X, depth+1, out)
+	case *ssa.BinOp:
+		words(v.X, depth+1, out)
+		words(v.Y, depth+1, out)
+	case *ssa.MakeInterface:
+		words(v.X, depth+1, out)
+	case *ssa.ChangeType:
+		words(v.X, depth+1, out)
+	case *ssa.Convert:
+		words(v.X, depth+1, out)
+	case *ssa.IndexAddr:
+		words(v.X, depth+1, out)
+	case *ssa.Slice:
+		words(v.X, depth+1, out)
+	case *ssa.Phi:
+		for _, e := range v.Edges {
+			words(e, depth+1, out)
+		}
+	case *ssa.Call:
+		if fn := CalleeObj(&v.Call); fn != nil {
+			*out = append(*out, fn.Name())
+		}
+		for _, a := range v.Call.Args {
+			words(a, depth+1, out)
+		}
+	}
+}
+
+func fieldName(t types.Type, i int) string {
+	if p, ok := t.Underlying().(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	if s, ok := t.Underlying().(*types.Struct); ok && i < s.NumFields() {
+		return s.Field(i).Name()
+	}
+	return ""
+}
+
+// tokenish reports whether v looks like an idempotency token key.
+func tokenish(v ssa.Value) bool {
+	var ws []string
+	words(v, 0, &ws)
+	return tokenWords(ws)
+}
+
+// RedisTokenOp classifies a go-redis call on an idempotency token key:
+// "delete" (Del, Unlink, GetDel), "check" (Get, Exists, HGet, HExists),
+// "claim" (SetNX, SetArgs, Eval*), "write" (Set, HSet) or "".
+func RedisTokenOp(c *ssa.CallCommon) string {
+	cmd := redisCmd(c)
+	if cmd == "" {
+		return ""
+	}
+	var keys []ssa.Value // after ctx (and the receiver of a static call)
+	if c.IsInvoke() {
+		if len(c.Args) > 1 {
+			keys = c.Args[1:]
+		}
+	} else if len(c.Args) > 2 {
+		keys = c.Args[2:]
+	}
+	switch cmd {
+	case "Eval", "EvalSha", "EvalRO", "EvalShaRO":
+		return "claim" // scripts are atomic; trust them
+	}
+	if len(keys) == 0 || !tokenish(keys[0]) {
+		return ""
+	}
+	switch cmd {
+	case "Del", "Unlink", "GetDel":
+		return "delete"
+	case "Get", "Exists", "HGet", "HExists", "HGetAll", "SIsMember":
+		return "check"
+	case "SetNX", "SetArgs", "HSetNX", "SetNx":
+		return "claim"
+	case "Set", "HSet", "SetEx", "Expire":
+		return "write"
+	}
+	return ""
+}
+
+// isFailedConst reports whether v is a constant spelling a failed state.
+func isFailedConst(v ssa.Value) bool {
+	s, ok := ConstString(v)
+	return ok && reFailed.MatchString(s)
+}
+
+var (
+	reStatusSetter = regexp.MustCompile(`(?i)^(set|update|save|mark|write|record|transition|finish|complete|persist|store)\w*(state|status)$|^(state|status)$`)
+	reMarkFailed   = regexp.MustCompile(`^(?i:mark|set|save|record|persist)(As)?Fail(ed|ure)?\w*$|^(?i:fail)(Intent|Payment|Charge|Order|Record|Request|Operation|Op)$`)
+	reRefund       = regexp.MustCompile(`^(?i:issue|create|do|start|make|send)?(?i:refund)`)
+	rePermanent    = regexp.MustCompile(`(?i)permanent`)
+	reStatusParam  = regexp.MustCompile(`(?i)state|status`)
+)
+
+// ReadOnlyLeaf reports whether the leaf network call of a chain cannot have
+// a remote effect (an HTTP GET/HEAD, a dial, a go-redis read): its failure
+// may be handled as a failure.
+func ReadOnlyLeaf(p *Path) bool {
+	switch p.Chain[len(p.Chain)-1] {
+	case "http.Get", "http.Head", "(*http.Client).Get", "(*http.Client).Head",
+		"net.Dial", "net.DialTimeout", "(*net.Dialer).Dial", "(*net.Dialer).DialContext",
+		"(redis.cmdable).Get", "(redis.cmdable).Exists", "(redis.cmdable).HGet",
+		"(redis.Cmdable).Get", "(redis.Cmdable).Exists", "(redis.Cmdable).HGet":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,176 @@
+// Package facts computes what idemlint's rules know about functions, and
+// exports it as analysis facts so that a helper two packages away is seen:
+// which functions (transitively) do network I/O and through which chain,
+// which run a callback inside a database transaction, which tell a timeout
+// apart, which take a definite-failure action (write a FAILED status, refund,
+// delete an idempotency token, return a permanent error) and which delete an
+// idempotency token.
+//
+// One facts analyzer is shared by every rule of a suite (a fact type may be
+// declared by only one analyzer); rules reach it through [Facts].
+package facts
+
+import (
+	"flag"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+)
+
+// NetIO marks a function that may do network I/O, directly or through
+// helpers. Chain lists the callees from the function down to the leaf
+// network call, for example ["postJSON", "(*http.Client).Do"]; Leaf is the
+// position (file:line:col) of the leaf call.
+type NetIO struct {
+	Chain []string
+	Leaf  string
+}
+
+func (*NetIO) AFact() {}
+func (f *NetIO) String() string {
+	return "netio(" + strings.Join(f.Chain, " -> ") + ")"
+}
+
+// TxRunner marks a function that begins a transaction, calls its func
+// parameter Param (an index in the SSA parameter list, receiver first) while
+// the transaction is open, and ends it.
+type TxRunner struct{ Param int }
+
+func (*TxRunner) AFact()           {}
+func (f *TxRunner) String() string { return fmt.Sprintf("txrunner(%d)", f.Param) }
+
+// TimeoutCheck marks a function that tells a timeout apart
+// (errors.Is(err, context.DeadlineExceeded), os.IsTimeout, net.Error's
+// Timeout, gRPC DeadlineExceeded/Unavailable).
+type TimeoutCheck struct{}
+
+func (*TimeoutCheck) AFact()         {}
+func (*TimeoutCheck) String() string { return "timeoutcheck" }
+
+// FailAction marks a function that takes a definite-failure action: it
+// writes a FAILED status, refunds, deletes an idempotency token or returns a
+// permanent failure, without telling a timeout apart.
+type FailAction struct {
+	What  string // e.g. "writes a FAILED status"
+	Chain []string
+}
+
+func (*FailAction) AFact() {}
+func (f *FailAction) String() string {
+	return "failaction(" + f.What + ": " + strings.Join(f.Chain, " -> ") + ")"
+}
+
+// StatusWriter marks a function whose parameter Param is written as a
+// state/status (for example setState(ctx, id, st) doing UPDATE .. SET state=$2).
+type StatusWriter struct{ Param int }
+
+func (*StatusWriter) AFact()           {}
+func (f *StatusWriter) String() string { return fmt.Sprintf("statuswriter(%d)", f.Param) }
+
+// TokenDelete marks a function that deletes an idempotency token or record.
+type TokenDelete struct{ Chain []string }
+
+func (*TokenDelete) AFact() {}
+func (f *TokenDelete) String() string {
+	return "tokendelete(" + strings.Join(f.Chain, " -> ") + ")"
+}
+
+// TokenClaim marks a function that claims an idempotency token atomically
+// (SET NX, SetArgs, a Lua script, INSERT/UPDATE on a token table, SELECT ..
+// FOR UPDATE).
+type TokenClaim struct{}
+
+func (*TokenClaim) AFact()         {}
+func (*TokenClaim) String() string { return "tokenclaim" }
+
+// CallsParams marks a function that calls its func parameters Params
+// (index in the SSA parameter list), such as a retry helper: a closure
+// given to it runs when it is called.
+type CallsParams struct{ Params []int }
+
+func (*CallsParams) AFact()           {}
+func (f *CallsParams) String() string { return fmt.Sprintf("callsparams(%v)", f.Params) }
+
+// ClosesTx marks a function that commits or rolls back (not deferred) a
+// transaction it receives as parameter Param.
+type ClosesTx struct{ Params []int }
+
+func (*ClosesTx) AFact()           {}
+func (f *ClosesTx) String() string { return fmt.Sprintf("closestx(%v)", f.Params) }
+
+// Config is the shared configuration of the facts analyzer. Lists accept
+// comma-separated values when set through flags.
+type Config struct {
+	// NetFuncs are extra functions that do network I/O, spelled like
+	// "example.com/pay.Charge", "(*example.com/pay.Client).Do" or
+	// "example.com/pay.Gateway.Charge".
+	NetFuncs []string
+	// TxRunners are extra functions that run their last func argument inside
+	// a transaction, spelled like NetFuncs.
+	TxRunners []string
+	// TokenTables are SQL table names that hold idempotency tokens or
+	// records. Tables whose name contains "idempot", "token" or "dedup" are
+	// always recognized.
+	TokenTables []string
+}
+
+// Facts is one facts analyzer together with the configuration it reads.
+// Rules that share a Facts see the same facts; a Facts must be shared by all
+// rules run together, since a fact type may be declared by one analyzer only.
+type Facts struct {
+	Analyzer *analysis.Analyzer
+	Config   *Config
+}
+
+// New returns a facts analyzer reading cfg (copied).
+func New(cfg Config) *Facts {
+	c := &Config{
+		NetFuncs:    append([]string(nil), cfg.NetFuncs...),
+		TxRunners:   append([]string(nil), cfg.TxRunners...),
+		TokenTables: append([]string(nil), cfg.TokenTables...),
+	}
+	f := &Facts{Config: c}
+	a := &analysis.Analyzer{
+		Name: "idemfacts",
+		Doc:  "computes idemlint's shared facts (network I/O chains, transaction runners, timeout checks, failure actions, token deletes)",
+		FactTypes: []analysis.Fact{
+			new(NetIO), new(TxRunner), new(TimeoutCheck), new(FailAction),
+			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(CallsParams), new(ClosesTx),
+		},
+		ResultType: reflect.TypeOf((*Result)(nil)),
+		Run: func(pass *analysis.Pass) (any, error) {
+			return run(pass, c)
+		},
+	}
+	a.Flags.Var(ListFlag(&c.NetFuncs), "netfuncs", "extra network functions, comma-separated (e.g. (*example.com/pay.Client).Do)")
+	a.Flags.Var(ListFlag(&c.TxRunners), "txrunners", "extra transaction runners, comma-separated")
+	a.Flags.Var(ListFlag(&c.TokenTables), "tables", "idempotency token/record tables, comma-separated")
+	f.Analyzer = a
+	return f
+}
+
+// Shared is the facts analyzer used by the default rule analyzers.
+var Shared = New(Config{})
+
+// ListFlag returns a flag.Value that appends comma-separated values to *dst.
+func ListFlag(dst *[]string) flag.Value { return &listFlag{dst} }
+
+type listFlag struct{ dst *[]string }
+
+func (l *listFlag) String() string {
+	if l == nil || l.dst == nil {
+		return ""
+	}
+	return strings.Join(*l.dst, ",")
+}
+
+func (l *listFlag) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l.dst = append(*l.dst, v)
+		}
+	}
+	return nil
+}

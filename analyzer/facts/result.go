@@ -1,0 +1,795 @@
+package facts
+
+import (
+	"fmt"
+	"go/constant"
+	"go/token"
+	"go/types"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/ssa"
+)
+
+// Path is a chain of calls that ends in a network call (or another action).
+type Path struct {
+	Chain   []string  // callee names, from the called function to the leaf
+	Leaf    string    // file:line:col of the leaf call
+	LeafPos token.Pos // the leaf call, when it is in the analyzed package
+	Decl    token.Pos // declaration of the first callee, when known
+}
+
+func (p *Path) String() string { return strings.Join(p.Chain, " -> ") }
+
+// Action is a definite-failure action.
+type Action struct {
+	What  string   // "writes a FAILED status", "refunds", ...
+	Chain []string // through which calls
+}
+
+func (a *Action) String() string {
+	if len(a.Chain) <= 1 {
+		return a.What
+	}
+	return a.What + " (" + strings.Join(a.Chain, " -> ") + ")"
+}
+
+// Summary is what is known about one SSA function of the analyzed package.
+type Summary struct {
+	Net         *Path
+	Runner      int // param index of the callback run inside a tx, or -1
+	Timeout     bool
+	Fail        *Action
+	StatusParam int // param index written as a status, or -1
+	TokenDel    *Path
+	Claim       bool  // claims an idempotency token atomically
+	Closes      []int // tx params committed or rolled back
+	ClosesAny   bool  // commits or rolls back some tx (not deferred)
+	CallsParam  map[int]bool
+}
+
+// Result is the facts analyzer's result for one package.
+type Result struct {
+	Pass     *analysis.Pass
+	SSA      *SSA
+	cfg      *Config
+	sums     map[*ssa.Function]*Summary
+	flows    map[*ssa.Function]*TxFlow
+	runnerOf map[*ssa.Function]*ssa.Call
+}
+
+func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
+	r := &Result{
+		Pass:     pass,
+		SSA:      buildSSA(pass),
+		cfg:      cfg,
+		sums:     map[*ssa.Function]*Summary{},
+		flows:    map[*ssa.Function]*TxFlow{},
+		runnerOf: map[*ssa.Function]*ssa.Call{},
+	}
+	for _, fn := range r.SSA.SrcFuncs {
+		r.sums[fn] = &Summary{Runner: -1, StatusParam: -1, CallsParam: map[int]bool{}}
+	}
+	for round := 0; round < 4; round++ {
+		r.fixpoint()
+		if !r.inferRunners() {
+			break
+		}
+	}
+	r.export()
+	return r, nil
+}
+
+// Summary returns the summary of a function of the analyzed package, or nil.
+func (r *Result) Summary(fn *ssa.Function) *Summary { return r.sums[fn] }
+
+// PosString formats pos as file:line:col (base name of the file).
+func (r *Result) PosString(pos token.Pos) string {
+	p := r.Pass.Fset.Position(pos)
+	return fmt.Sprintf("%s:%d:%d", filepath.Base(p.Filename), p.Line, p.Column)
+}
+
+// DisplayName names an SSA function for messages.
+func DisplayName(fn *ssa.Function) string {
+	if o := fn.Origin(); o != nil {
+		fn = o
+	}
+	if f, ok := fn.Object().(*types.Func); ok {
+		return FuncName(f)
+	}
+	name := strings.ReplaceAll(fn.Name(), "$", ".func")
+	if fn.Pkg != nil && fn.Parent() != nil {
+		p := fn
+		for p.Parent() != nil {
+			p = p.Parent()
+		}
+		if f, ok := p.Object().(*types.Func); ok {
+			if sig := f.Type().(*types.Signature); sig.Recv() != nil {
+				return "(" + typeName(sig.Recv().Type(), false) + ")." + name
+			}
+		}
+		return fn.Pkg.Pkg.Name() + "." + name
+	}
+	return name
+}
+
+func (r *Result) local(fn *ssa.Function) *Summary {
+	if fn == nil {
+		return nil
+	}
+	return r.sums[fn]
+}
+
+// funcsOf resolves a func-valued SSA value to the functions it may be.
+func funcsOf(v ssa.Value, seen map[ssa.Value]bool) []*ssa.Function {
+	if seen[v] {
+		return nil
+	}
+	seen[v] = true
+	switch v := v.(type) {
+	case *ssa.Function:
+		return []*ssa.Function{v}
+	case *ssa.MakeClosure:
+		if fn, ok := v.Fn.(*ssa.Function); ok {
+			return []*ssa.Function{fn}
+		}
+	case *ssa.Phi:
+		var out []*ssa.Function
+		for _, e := range v.Edges {
+			out = append(out, funcsOf(e, seen)...)
+		}
+		return out
+	case *ssa.ChangeType:
+		return funcsOf(v.X, seen)
+	case *ssa.MakeInterface:
+		return funcsOf(v.X, seen)
+	case *ssa.UnOp:
+		if a, ok := v.X.(*ssa.Alloc); ok && v.Op == token.MUL {
+			var out []*ssa.Function
+			for _, ref := range *a.Referrers() {
+				if st, ok := ref.(*ssa.Store); ok && st.Addr == a {
+					out = append(out, funcsOf(st.Val, seen)...)
+				}
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+// pathVia prefixes p with the callee name.
+func pathVia(name string, p *Path, decl token.Pos, local bool) *Path {
+	q := &Path{Chain: append([]string{name}, p.Chain...), Leaf: p.Leaf, Decl: decl}
+	if local {
+		q.LeafPos = p.LeafPos
+	}
+	return q
+}
+
+// NetCall reports whether the call may do network I/O, and through which
+// chain (starting with the callee).
+func (r *Result) NetCall(c *ssa.CallCommon) *Path {
+	if fn := CalleeObj(c); fn != nil && (builtinNet(fn) || matchList(fn, r.cfg.NetFuncs)) {
+		return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(c.Pos()), LeafPos: c.Pos(), Decl: fn.Pos()}
+	}
+	var cands []*ssa.Function
+	if sf := StaticFn(c); sf != nil {
+		cands = []*ssa.Function{sf}
+	} else if !c.IsInvoke() {
+		cands = funcsOf(c.Value, map[ssa.Value]bool{})
+	}
+	for _, sf := range cands {
+		if s := r.local(sf); s != nil {
+			if s.Net != nil {
+				return pathVia(DisplayName(sf), s.Net, sf.Pos(), true)
+			}
+			continue
+		}
+		if fn, ok := sf.Object().(*types.Func); ok {
+			if fn.Origin() != nil {
+				fn = fn.Origin()
+			}
+			var f NetIO
+			if r.Pass.ImportObjectFact(fn, &f) {
+				return &Path{Chain: append([]string{FuncName(fn)}, f.Chain...), Leaf: f.Leaf, Decl: fn.Pos()}
+			}
+		}
+	}
+	return r.callbackNet(c)
+}
+
+// callbackNet: a call that runs a func argument (a transaction runner or a
+// function known to call that parameter) which does network I/O.
+func (r *Result) callbackNet(c *ssa.CallCommon) *Path {
+	name, decl := "", token.NoPos
+	if fn := CalleeObj(c); fn != nil {
+		name, decl = FuncName(fn), fn.Pos()
+	} else if sf := StaticFn(c); sf != nil {
+		name, decl = DisplayName(sf), sf.Pos()
+	} else {
+		return nil
+	}
+	idx := map[int]bool{}
+	if i := r.RunnerArg(c); i >= 0 {
+		idx[i] = true
+	}
+	if sf := StaticFn(c); sf != nil {
+		if s := r.local(sf); s != nil {
+			for i := range s.CallsParam {
+				idx[i] = true
+			}
+		} else if fn, ok := sf.Object().(*types.Func); ok {
+			var f CallsParams
+			if r.Pass.ImportObjectFact(fn, &f) {
+				for _, i := range f.Params {
+					idx[i] = true
+				}
+			}
+		}
+	}
+	for i := range c.Args {
+		if !idx[i] {
+			continue
+		}
+		for _, f := range funcsOf(c.Args[i], map[ssa.Value]bool{}) {
+			if p := r.NetCall(&ssa.CallCommon{Value: f}); p != nil {
+				return pathVia(name, p, decl, true)
+			}
+		}
+	}
+	return nil
+}
+
+// RunnerArg returns the index in c.Args of a callback that the callee runs
+// inside a transaction, or -1.
+func (r *Result) RunnerArg(c *ssa.CallCommon) int {
+	if fn := CalleeObj(c); fn != nil {
+		if k := knownRunnerArg(fn); k >= 0 && k < len(c.Args) {
+			return k
+		}
+		if matchList(fn, r.cfg.TxRunners) {
+			for i := len(c.Args) - 1; i >= 0; i-- {
+				if _, ok := c.Args[i].Type().Underlying().(*types.Signature); ok {
+					return i
+				}
+			}
+		}
+	}
+	if sf := StaticFn(c); sf != nil {
+		if s := r.local(sf); s != nil {
+			if s.Runner >= 0 && s.Runner < len(c.Args) {
+				return s.Runner
+			}
+		} else if fn, ok := sf.Object().(*types.Func); ok {
+			var f TxRunner
+			if r.Pass.ImportObjectFact(fn, &f) && f.Param < len(c.Args) {
+				return f.Param
+			}
+		}
+	}
+	for i, a := range c.Args {
+		if takesTx(a.Type()) {
+			return i
+		}
+	}
+	return -1
+}
+
+// RunnerCall returns the call that runs the anonymous function fn inside a
+// transaction (fn passed directly to a runner), or nil.
+func (r *Result) RunnerCall(fn *ssa.Function) *ssa.Call { return r.runnerOf[fn] }
+
+// IsTimeoutCheck reports whether instr tells a timeout apart.
+func (r *Result) IsTimeoutCheck(instr ssa.Instruction) bool {
+	switch in := instr.(type) {
+	case *ssa.BinOp:
+		if in.Op != token.EQL && in.Op != token.NEQ {
+			return false
+		}
+		return isTimeoutValue(in.X) || isTimeoutValue(in.Y)
+	case ssa.CallInstruction:
+		c := in.Common()
+		fn := CalleeObj(c)
+		if fn != nil {
+			switch {
+			case pkgPath(fn) == "errors" && fn.Name() == "Is" && len(c.Args) == 2:
+				return isTimeoutValue(c.Args[1])
+			case pkgPath(fn) == "errors" && fn.Name() == "As" && len(c.Args) == 2:
+				return hasTimeoutMethod(unwrap(c.Args[1]).Type())
+			case pkgPath(fn) == "os" && fn.Name() == "IsTimeout":
+				return true
+			case fn.Name() == "Timeout":
+				sig := fn.Type().(*types.Signature)
+				if sig.Params().Len() == 0 && sig.Results().Len() == 1 {
+					if b, ok := sig.Results().At(0).Type().(*types.Basic); ok && b.Kind() == types.Bool {
+						return true
+					}
+				}
+			}
+		}
+		if sf := StaticFn(c); sf != nil {
+			if s := r.local(sf); s != nil {
+				return s.Timeout
+			}
+			if fn != nil {
+				var f TimeoutCheck
+				return r.Pass.ImportObjectFact(fn, &f)
+			}
+		}
+	}
+	return false
+}
+
+// hasTimeoutMethod: t is a pointer to a type with a Timeout() bool method
+// (errors.As(err, &netErr) is the first half of a timeout check).
+func hasTimeoutMethod(t types.Type) bool {
+	p, ok := t.(*types.Pointer)
+	if !ok {
+		return false
+	}
+	obj, _, _ := types.LookupFieldOrMethod(p.Elem(), true, nil, "Timeout")
+	fn, ok := obj.(*types.Func)
+	if !ok {
+		return false
+	}
+	sig := fn.Type().(*types.Signature)
+	return sig.Params().Len() == 0 && sig.Results().Len() == 1
+}
+
+func isTimeoutValue(v ssa.Value) bool {
+	if mi, ok := v.(*ssa.MakeInterface); ok {
+		v = mi.X
+	}
+	if u, ok := v.(*ssa.UnOp); ok && u.Op == token.MUL {
+		if g, ok := u.X.(*ssa.Global); ok && g.Pkg != nil {
+			p := g.Pkg.Pkg.Path()
+			return (p == "context" && g.Name() == "DeadlineExceeded") || (p == "os" && g.Name() == "ErrDeadlineExceeded")
+		}
+	}
+	if c, ok := v.(*ssa.Const); ok && c.Value != nil {
+		if p, n := namedOf(c.Type()); p == pkgCodes && n == "Code" {
+			if c.Value.Kind() == constant.Int {
+				x, _ := constant.Uint64Val(c.Value)
+				return x == codeDeadl || x == codeUnav
+			}
+		}
+	}
+	return false
+}
+
+// flatArgs returns c's arguments with a variadic slice expanded.
+func flatArgs(c *ssa.CallCommon) []ssa.Value {
+	var out []ssa.Value
+	for _, a := range c.Args {
+		if sl, ok := a.(*ssa.Slice); ok {
+			if al, ok := sl.X.(*ssa.Alloc); ok {
+				for _, ref := range *al.Referrers() {
+					if ia, ok := ref.(*ssa.IndexAddr); ok {
+						for _, r2 := range *ia.Referrers() {
+							if st, ok := r2.(*ssa.Store); ok && st.Addr == ia {
+								out = append(out, st.Val)
+							}
+						}
+					}
+				}
+				continue
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func unwrap(v ssa.Value) ssa.Value {
+	for {
+		switch x := v.(type) {
+		case *ssa.MakeInterface:
+			v = x.X
+		case *ssa.ChangeType:
+			v = x.X
+		case *ssa.Convert:
+			v = x.X
+		case *ssa.ChangeInterface:
+			v = x.X
+		default:
+			return v
+		}
+	}
+}
+
+// FailCall reports whether c is a definite-failure action (other than a
+// transaction rollback): a FAILED status write, a refund, a token delete or
+// a permanent error of the idem runtime.
+func (r *Result) FailCall(c *ssa.CallCommon) *Action {
+	fn := CalleeObj(c)
+	name := ""
+	if fn != nil {
+		name = FuncName(fn)
+		if pkgPath(fn) == "testing" {
+			return nil
+		}
+	}
+	if p := r.TokenDeleteCall(c); p != nil {
+		return &Action{What: "deletes the idempotency token", Chain: p.Chain}
+	}
+	args := flatArgs(c)
+	failedArg := -1
+	for i, a := range args {
+		if isFailedConst(unwrap(a)) {
+			failedArg = i
+		}
+	}
+	if q, ok := SQLOf(c); ok {
+		if (reInsert.MatchString(q) || reUpdate.MatchString(q)) && (reFailSQL.MatchString(q) || failedArg >= 0) {
+			return &Action{What: "writes a FAILED status", Chain: []string{name}}
+		}
+		return nil
+	}
+	if cmd := redisCmd(c); cmd != "" {
+		if (cmd == "Set" || cmd == "HSet" || cmd == "SetArgs" || cmd == "SetEx") && failedArg >= 0 {
+			return &Action{What: "writes a FAILED status", Chain: []string{name}}
+		}
+		return nil
+	}
+	if fn != nil {
+		if strings.HasPrefix(pkgPath(fn), pkgIdem) && rePermanent.MatchString(fn.Name()) {
+			return &Action{What: "returns a permanent failure", Chain: []string{name}}
+		}
+		if strings.HasPrefix(pkgPath(fn), pkgIdem) && fn.Name() == "Retryable" {
+			return &Action{What: "releases the record, so a retry runs the effect again", Chain: []string{name}}
+		}
+		for _, a := range args {
+			if IsIdemPermanent(a) {
+				return &Action{What: "returns a permanent failure (wraps the idem runtime's ErrPermanent)", Chain: []string{name}}
+			}
+		}
+		if reRefund.MatchString(fn.Name()) {
+			return &Action{What: "refunds", Chain: []string{name}}
+		}
+		if reMarkFailed.MatchString(fn.Name()) {
+			return &Action{What: "marks the operation failed", Chain: []string{name}}
+		}
+		if failedArg >= 0 && reStatusSetter.MatchString(fn.Name()) {
+			return &Action{What: "writes a FAILED status", Chain: []string{name}}
+		}
+	}
+	sf := StaticFn(c)
+	if sf == nil {
+		return nil
+	}
+	if s := r.local(sf); s != nil {
+		if s.StatusParam >= 0 && s.StatusParam < len(c.Args) && isFailedConst(unwrap(c.Args[s.StatusParam])) {
+			return &Action{What: "writes a FAILED status", Chain: []string{DisplayName(sf)}}
+		}
+		if s.Fail != nil && !s.Timeout {
+			return &Action{What: s.Fail.What, Chain: append([]string{DisplayName(sf)}, s.Fail.Chain...)}
+		}
+		return nil
+	}
+	if fn == nil {
+		return nil
+	}
+	var sw StatusWriter
+	if r.Pass.ImportObjectFact(fn, &sw) && sw.Param < len(c.Args) && isFailedConst(unwrap(c.Args[sw.Param])) {
+		return &Action{What: "writes a FAILED status", Chain: []string{name}}
+	}
+	var fa FailAction
+	if r.Pass.ImportObjectFact(fn, &fa) {
+		return &Action{What: fa.What, Chain: append([]string{name}, fa.Chain...)}
+	}
+	return nil
+}
+
+// IsIdemPermanent reports whether v is the idem runtime's ErrPermanent.
+func IsIdemPermanent(v ssa.Value) bool {
+	v = unwrap(v)
+	u, ok := v.(*ssa.UnOp)
+	if !ok || u.Op != token.MUL {
+		return false
+	}
+	g, ok := u.X.(*ssa.Global)
+	return ok && g.Pkg != nil && strings.HasPrefix(g.Pkg.Pkg.Path(), pkgIdem) && g.Name() == "ErrPermanent"
+}
+
+// TokenDeleteCall reports whether c deletes an idempotency token or record.
+func (r *Result) TokenDeleteCall(c *ssa.CallCommon) *Path {
+	if RedisTokenOp(c) == "delete" || r.SQLTokenOp(c) == "delete" {
+		return &Path{Chain: []string{FuncName(CalleeObj(c))}, Leaf: r.PosString(c.Pos()), LeafPos: c.Pos()}
+	}
+	sf := StaticFn(c)
+	if sf == nil {
+		return nil
+	}
+	if s := r.local(sf); s != nil {
+		if s.TokenDel != nil {
+			return pathVia(DisplayName(sf), s.TokenDel, sf.Pos(), true)
+		}
+		return nil
+	}
+	if fn, ok := sf.Object().(*types.Func); ok {
+		var f TokenDelete
+		if r.Pass.ImportObjectFact(fn, &f) {
+			return &Path{Chain: append([]string{FuncName(fn)}, f.Chain...), Decl: fn.Pos()}
+		}
+	}
+	return nil
+}
+
+// ClaimCall reports whether c claims an idempotency token atomically,
+// directly or through a helper.
+func (r *Result) ClaimCall(c *ssa.CallCommon) bool {
+	if RedisTokenOp(c) == "claim" {
+		return true
+	}
+	switch r.SQLTokenOp(c) {
+	case "insert", "update", "lock":
+		return true
+	}
+	sf := StaticFn(c)
+	if sf == nil {
+		return false
+	}
+	if s := r.local(sf); s != nil {
+		return s.Claim
+	}
+	if fn, ok := sf.Object().(*types.Func); ok {
+		var f TokenClaim
+		return r.Pass.ImportObjectFact(fn, &f)
+	}
+	return false
+}
+
+// closesParams returns the argument indexes of c whose transaction the
+// callee commits or rolls back.
+func (r *Result) closesParams(c *ssa.CallCommon) []int {
+	sf := StaticFn(c)
+	if sf == nil {
+		return nil
+	}
+	if s := r.local(sf); s != nil {
+		return s.Closes
+	}
+	if fn, ok := sf.Object().(*types.Func); ok {
+		var f ClosesTx
+		if r.Pass.ImportObjectFact(fn, &f) {
+			return f.Params
+		}
+	}
+	return nil
+}
+
+func paramIndex(fn *ssa.Function, v ssa.Value) int {
+	v = unwrap(v)
+	if p, ok := v.(*ssa.Parameter); ok {
+		for i, q := range fn.Params {
+			if q == p {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// fixpoint computes the summaries of the package's functions.
+func (r *Result) fixpoint() {
+	for changed := true; changed; {
+		changed = false
+		for _, fn := range r.SSA.SrcFuncs {
+			if r.summarize(fn) {
+				changed = true
+			}
+		}
+	}
+}
+
+func (r *Result) summarize(fn *ssa.Function) bool {
+	s := r.sums[fn]
+	changed := false
+	for _, b := range fn.Blocks {
+		for _, instr := range b.Instrs {
+			if !s.Timeout && r.IsTimeoutCheck(instr) {
+				s.Timeout, changed = true, true
+			}
+			ci, ok := instr.(ssa.CallInstruction)
+			if !ok {
+				continue
+			}
+			c := ci.Common()
+			if s.Net == nil {
+				if p := r.NetCall(c); p != nil {
+					s.Net, changed = p, true
+				}
+			}
+			if i := paramIndex(fn, c.Value); i >= 0 && !c.IsInvoke() && !s.CallsParam[i] {
+				s.CallsParam[i], changed = true, true
+			}
+			if s.Fail == nil {
+				if a := r.FailCall(c); a != nil {
+					s.Fail, changed = a, true
+				}
+			}
+			if s.TokenDel == nil {
+				if p := r.TokenDeleteCall(c); p != nil {
+					s.TokenDel, changed = p, true
+				}
+			}
+			if !s.Claim && r.ClaimCall(c) {
+				s.Claim, changed = true, true
+			}
+			if _, isCall := instr.(*ssa.Call); isCall {
+				if v, ok := TxEnd(c); ok {
+					if !s.ClosesAny {
+						s.ClosesAny, changed = true, true
+					}
+					if i := paramIndex(fn, v); i >= 0 && !containsInt(s.Closes, i) {
+						s.Closes, changed = append(s.Closes, i), true
+					}
+				}
+				if sf := StaticFn(c); sf != nil && sf.Parent() != nil {
+					if cs := r.local(sf); cs != nil && cs.ClosesAny && !s.ClosesAny {
+						s.ClosesAny, changed = true, true
+					}
+				}
+				for _, k := range r.closesParams(c) {
+					if k < len(c.Args) {
+						if i := paramIndex(fn, c.Args[k]); i >= 0 && !containsInt(s.Closes, i) {
+							s.Closes, changed = append(s.Closes, i), true
+						}
+					}
+				}
+			}
+			if s.StatusParam < 0 {
+				if i := r.statusParam(fn, c); i >= 0 {
+					s.StatusParam, changed = i, true
+				}
+			}
+		}
+	}
+	return changed
+}
+
+// statusParam: a parameter of fn (named or typed state/status) written by c.
+func (r *Result) statusParam(fn *ssa.Function, c *ssa.CallCommon) int {
+	sink := false
+	if q, ok := SQLOf(c); ok && (reInsert.MatchString(q) || reUpdate.MatchString(q)) {
+		sink = true
+	}
+	if cmd := redisCmd(c); cmd == "Set" || cmd == "HSet" || cmd == "SetArgs" {
+		sink = true
+	}
+	if sink {
+		for _, a := range flatArgs(c) {
+			if i := paramIndex(fn, a); i >= 0 {
+				p := fn.Params[i]
+				_, tn := namedOf(p.Type())
+				if reStatusParam.MatchString(p.Name()) || reStatusParam.MatchString(tn) {
+					return i
+				}
+			}
+		}
+		return -1
+	}
+	sf := StaticFn(c)
+	if sf == nil {
+		return -1
+	}
+	k := -1
+	if s := r.local(sf); s != nil {
+		k = s.StatusParam
+	} else if o, ok := sf.Object().(*types.Func); ok {
+		var f StatusWriter
+		if r.Pass.ImportObjectFact(o, &f) {
+			k = f.Param
+		}
+	}
+	if k >= 0 && k < len(c.Args) {
+		return paramIndex(fn, c.Args[k])
+	}
+	return -1
+}
+
+func containsInt(s []int, x int) bool {
+	for _, y := range s {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// inferRunners computes transaction flows, infers user transaction runners
+// and which closures run inside a transaction. It reports whether a runner
+// summary changed.
+func (r *Result) inferRunners() bool {
+	changed := false
+	r.flows = map[*ssa.Function]*TxFlow{}
+	r.runnerOf = map[*ssa.Function]*ssa.Call{}
+	for _, fn := range r.SSA.SrcFuncs {
+		for _, b := range fn.Blocks {
+			for _, instr := range b.Instrs {
+				call, ok := instr.(*ssa.Call)
+				if !ok {
+					continue
+				}
+				if i := r.RunnerArg(&call.Call); i >= 0 {
+					for _, f := range funcsOf(call.Call.Args[i], map[ssa.Value]bool{}) {
+						if f.Parent() != nil && r.sums[f] != nil {
+							r.runnerOf[f] = call
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, fn := range r.SSA.SrcFuncs {
+		fl := r.Flow(fn)
+		s := r.sums[fn]
+		if s.Runner >= 0 {
+			continue
+		}
+		for _, b := range fn.Blocks {
+			for _, instr := range b.Instrs {
+				call, ok := instr.(*ssa.Call)
+				if !ok {
+					continue
+				}
+				c := &call.Call
+				if i := paramIndex(fn, c.Value); i >= 0 && !c.IsInvoke() && fl.OpenAt(instr) != 0 {
+					s.Runner, changed = i, true
+				}
+				if k := r.RunnerArg(c); k >= 0 {
+					if i := paramIndex(fn, c.Args[k]); i >= 0 {
+						if _, isFunc := fn.Params[i].Type().Underlying().(*types.Signature); isFunc {
+							s.Runner, changed = i, true
+						}
+					}
+				}
+			}
+		}
+	}
+	return changed
+}
+
+func (r *Result) export() {
+	for _, fn := range r.SSA.SrcFuncs {
+		obj, ok := fn.Object().(*types.Func)
+		if !ok || fn.Parent() != nil || obj.Pkg() != r.Pass.Pkg {
+			continue
+		}
+		s := r.sums[fn]
+		if s.Net != nil {
+			r.Pass.ExportObjectFact(obj, &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf})
+		}
+		if s.Runner >= 0 {
+			r.Pass.ExportObjectFact(obj, &TxRunner{Param: s.Runner})
+		}
+		if s.Timeout {
+			r.Pass.ExportObjectFact(obj, &TimeoutCheck{})
+		}
+		if s.Fail != nil && !s.Timeout {
+			r.Pass.ExportObjectFact(obj, &FailAction{What: s.Fail.What, Chain: s.Fail.Chain})
+		}
+		if s.StatusParam >= 0 {
+			r.Pass.ExportObjectFact(obj, &StatusWriter{Param: s.StatusParam})
+		}
+		if s.TokenDel != nil {
+			r.Pass.ExportObjectFact(obj, &TokenDelete{Chain: s.TokenDel.Chain})
+		}
+		if s.Claim {
+			r.Pass.ExportObjectFact(obj, &TokenClaim{})
+		}
+		if len(s.Closes) > 0 {
+			r.Pass.ExportObjectFact(obj, &ClosesTx{Params: s.Closes})
+		}
+		if len(s.CallsParam) > 0 {
+			var ps []int
+			for i := range fn.Params {
+				if s.CallsParam[i] {
+					ps = append(ps, i)
+				}
+			}
+			r.Pass.ExportObjectFact(obj, &CallsParams{Params: ps})
+		}
+	}
+}

@@ -1,0 +1,241 @@
+package facts
+
+import (
+	"go/token"
+
+	"golang.org/x/tools/go/ssa"
+)
+
+// Site is a place where a transaction begins: a Begin call, or (index 0 of
+// a callback's flow) the runner call that runs the callback inside a
+// transaction.
+type Site struct {
+	Pos    token.Pos
+	Call   *ssa.Call // the Begin call or the runner call
+	Runner bool
+}
+
+// TxFlow is a must-be-open analysis of the transactions of one function:
+// a transaction is open at an instruction when every path from the entry
+// reaches it after the transaction began and before its Commit or Rollback
+// (deferred ones run at return and do not close it earlier). The error
+// path of Begin is not in the transaction.
+type TxFlow struct {
+	r     *Result
+	fn    *ssa.Function
+	Sites []Site
+	index map[*ssa.Call]int
+	in    map[*ssa.BasicBlock]uint64
+}
+
+// Flow returns the transaction flow of fn (cached).
+func (r *Result) Flow(fn *ssa.Function) *TxFlow {
+	if f := r.flows[fn]; f != nil {
+		return f
+	}
+	f := &TxFlow{r: r, fn: fn, index: map[*ssa.Call]int{}, in: map[*ssa.BasicBlock]uint64{}}
+	r.flows[fn] = f
+	if rc := r.runnerOf[fn]; rc != nil {
+		f.Sites = append(f.Sites, Site{Pos: rc.Pos(), Call: rc, Runner: true})
+	}
+	for _, b := range fn.Blocks {
+		for _, instr := range b.Instrs {
+			if call, ok := instr.(*ssa.Call); ok && IsBegin(&call.Call) && len(f.Sites) < 64 {
+				f.index[call] = len(f.Sites)
+				f.Sites = append(f.Sites, Site{Pos: call.Pos(), Call: call})
+			}
+		}
+	}
+	if len(f.Sites) == 0 || len(fn.Blocks) == 0 {
+		return f
+	}
+	var entry uint64
+	if len(f.Sites) > 0 && f.Sites[0].Runner {
+		entry = 1
+	}
+	all := ^uint64(0)
+	for _, b := range fn.Blocks {
+		f.in[b] = all
+	}
+	f.in[fn.Blocks[0]] = entry
+	if fn.Recover != nil {
+		f.in[fn.Recover] = 0
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, b := range fn.Blocks {
+			if b.Index == 0 || b == fn.Recover {
+				continue
+			}
+			v := all
+			if len(b.Preds) == 0 {
+				v = 0
+			}
+			for _, p := range b.Preds {
+				v &= f.edgeOut(p, b)
+			}
+			if v != f.in[b] {
+				f.in[b] = v
+				changed = true
+			}
+		}
+	}
+	return f
+}
+
+func (f *TxFlow) edgeOut(p, succ *ssa.BasicBlock) uint64 {
+	st := f.in[p]
+	for _, instr := range p.Instrs {
+		st = f.step(st, instr)
+	}
+	iff, ok := p.Instrs[len(p.Instrs)-1].(*ssa.If)
+	if !ok || len(p.Succs) != 2 {
+		return st
+	}
+	cond, ok := iff.Cond.(*ssa.BinOp)
+	if !ok || (cond.Op != token.NEQ && cond.Op != token.EQL) {
+		return st
+	}
+	site := f.beginErr(cond.X, cond.Y)
+	if site < 0 {
+		site = f.beginErr(cond.Y, cond.X)
+	}
+	if site < 0 {
+		return st
+	}
+	// err != nil: the true edge is Begin's error path; err == nil: the false edge.
+	if (cond.Op == token.NEQ && p.Succs[0] == succ) || (cond.Op == token.EQL && p.Succs[1] == succ) {
+		st &^= 1 << uint(site)
+	}
+	return st
+}
+
+// beginErr: x is the error result of a Begin site and y is nil.
+func (f *TxFlow) beginErr(x, y ssa.Value) int {
+	c, ok := y.(*ssa.Const)
+	if !ok || !c.IsNil() {
+		return -1
+	}
+	e, ok := x.(*ssa.Extract)
+	if !ok || e.Index != 1 {
+		return -1
+	}
+	call, ok := e.Tuple.(*ssa.Call)
+	if !ok {
+		return -1
+	}
+	if i, ok := f.index[call]; ok {
+		return i
+	}
+	return -1
+}
+
+func (f *TxFlow) step(st uint64, instr ssa.Instruction) uint64 {
+	call, ok := instr.(*ssa.Call)
+	if !ok {
+		return st
+	}
+	c := &call.Call
+	if i, ok := f.index[call]; ok {
+		return st | 1<<uint(i)
+	}
+	if v, ok := TxEnd(c); ok {
+		return f.close(st, v)
+	}
+	if sf := StaticFn(c); sf != nil && sf.Parent() != nil {
+		if s := f.r.local(sf); s != nil && s.ClosesAny {
+			return 0
+		}
+	}
+	for _, k := range f.r.closesParams(c) {
+		if k < len(c.Args) {
+			st = f.close(st, c.Args[k])
+		}
+	}
+	return st
+}
+
+func (f *TxFlow) close(st uint64, v ssa.Value) uint64 {
+	sites := f.SitesOf(v)
+	if len(sites) == 0 {
+		return 0 // unknown transaction: assume it is the open one (precision first)
+	}
+	for _, i := range sites {
+		st &^= 1 << uint(i)
+	}
+	return st
+}
+
+// SitesOf resolves a transaction value to the indexes of its sites.
+func (f *TxFlow) SitesOf(v ssa.Value) []int {
+	var out []int
+	seen := map[ssa.Value]bool{}
+	var walk func(v ssa.Value)
+	walk = func(v ssa.Value) {
+		if v == nil || seen[v] {
+			return
+		}
+		seen[v] = true
+		switch v := v.(type) {
+		case *ssa.Extract:
+			if call, ok := v.Tuple.(*ssa.Call); ok {
+				if i, ok := f.index[call]; ok {
+					out = append(out, i)
+				}
+			}
+		case *ssa.Phi:
+			for _, e := range v.Edges {
+				walk(e)
+			}
+		case *ssa.ChangeType:
+			walk(v.X)
+		case *ssa.MakeInterface:
+			walk(v.X)
+		case *ssa.ChangeInterface:
+			walk(v.X)
+		case *ssa.TypeAssert:
+			walk(v.X)
+		case *ssa.UnOp:
+			if a, ok := v.X.(*ssa.Alloc); ok && v.Op == token.MUL {
+				for _, ref := range *a.Referrers() {
+					if st, ok := ref.(*ssa.Store); ok && st.Addr == a {
+						walk(st.Val)
+					}
+				}
+			}
+		case *ssa.Parameter:
+			if len(f.Sites) > 0 && f.Sites[0].Runner && IsTxType(v.Type()) {
+				out = append(out, 0)
+			}
+		}
+	}
+	walk(v)
+	return out
+}
+
+// OpenAt returns the set (bit i = Sites[i]) of transactions open just
+// before instr.
+func (f *TxFlow) OpenAt(instr ssa.Instruction) uint64 {
+	if len(f.Sites) == 0 {
+		return 0
+	}
+	b := instr.Block()
+	st := f.in[b]
+	for _, in := range b.Instrs {
+		if in == instr {
+			return st
+		}
+		st = f.step(st, in)
+	}
+	return st
+}
+
+// First returns the first open site in the set.
+func (f *TxFlow) First(set uint64) Site {
+	for i := range f.Sites {
+		if set&(1<<uint(i)) != 0 {
+			return f.Sites[i]
+		}
+	}
+	return Site{}
+}

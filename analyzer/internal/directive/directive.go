@@ -1,0 +1,135 @@
+// Package directive implements idemlint's suppression comments:
+//
+//	//idemlint:ignore <rule> <reason>
+//
+// on the line of a diagnostic or on the line above it. The reason is
+// required: a directive without one suppresses nothing and is reported.
+package directive
+
+import (
+	"go/ast"
+	"go/token"
+	"strconv"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+)
+
+const prefix = "//idemlint:ignore"
+
+type key struct {
+	file string
+	line int
+}
+
+// Reporter reports a rule's diagnostics unless a directive suppresses them.
+type Reporter struct {
+	pass    *analysis.Pass
+	rule    string
+	ignored map[key]bool
+	seen    map[token.Pos]bool
+}
+
+// New scans the pass's files for directives naming rule, reports those
+// without a reason, and returns a Reporter for rule.
+func New(pass *analysis.Pass, rule string) *Reporter {
+	r := &Reporter{pass: pass, rule: rule, ignored: map[key]bool{}, seen: map[token.Pos]bool{}}
+	for _, f := range pass.Files {
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				r.scan(c)
+			}
+		}
+	}
+	return r
+}
+
+func (r *Reporter) scan(c *ast.Comment) {
+	if !strings.HasPrefix(c.Text, prefix) {
+		return
+	}
+	rest := strings.TrimPrefix(c.Text, prefix)
+	if rest != "" && rest[0] != ' ' && rest[0] != '\t' {
+		return
+	}
+	if i := strings.Index(rest, "//"); i >= 0 {
+		rest = rest[:i] // a trailing comment is not a reason
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 {
+		return
+	}
+	if fields[0] != r.rule {
+		if d := distance(fields[0], r.rule); d > 0 && d <= 2 {
+			r.misspelled(c, fields[0])
+		}
+		return
+	}
+	if len(fields) < 2 {
+		r.pass.Report(analysis.Diagnostic{
+			Pos:      c.Pos(),
+			End:      c.End(),
+			Category: r.rule,
+			Message:  "idemlint:ignore " + r.rule + " needs a reason: write //idemlint:ignore " + r.rule + " <why this is safe>; without one it suppresses nothing",
+		})
+		return
+	}
+	p := r.pass.Fset.Position(c.Pos())
+	r.ignored[key{p.Filename, p.Line}] = true
+}
+
+// Ignored reports whether a diagnostic at pos is suppressed.
+func (r *Reporter) Ignored(pos token.Pos) bool {
+	p := r.pass.Fset.Position(pos)
+	return r.ignored[key{p.Filename, p.Line}] || r.ignored[key{p.Filename, p.Line - 1}]
+}
+
+// Report reports d unless it is suppressed or a diagnostic was already
+// reported at the same position.
+func (r *Reporter) Report(d analysis.Diagnostic) {
+	if r.Ignored(d.Pos) || r.seen[d.Pos] {
+		return
+	}
+	r.seen[d.Pos] = true
+	d.Category = r.rule
+	r.pass.Report(d)
+}
+
+// misspelled reports a directive whose rule name is a typo of this rule,
+// with a fix that corrects it (safe: it only edits the comment).
+func (r *Reporter) misspelled(c *ast.Comment, word string) {
+	off := len(prefix) + strings.Index(c.Text[len(prefix):], word)
+	pos := c.Pos() + token.Pos(off)
+	end := pos + token.Pos(len(word))
+	r.pass.Report(analysis.Diagnostic{
+		Pos:      pos,
+		End:      end,
+		Category: r.rule,
+		Message:  "idemlint:ignore names no rule " + strconv.Quote(word) + "; did you mean " + r.rule + "? It suppresses nothing as written",
+		SuggestedFixes: []analysis.SuggestedFix{{
+			Message:   "Replace " + word + " with " + r.rule,
+			TextEdits: []analysis.TextEdit{{Pos: pos, End: end, NewText: []byte(r.rule)}},
+		}},
+	})
+}
+
+// distance is the Levenshtein distance between a and b.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,37 @@
+package timeoutfail_test
+
+import (
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/go/analysis/analysistest"
+
+	"github.com/idemkit/idem/analyzer/timeoutfail"
+)
+
+func TestTimeoutfail(t *testing.T) {
+	results := analysistest.Run(t, analysistest.TestData(), timeoutfail.New(timeoutfail.Config{}), "t")
+	// Every finding points at the network call whose error it is, and at the
+	// leaf call when the chain ends in this package.
+	n := 0
+	for _, r := range results {
+		for _, d := range r.Diagnostics {
+			if strings.HasPrefix(d.Message, "idemlint:ignore") {
+				continue
+			}
+			n++
+			if len(d.Related) == 0 || !strings.HasPrefix(d.Related[0].Message, "the network call whose error this is: ") || !d.Related[0].Pos.IsValid() {
+				t.Errorf("%v: related = %+v", r.Pass.Fset.Position(d.Pos), d.Related)
+			}
+		}
+	}
+	if n < 15 {
+		t.Errorf("%d findings, want at least 15", n)
+	}
+}
+
+// TestTimeoutfailFix: a misspelled rule name in a suppression directive is
+// reported with a fix that corrects it.
+func TestTimeoutfailFix(t *testing.T) {
+	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), timeoutfail.New(timeoutfail.Config{}), "fix")
+}

@@ -1,0 +1,54 @@
+package tokenorder_test
+
+import (
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/go/analysis/analysistest"
+
+	"github.com/idemkit/idem/analyzer/tokenorder"
+)
+
+func TestTokenorder(t *testing.T) {
+	results := analysistest.Run(t, analysistest.TestData(), tokenorder.New(tokenorder.Config{}), "k")
+	// Every finding points at the effect (and, for check-then-act, at the
+	// check and the consume).
+	n := 0
+	for _, r := range results {
+		for _, d := range r.Diagnostics {
+			if strings.HasPrefix(d.Message, "idemlint:ignore") {
+				continue
+			}
+			n++
+			want := 1
+			if strings.Contains(d.Message, "non-atomic check") {
+				want = 2
+			}
+			if len(d.Related) != want {
+				t.Errorf("%v: related = %+v, want %d", r.Pass.Fset.Position(d.Pos), d.Related, want)
+			}
+			for _, rel := range d.Related {
+				if !rel.Pos.IsValid() || rel.Pos == d.Pos {
+					t.Errorf("%v: bad related position %+v", r.Pass.Fset.Position(d.Pos), rel)
+				}
+			}
+		}
+	}
+	if n < 15 {
+		t.Errorf("%d findings, want at least 15", n)
+	}
+}
+
+func TestTokenorderTables(t *testing.T) {
+	a := tokenorder.New(tokenorder.Config{})
+	if err := a.Flags.Set("tables", "request_log"); err != nil {
+		t.Fatal(err)
+	}
+	analysistest.Run(t, analysistest.TestData(), a, "kcfg")
+}
+
+// TestTokenorderFix: a misspelled rule name in a suppression directive is
+// reported with a fix that corrects it.
+func TestTokenorderFix(t *testing.T) {
+	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), tokenorder.New(tokenorder.Config{}), "fix")
+}

@@ -1,0 +1,158 @@
+// Package txrpc defines an analyzer that reports calls that may do network
+// I/O while a database transaction is open.
+package txrpc
+
+import (
+	"fmt"
+	"go/token"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/ssa"
+
+	"github.com/idemkit/idem/analyzer/facts"
+	"github.com/idemkit/idem/analyzer/internal/directive"
+)
+
+// Name is the analyzer's name (part of idemlint's interface).
+const Name = "txrpc"
+
+// Doc documents the analyzer.
+const Doc = `report network I/O while a database transaction is open
+
+A remote call (HTTP, gRPC, SMTP, net.Dial, go-redis, or any function that
+transitively does one, in any package) made while a database/sql or pgx
+transaction is open cannot be rolled back with it: when the call times out or
+the transaction rolls back, the remote effect may have happened while the
+database says it has not, which loses money or charges twice, and the
+transaction holds its locks for the whole round trip. Transactions are
+database/sql *sql.Tx and pgx.Tx (Begin/BeginTx on a DB, conn or pool, nested
+Begin savepoints), pgx.BeginFunc/BeginTxFunc callbacks and user helpers that
+run a callback inside a transaction (inferred, or listed with -txrunners).
+Persist PROCESSING in its own transaction, commit, then call, and record the
+outcome in a second transaction.
+
+Suppress with //idemlint:ignore txrpc <reason>.`
+
+// Config configures a txrpc analyzer.
+type Config struct {
+	// Facts is the shared facts analyzer; nil means a private one.
+	Facts *facts.Facts
+	// NetFuncs and TxRunners are added to the facts configuration.
+	NetFuncs  []string
+	TxRunners []string
+}
+
+// Analyzer is the default txrpc analyzer, using facts.Shared.
+var Analyzer = New(Config{Facts: facts.Shared})
+
+// New returns a txrpc analyzer for cfg.
+func New(cfg Config) *analysis.Analyzer {
+	f := cfg.Facts
+	if f == nil {
+		f = facts.New(facts.Config{})
+	}
+	f.Config.NetFuncs = append(f.Config.NetFuncs, cfg.NetFuncs...)
+	f.Config.TxRunners = append(f.Config.TxRunners, cfg.TxRunners...)
+	a := &analysis.Analyzer{
+		Name:     Name,
+		Doc:      Doc,
+		URL:      "https://github.com/idemkit/idem/blob/main/docs/idemlint.md#txrpc",
+		Requires: []*analysis.Analyzer{f.Analyzer},
+		Run: func(pass *analysis.Pass) (any, error) {
+			run(pass, pass.ResultOf[f.Analyzer].(*facts.Result))
+			return nil, nil
+		},
+	}
+	a.Flags.Var(facts.ListFlag(&f.Config.NetFuncs), "netfuncs", "extra network functions, comma-separated, e.g. (*example.com/pay.Client).Charge")
+	a.Flags.Var(facts.ListFlag(&f.Config.TxRunners), "txrunners", "extra functions that run their func argument inside a transaction, comma-separated")
+	return a
+}
+
+const advice = "persist PROCESSING in its own transaction, commit, then call, and record the outcome in a second transaction"
+
+func run(pass *analysis.Pass, res *facts.Result) {
+	rep := directive.New(pass, Name)
+	for _, fn := range res.SSA.SrcFuncs {
+		fl := res.Flow(fn)
+		for _, b := range fn.Blocks {
+			for _, instr := range b.Instrs {
+				ci, ok := instr.(ssa.CallInstruction)
+				if !ok {
+					continue
+				}
+				if _, isDefer := instr.(*ssa.Defer); isDefer {
+					continue // runs at return, after the deferred Commit/Rollback has been queued
+				}
+				c := ci.Common()
+				if open := fl.OpenAt(instr); open != 0 {
+					if p := res.NetCall(c); p != nil {
+						_, isGo := instr.(*ssa.Go)
+						report(pass, res, rep, instr.Pos(), fl.First(open), p, isGo)
+						continue
+					}
+				}
+				// A named function handed to a transaction runner.
+				if call, ok := instr.(*ssa.Call); ok {
+					if k := res.RunnerArg(c); k >= 0 {
+						for _, cb := range callbacks(c.Args[k]) {
+							if res.RunnerCall(cb) == call {
+								continue // its body is checked in place
+							}
+							if p := res.NetCall(&ssa.CallCommon{Value: cb}); p != nil {
+								report(pass, res, rep, instr.Pos(), facts.Site{Pos: call.Pos(), Call: call, Runner: true}, p, false)
+								break
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func callbacks(v ssa.Value) []*ssa.Function {
+	switch v := v.(type) {
+	case *ssa.Function:
+		return []*ssa.Function{v}
+	case *ssa.MakeClosure:
+		if f, ok := v.Fn.(*ssa.Function); ok {
+			return []*ssa.Function{f}
+		}
+	case *ssa.ChangeType:
+		return callbacks(v.X)
+	}
+	return nil
+}
+
+func report(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, pos token.Pos, site facts.Site, p *facts.Path, isGo bool) {
+	where := "begun at " + res.PosString(site.Pos)
+	began := "transaction begun here"
+	if site.Runner {
+		where = "run by the call at " + res.PosString(site.Pos)
+		began = "transaction runner called here"
+	}
+	what := p.Chain[0] + " may do network I/O"
+	if isGo {
+		what = "a goroutine started here runs " + p.Chain[0] + ", which may do network I/O,"
+	}
+	chain := ""
+	if len(p.Chain) > 1 {
+		chain = " (" + p.String() + ")"
+	}
+	msg := fmt.Sprintf("%s%s while the database transaction %s is open: "+
+		"if the call times out or the transaction rolls back, the remote effect may have happened while the database says it has not "+
+		"(a lost or double charge), and the transaction holds its locks for the whole round trip; %s",
+		what, chain, where, advice)
+	d := analysis.Diagnostic{Pos: pos, Message: msg}
+	if site.Pos.IsValid() {
+		d.Related = append(d.Related, analysis.RelatedInformation{Pos: site.Pos, Message: began})
+	}
+	leaf := p.Chain[len(p.Chain)-1]
+	switch {
+	case p.LeafPos.IsValid() && p.LeafPos != pos:
+		d.Related = append(d.Related, analysis.RelatedInformation{Pos: p.LeafPos, Message: "leaf network call: " + leaf})
+	case p.Decl.IsValid() && len(p.Chain) > 1:
+		d.Related = append(d.Related, analysis.RelatedInformation{Pos: p.Decl, Message: fmt.Sprintf("%s is declared here; its leaf network call %s is at %s", p.Chain[0], leaf, p.Leaf)})
+	}
+	rep.Report(d)
+}

@@ -1,0 +1,72 @@
+package txrpc_test
+
+import (
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/go/analysis/analysistest"
+
+	"github.com/idemkit/idem/analyzer/txrpc"
+)
+
+func TestTxrpc(t *testing.T) {
+	results := analysistest.Run(t, analysistest.TestData(), txrpc.New(txrpc.Config{}), "a")
+	checkRelated(t, results)
+}
+
+func TestTxrpcConfigured(t *testing.T) {
+	a := txrpc.New(txrpc.Config{
+		NetFuncs:  []string{"(cfg.Gateway).Charge"},
+		TxRunners: []string{"cfg.Store.Atomically"},
+	})
+	analysistest.Run(t, analysistest.TestData(), a, "cfg")
+}
+
+// TestTxrpcFlags sets the same configuration through the analyzer's flags.
+func TestTxrpcFlags(t *testing.T) {
+	a := txrpc.New(txrpc.Config{})
+	if err := a.Flags.Set("netfuncs", "(cfg.Gateway).Charge"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flags.Set("txrunners", "(cfg.Store).Atomically"); err != nil {
+		t.Fatal(err)
+	}
+	analysistest.Run(t, analysistest.TestData(), a, "cfg")
+}
+
+// checkRelated checks the Related positions of chained diagnostics: where
+// the transaction began and the leaf network call.
+func checkRelated(t *testing.T, results []*analysistest.Result) {
+	t.Helper()
+	var checked int
+	for _, r := range results {
+		for _, d := range r.Diagnostics {
+			if !strings.Contains(d.Message, " -> ") || strings.Contains(d.Message, "run by the call") {
+				continue
+			}
+			var began, leaf bool
+			for _, rel := range d.Related {
+				pos := r.Pass.Fset.Position(rel.Pos)
+				switch {
+				case rel.Message == "transaction begun here":
+					began = strings.HasSuffix(pos.Filename, "a.go")
+				case strings.HasPrefix(rel.Message, "leaf network call: "), strings.Contains(rel.Message, "its leaf network call"):
+					leaf = pos.IsValid()
+				}
+			}
+			if !began || !leaf {
+				t.Errorf("%v: %q: related %+v lacks the tx begin or the leaf call", r.Pass.Fset.Position(d.Pos), d.Message, d.Related)
+			}
+			checked++
+		}
+	}
+	if checked < 3 {
+		t.Errorf("checked %d diagnostics, want at least 3", checked)
+	}
+}
+
+// TestTxrpcFix: a misspelled rule name in a suppression directive is
+// reported with a fix that corrects it.
+func TestTxrpcFix(t *testing.T) {
+	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), txrpc.New(txrpc.Config{}), "fix")
+}

@@ -1,0 +1,229 @@
+package main_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const bad = `package shop
+
+import (
+	"context"
+	"database/sql"
+	"net/http"
+)
+
+// Charge calls the gateway while the transaction is open.
+func Charge(ctx context.Context, db *sql.DB, id string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "UPDATE payments SET state='PROCESSING' WHERE id=$1", id); err != nil {
+		return err
+	}
+	if err := notify(ctx, id); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func notify(ctx context.Context, id string) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", "https://pay.example/charge?id="+id, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+`
+
+const good = `package shop
+
+import (
+	"context"
+	"database/sql"
+	"net/http"
+)
+
+// Charge commits PROCESSING, then calls the gateway with no transaction open.
+func Charge(ctx context.Context, db *sql.DB, id string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "UPDATE payments SET state='PROCESSING' WHERE id=$1", id); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	return notify(ctx, id)
+}
+
+func notify(ctx context.Context, id string) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", "https://pay.example/charge?id="+id, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+`
+
+func buildIdemlint(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "idemlint")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func writeModule(t *testing.T, src string) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"go.mod":       "module example.com/shop\n\ngo 1.26\n",
+		"shop/shop.go": src,
+	}
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func run(t *testing.T, dir string, name string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("%s %v: %v", name, args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+func TestEndToEnd(t *testing.T) {
+	bin := buildIdemlint(t)
+	badDir := writeModule(t, bad)
+	goodDir := writeModule(t, good)
+
+	t.Run("direct", func(t *testing.T) {
+		_, stderr, code := run(t, badDir, bin, "./...")
+		if code != 3 {
+			t.Errorf("exit %d, want 3; stderr:\n%s", code, stderr)
+		}
+		for _, want := range []string{
+			"shop.go:19:18: shop.notify may do network I/O (shop.notify -> (*http.Client).Do) while the database transaction begun at shop.go:11:23 is open",
+			"shop.go:11:23: \ttransaction begun here",
+			"shop.go:30:36: \tleaf network call: (*http.Client).Do",
+			"shop.go:20:3: the error of shop.notify (shop.notify -> (*http.Client).Do), a call that may do network I/O, reaches an action that returns, so the deferred Rollback undoes the transaction holding the intent",
+		} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, stderr)
+			}
+		}
+		_, stderr, code = run(t, goodDir, bin, "./...")
+		if code != 0 || stderr != "" {
+			t.Errorf("clean module: exit %d, stderr:\n%s", code, stderr)
+		}
+	})
+
+	t.Run("disabled", func(t *testing.T) {
+		_, stderr, code := run(t, badDir, bin, "-txrpc=false", "./...")
+		if code != 3 || strings.Contains(stderr, "may do network I/O while") || !strings.Contains(stderr, "the error of shop.notify") {
+			t.Errorf("-txrpc=false: exit %d, stderr:\n%s", code, stderr)
+		}
+		_, stderr, code = run(t, badDir, bin, "-txrpc=false", "-timeoutfail=false", "./...")
+		if code != 0 {
+			t.Errorf("-txrpc=false -timeoutfail=false: exit %d, stderr:\n%s", code, stderr)
+		}
+		_, stderr, code = run(t, badDir, bin, "-tokenorder", "./...")
+		if code != 0 {
+			t.Errorf("-tokenorder only: exit %d, stderr:\n%s", code, stderr)
+		}
+	})
+
+	t.Run("json", func(t *testing.T) {
+		stdout, stderr, code := run(t, badDir, bin, "-json", "./...")
+		if code != 0 {
+			t.Errorf("-json: exit %d; stderr:\n%s", code, stderr)
+		}
+		var tree map[string]map[string][]struct {
+			Posn    string `json:"posn"`
+			Message string `json:"message"`
+			Related []struct {
+				Posn    string `json:"posn"`
+				Message string `json:"message"`
+			} `json:"related"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &tree); err != nil {
+			t.Fatalf("-json output: %v\n%s", err, stdout)
+		}
+		if n := len(tree["example.com/shop/shop"]["timeoutfail"]); n != 1 {
+			t.Errorf("timeoutfail diagnostics = %d, want 1", n)
+		}
+		diags := tree["example.com/shop/shop"]["txrpc"]
+		if len(diags) != 1 {
+			t.Fatalf("txrpc diagnostics = %d, want 1:\n%s", len(diags), stdout)
+		}
+		var rel []string
+		for _, r := range diags[0].Related {
+			rel = append(rel, r.Message)
+		}
+		if !strings.Contains(strings.Join(rel, "|"), "transaction begun here") || !strings.Contains(strings.Join(rel, "|"), "leaf network call: (*http.Client).Do") {
+			t.Errorf("related = %q", rel)
+		}
+	})
+
+	t.Run("vettool", func(t *testing.T) {
+		_, stderr, code := run(t, badDir, "go", "vet", "-vettool="+bin, "./...")
+		if code == 0 || !strings.Contains(stderr, "shop.notify may do network I/O") {
+			t.Errorf("go vet: exit %d, stderr:\n%s", code, stderr)
+		}
+		_, stderr, code = run(t, goodDir, "go", "vet", "-vettool="+bin, "./...")
+		if code != 0 {
+			t.Errorf("go vet on the clean module: exit %d, stderr:\n%s", code, stderr)
+		}
+		// Analyzer flags pass through go vet.
+		_, stderr, code = run(t, badDir, "go", "vet", "-vettool="+bin, "-txrpc=false", "-timeoutfail=false", "./...")
+		if code != 0 {
+			t.Errorf("go vet -txrpc=false -timeoutfail=false: exit %d, stderr:\n%s", code, stderr)
+		}
+		// Analyzer configuration flags pass through go vet as well.
+		_, stderr, code = run(t, badDir, "go", "vet", "-vettool="+bin, "-txrpc.netfuncs=example.com/shop/shop.notify", "./...")
+		if code == 0 || !strings.Contains(stderr, "shop.notify may do network I/O while") {
+			t.Errorf("go vet -txrpc.netfuncs: exit %d, stderr:\n%s", code, stderr)
+		}
+	})
+}
