@@ -3,11 +3,28 @@
 // migrations with their own tool (`idemgen schema`).
 package templates
 
-import _ "embed"
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+	"text/template"
 
-// Schema is the PostgreSQL migration of the record table. It is the same
-// DDL that pgstore.Migrate applies (queries.Schema); a test keeps them
-// byte for byte equal.
-//
-//go:embed schema.sql
-var Schema string
+	"github.com/idemkit/idem/queries"
+)
+
+//go:embed migration.sql.tmpl
+var migrationText string
+
+var migration = template.Must(template.New("migration.sql").Parse(migrationText))
+
+// Migration renders the PostgreSQL migration of the record table: a header
+// naming generator (idemgen's version), then the DDL that pgstore.Migrate
+// applies ([queries.Schema]), byte for byte.
+func Migration(generator string) (string, error) {
+	var b strings.Builder
+	err := migration.Execute(&b, struct{ Generator, Schema string }{generator, queries.Schema})
+	if err != nil {
+		return "", fmt.Errorf("templates: rendering the migration: %w", err)
+	}
+	return b.String(), nil
+}

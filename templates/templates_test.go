@@ -1,35 +1,29 @@
 package templates
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/idemkit/idem/queries"
 )
 
-func TestSchemaMatchesQueries(t *testing.T) {
-	if Schema != queries.Schema {
-		t.Fatalf("templates/schema.sql differs from queries/schema.sql; copy it over:\n%s", firstDiff(Schema, queries.Schema))
+func TestMigrationCarriesTheSchema(t *testing.T) {
+	got, err := Migration("idemgen v1.2.3")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(Schema, "CREATE TABLE IF NOT EXISTS idem_records") {
-		t.Fatal("the schema does not create idem_records")
+	header, body, ok := strings.Cut(got, "\n\n")
+	if !ok {
+		t.Fatalf("no blank line between header and schema:\n%s", got)
 	}
-}
-
-func firstDiff(a, b string) string {
-	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
-	for i := 0; i < len(al) || i < len(bl); i++ {
-		var x, y string
-		if i < len(al) {
-			x = al[i]
-		}
-		if i < len(bl) {
-			y = bl[i]
-		}
-		if x != y {
-			return "line " + strconv.Itoa(i+1) + ":\n  templates: " + x + "\n  queries:   " + y
-		}
+	if !strings.Contains(header, "idemgen v1.2.3") || !strings.HasPrefix(header, "-- ") {
+		t.Errorf("header = %q", header)
 	}
-	return ""
+	if body != queries.Schema {
+		t.Errorf("rendered schema differs from queries.Schema:\n%s", body)
+	}
+	again, _ := Migration("idemgen v1.2.3")
+	if again != got {
+		t.Error("rendering is not deterministic")
+	}
 }

@@ -47,7 +47,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "idemgen schema takes no arguments")
 			return exitUsage
 		}
-		_, _ = io.WriteString(stdout, templates.Schema)
+		sql, err := templates.Migration("idemgen " + versionString())
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitError
+		}
+		_, _ = io.WriteString(stdout, sql)
 		return exitOK
 	}
 	fs := flag.NewFlagSet("idemgen", flag.ContinueOnError)

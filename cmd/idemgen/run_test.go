@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idem/queries"
 	"github.com/idemkit/idem/templates"
 )
 
@@ -39,8 +40,12 @@ func TestHelp(t *testing.T) {
 
 func TestSchema(t *testing.T) {
 	code, out, _ := runCmd(t, "schema")
-	if code != 0 || out != templates.Schema {
-		t.Fatalf("schema: exit %d, output differs from templates.Schema", code)
+	want, err := templates.Migration("idemgen " + versionString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 || out != want || !strings.HasSuffix(out, queries.Schema) {
+		t.Fatalf("schema: exit %d, output differs from the rendered migration:\n%s", code, out)
 	}
 	if code, _, _ := runCmd(t, "schema", "extra"); code != exitUsage {
 		t.Fatalf("schema extra: exit %d", code)
