@@ -87,7 +87,10 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 
 	var waitStart, waitUntil time.Time // set on the first wait
 	backoff := 5 * time.Millisecond
-	for {
+	for claims := 1; ; claims++ {
+		if claims > 1000 { // a store bug, not a state: never spin forever
+			return zero, fmt.Errorf("idem: %s %q: the store neither grants nor refuses the claim (%d tries)", id.Operation, id.Key, claims-1)
+		}
 		start := time.Now()
 		res, err := rt.store.Claim(ctx, claim)
 		rt.phase(ctx, id.Operation, PhaseClaim, start)

@@ -414,3 +414,22 @@ func TestLeaseRenewedWhileCompletionRetries(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// stuckStore never grants a claim yet reports the record as free: a broken
+// store must give an error, not a busy loop.
+type stuckStore struct{ runtime.Store }
+
+func (stuckStore) Claim(_ context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+	now := time.Now()
+	return runtime.ClaimResult{Record: runtime.Record{ID: p.ID, Fingerprint: p.Fingerprint, State: runtime.StateProcessing,
+		Owner: "ghost", Version: 1, LeaseExpiresAt: now.Add(-time.Second), StoreNow: now}}, nil
+}
+
+func TestBrokenStoreDoesNotSpinForever(t *testing.T) {
+	rt := newRT(t, stuckStore{memstore.New()})
+	_, err := runtime.Do(context.Background(), rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Request: 1,
+		Effect: func(context.Context, int) (int, error) { return 1, nil }})
+	if err == nil || !strings.Contains(err.Error(), "neither grants nor refuses") {
+		t.Fatalf("error = %v", err)
+	}
+}
