@@ -74,7 +74,6 @@ func module(t *testing.T, files map[string]string) string {
 	}
 	t.Chdir(dir)
 	t.Setenv("GOFLAGS", "-mod=mod")
-	t.Setenv("GOPROXY", "off")
 	t.Setenv("GOWORK", "off")
 	return dir
 }
