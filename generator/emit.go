@@ -398,7 +398,7 @@ func (e *emitter) constructor() {
 			for _, m := range regs {
 				g.If(
 					jen.Id(errName).Op(":=").Add(e.idem("Register")).Types(e.typ(m.Req), e.typ(m.Resp)).Call(
-						jen.Id(rt), jen.Lit(m.Op), jen.Id(inner).Dot(m.Reconcile), e.idem("QueryOptions").Values(),
+						jen.Id(rt), jen.Lit(m.Op), jen.Id(inner).Dot(m.Reconcile), e.queryOptions(m),
 					),
 					jen.Id(errName).Op("!=").Nil(),
 				).Block(jen.Panic(jen.Id(errName)))
@@ -729,4 +729,13 @@ func groupImports(src []byte) []byte {
 	out := append([]byte{}, src[:start]...)
 	out = append(out, block...)
 	return append(out, src[start+n:]...)
+}
+
+// queryOptions is the runtime.QueryOptions literal registered with m's
+// reconcile query: the reconciler keeps what it converges for m's TTL.
+func (e *emitter) queryOptions(m *Method) *jen.Statement {
+	if m.TTL > 0 {
+		return e.idem("QueryOptions").Values(jen.Dict{jen.Id("TTL"): durationExpr(m.TTL)})
+	}
+	return e.idem("QueryOptions").Values()
 }

@@ -231,15 +231,19 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 	rt.phase(ctx, op, PhaseReconcile, start)
 
 	tp := TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version}
+	ttl := q.opts.TTL
+	if ttl <= 0 {
+		ttl = rt.cfg.ttl
+	}
 	release := false
 	switch outcome {
 	case OutcomeSucceeded:
-		tp.To, tp.Response, tp.TTL = StateSuccess, resp, rt.cfg.ttl
+		tp.To, tp.Response, tp.TTL = StateSuccess, resp, ttl
 	case OutcomeFailed:
-		tp.To, tp.Response, tp.TTL = StateFailed, EncodeFailure(qerr), rt.cfg.ttl
+		tp.To, tp.Response, tp.TTL = StateFailed, EncodeFailure(qerr), ttl
 	case OutcomeNotHappened:
 		if q.opts.NotHappened == NotHappenedFail {
-			tp.To, tp.Response, tp.TTL = StateFailed, EncodeFailure(errors.New("the effect did not happen")), rt.cfg.ttl
+			tp.To, tp.Response, tp.TTL = StateFailed, EncodeFailure(errors.New("the effect did not happen")), ttl
 		} else {
 			release = true
 		}

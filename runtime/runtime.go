@@ -111,6 +111,9 @@ const (
 type QueryOptions struct {
 	// NotHappened is the reconciler's policy when the effect did not happen.
 	NotHappened NotHappenedPolicy
+	// TTL is how long the reconciler keeps records it converges to SUCCESS or
+	// FAILED (0: the runtime's TTL). Set it to the operation's TTL.
+	TTL time.Duration
 }
 
 // registeredQuery is a query function working on encoded requests, so that a

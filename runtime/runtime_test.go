@@ -433,3 +433,31 @@ func TestBrokenStoreDoesNotSpinForever(t *testing.T) {
 		t.Fatalf("error = %v", err)
 	}
 }
+
+func TestReconcilerKeepsConvergedRecordsForTheQueryTTL(t *testing.T) {
+	s := memstore.New()
+	ctx := context.Background()
+	rt := newRT(t, s)
+	if _, err := runtime.Do(ctx, rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Request: 1,
+		Effect: func(context.Context, int) (int, error) { return 0, context.DeadlineExceeded }}); !errors.Is(err, runtime.ErrOutcomeUnknown) {
+		t.Fatal(err)
+	}
+	q := func(context.Context, int) (int, runtime.Outcome, error) { return 5, runtime.OutcomeSucceeded, nil }
+	if err := runtime.Register(rt, "Op", q, runtime.QueryOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runtime.NewReconciler(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.RunOnce(ctx); err != nil || st.Succeeded != 1 {
+		t.Fatalf("RunOnce = %+v, %v", st, err)
+	}
+	rec, err := s.Get(ctx, runtime.Identity{Operation: "Op", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := rec.ExpiresAt.Sub(rec.UpdatedAt); d != time.Hour {
+		t.Fatalf("converged record kept for %v, want the query's TTL of 1h", d)
+	}
+}

@@ -35,7 +35,7 @@ func NewIdempotentPayments(inner Payments, rt *idem.Runtime) Payments {
 	if inner == nil || rt == nil {
 		panic("idem: NewIdempotentPayments: inner and rt must not be nil")
 	}
-	if err := idem.Register[ChargeRequest, ChargeReceipt](rt, "shop.Charge", inner.FindCharge, idem.QueryOptions{}); err != nil {
+	if err := idem.Register[ChargeRequest, ChargeReceipt](rt, "shop.Charge", inner.FindCharge, idem.QueryOptions{TTL: 24 * time.Hour}); err != nil {
 		panic(err)
 	}
 	return &idemPayments{
