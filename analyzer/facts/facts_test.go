@@ -1,6 +1,7 @@
 package facts_test
 
 import (
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/tools/go/analysis/analysistest"
@@ -8,9 +9,12 @@ import (
 	"github.com/idemkit/idem/analyzer/facts"
 )
 
+// testdata is the GOPATH shared by the analyzers' tests (stubs once).
+var testdata = filepath.Join(analysistest.TestData(), "..", "..", "testdata")
+
 // TestFacts checks the facts exported for a chain of packages fa -> fb -> fc:
 // network I/O two packages away, runners, timeout checks, failure actions,
 // status writers, token deletes and claims, transaction closers.
 func TestFacts(t *testing.T) {
-	analysistest.Run(t, analysistest.TestData(), facts.New(facts.Config{}).Analyzer, "fa", "fb", "fc")
+	analysistest.Run(t, testdata, facts.New(facts.Config{}).Analyzer, "fa", "fb", "fc")
 }

@@ -1,6 +1,7 @@
 package timeoutfail_test
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -9,8 +10,11 @@ import (
 	"github.com/idemkit/idem/analyzer/timeoutfail"
 )
 
+// testdata is the GOPATH shared by the analyzers' tests (stubs once).
+var testdata = filepath.Join(analysistest.TestData(), "..", "..", "testdata")
+
 func TestTimeoutfail(t *testing.T) {
-	results := analysistest.Run(t, analysistest.TestData(), timeoutfail.New(timeoutfail.Config{}), "t")
+	results := analysistest.Run(t, testdata, timeoutfail.New(timeoutfail.Config{}), "t")
 	// Every finding points at the network call whose error it is, and at the
 	// leaf call when the chain ends in this package.
 	n := 0
@@ -33,5 +37,5 @@ func TestTimeoutfail(t *testing.T) {
 // TestTimeoutfailFix: a misspelled rule name in a suppression directive is
 // reported with a fix that corrects it.
 func TestTimeoutfailFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), timeoutfail.New(timeoutfail.Config{}), "fix")
+	analysistest.RunWithSuggestedFixes(t, testdata, timeoutfail.New(timeoutfail.Config{}), "timeoutfailfix")
 }

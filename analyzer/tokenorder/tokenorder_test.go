@@ -1,6 +1,7 @@
 package tokenorder_test
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -9,8 +10,11 @@ import (
 	"github.com/idemkit/idem/analyzer/tokenorder"
 )
 
+// testdata is the GOPATH shared by the analyzers' tests (stubs once).
+var testdata = filepath.Join(analysistest.TestData(), "..", "..", "testdata")
+
 func TestTokenorder(t *testing.T) {
-	results := analysistest.Run(t, analysistest.TestData(), tokenorder.New(tokenorder.Config{}), "k")
+	results := analysistest.Run(t, testdata, tokenorder.New(tokenorder.Config{}), "k")
 	// Every finding points at the effect (and, for check-then-act, at the
 	// check and the consume).
 	n := 0
@@ -44,11 +48,11 @@ func TestTokenorderTables(t *testing.T) {
 	if err := a.Flags.Set("tables", "request_log"); err != nil {
 		t.Fatal(err)
 	}
-	analysistest.Run(t, analysistest.TestData(), a, "kcfg")
+	analysistest.Run(t, testdata, a, "kcfg")
 }
 
 // TestTokenorderFix: a misspelled rule name in a suppression directive is
 // reported with a fix that corrects it.
 func TestTokenorderFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), tokenorder.New(tokenorder.Config{}), "fix")
+	analysistest.RunWithSuggestedFixes(t, testdata, tokenorder.New(tokenorder.Config{}), "tokenorderfix")
 }

@@ -1,6 +1,7 @@
 package txrpc_test
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -9,8 +10,11 @@ import (
 	"github.com/idemkit/idem/analyzer/txrpc"
 )
 
+// testdata is the GOPATH shared by the analyzers' tests (stubs once).
+var testdata = filepath.Join(analysistest.TestData(), "..", "..", "testdata")
+
 func TestTxrpc(t *testing.T) {
-	results := analysistest.Run(t, analysistest.TestData(), txrpc.New(txrpc.Config{}), "a")
+	results := analysistest.Run(t, testdata, txrpc.New(txrpc.Config{}), "a")
 	checkRelated(t, results)
 }
 
@@ -19,7 +23,7 @@ func TestTxrpcConfigured(t *testing.T) {
 		NetFuncs:  []string{"(cfg.Gateway).Charge"},
 		TxRunners: []string{"cfg.Store.Atomically"},
 	})
-	analysistest.Run(t, analysistest.TestData(), a, "cfg")
+	analysistest.Run(t, testdata, a, "cfg")
 }
 
 // TestTxrpcFlags sets the same configuration through the analyzer's flags.
@@ -31,7 +35,7 @@ func TestTxrpcFlags(t *testing.T) {
 	if err := a.Flags.Set("txrunners", "(cfg.Store).Atomically"); err != nil {
 		t.Fatal(err)
 	}
-	analysistest.Run(t, analysistest.TestData(), a, "cfg")
+	analysistest.Run(t, testdata, a, "cfg")
 }
 
 // checkRelated checks the Related positions of chained diagnostics: where
@@ -68,5 +72,5 @@ func checkRelated(t *testing.T, results []*analysistest.Result) {
 // TestTxrpcFix: a misspelled rule name in a suppression directive is
 // reported with a fix that corrects it.
 func TestTxrpcFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), txrpc.New(txrpc.Config{}), "fix")
+	analysistest.RunWithSuggestedFixes(t, testdata, txrpc.New(txrpc.Config{}), "txrpcfix")
 }

@@ -1,6 +1,6 @@
-// Package fix has a misspelled suppression directive; the suggested fix
+// Package txrpcfix has a misspelled suppression directive; the suggested fix
 // corrects the rule name.
-package fix
+package txrpcfix
 
 import (
 	"database/sql"
@@ -13,7 +13,7 @@ func audit(db *sql.DB) error {
 		return err
 	}
 	defer tx.Rollback()
-	//idemlint:ignore txrpc the audit hook is idempotent on its side // want `idemlint:ignore names no rule "txrcp"; did you mean txrpc\?`
+	//idemlint:ignore txrcp the audit hook is idempotent on its side // want `idemlint:ignore names no rule "txrcp"; did you mean txrpc\?`
 	http.Post("https://audit.example", "text/plain", nil) // want `http\.Post may do network I/O`
 	return tx.Commit()
 }

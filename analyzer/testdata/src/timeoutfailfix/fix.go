@@ -1,6 +1,6 @@
-// Package fix has a misspelled suppression directive; the suggested fix
+// Package timeoutfailfix has a misspelled suppression directive; the suggested fix
 // corrects the rule name.
-package fix
+package timeoutfailfix
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 func charge(ctx context.Context, db *sql.DB, id string) error {
 	if err := tc.Charge(ctx, id); err != nil {
-		//idemlint:ignore timeoutfail the gateway never charges on error // want `idemlint:ignore names no rule "timeoutfial"; did you mean timeoutfail\?`
+		//idemlint:ignore timeoutfial the gateway never charges on error // want `idemlint:ignore names no rule "timeoutfial"; did you mean timeoutfail\?`
 		db.ExecContext(ctx, "UPDATE payments SET state='FAILED' WHERE id=$1", id) // want `writes a FAILED status`
 		return err
 	}

@@ -1,6 +1,6 @@
-// Package fix has a misspelled suppression directive; the suggested fix
+// Package tokenorderfix has a misspelled suppression directive; the suggested fix
 // corrects the rule name.
-package fix
+package tokenorderfix
 
 import (
 	"context"
