@@ -14,10 +14,7 @@ import (
 
 // RunReconcile checks the reconciler and the sweeper on the store.
 func RunReconcile(t *testing.T, newStore NewStore) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s runtime.Store)
-	}{
+	runCases(t, newStore, []testCase{
 		{"CrashAfterClaim", func(t *testing.T, s runtime.Store) { testCrash(t, s, crashAfterClaim) }},
 		{"CrashAfterEffect", func(t *testing.T, s runtime.Store) { testCrash(t, s, crashAfterEffect) }},
 		{"CrashBeforeCompletion", func(t *testing.T, s runtime.Store) { testCrash(t, s, crashBeforeCompletion) }},
@@ -29,13 +26,7 @@ func RunReconcile(t *testing.T, newStore NewStore) {
 		{"RunStopsOnCancel", testReconcilerRun},
 		{"SweeperRemovesOnlyExpiredFinished", testSweeper},
 		{"ChaosConverges", testChaos},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newStore(t))
-		})
-	}
+	})
 }
 
 // ledger is a downstream (a payment gateway) that remembers its charges by

@@ -14,10 +14,7 @@ import (
 
 // RunRuntime checks [runtime.Do] on the store.
 func RunRuntime(t *testing.T, newStore NewStore) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s runtime.Store)
-	}{
+	runCases(t, newStore, []testCase{
 		{"ConcurrentDuplicatesRunOnce", testConcurrentDuplicates},
 		{"ReplaySuccess", testReplaySuccess},
 		{"ReplayPermanentFailure", testReplayFailure},
@@ -36,13 +33,7 @@ func RunRuntime(t *testing.T, newStore NewStore) {
 		{"ScopeIsolation", testScopeIsolation},
 		{"TTLExpiryRunsAgain", testDoTTL},
 		{"PanicIsUnknown", testPanicUnknown},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newStore(t))
-		})
-	}
+	})
 }
 
 type chargeReq struct {

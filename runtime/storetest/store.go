@@ -15,10 +15,7 @@ import (
 
 // RunStore checks a store's primitives directly.
 func RunStore(t *testing.T, newStore NewStore) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s runtime.Store)
-	}{
+	runCases(t, newStore, []testCase{
 		{"ClaimNew", testClaimNew},
 		{"ClaimLiveIsNotClaimed", testClaimLive},
 		{"TransitionIsCAS", testTransitionCAS},
@@ -36,13 +33,7 @@ func RunStore(t *testing.T, newStore NewStore) {
 		{"AcquirePendingByOperation", testAcquirePendingByOperation},
 		{"IdentitiesDoNotCollide", testIdentitiesDoNotCollide},
 		{"LargeAndBinaryPayloads", testPayloads},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newStore(t))
-		})
-	}
+	})
 }
 
 func ident(t *testing.T, key string) runtime.Identity {

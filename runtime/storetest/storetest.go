@@ -13,8 +13,9 @@
 // time with their own clock (PostgreSQL, Redis) are tested as they run.
 //
 // Tests isolate themselves with a unique scope per test, so the same
-// database can back every test; only Sweep is global, and its tests check
-// only their own records.
+// database can back every test. AcquirePending and Sweep work store-wide:
+// tests of acquisition keep to an operation of their own (the Operations
+// filter), and tests of sweeping check only their own records.
 package storetest
 
 import (
@@ -59,3 +60,19 @@ func uniqueScope(t *testing.T) string {
 }
 
 func sleep(d time.Duration) { time.Sleep(d) }
+
+// testCase is one named case of the suite.
+type testCase struct {
+	name string
+	fn   func(t *testing.T, s runtime.Store)
+}
+
+// runCases runs cases in parallel, each on a store from newStore.
+func runCases(t *testing.T, newStore NewStore, cases []testCase) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t))
+		})
+	}
+}
