@@ -461,3 +461,26 @@ func TestReconcilerKeepsConvergedRecordsForTheQueryTTL(t *testing.T) {
 		t.Fatalf("converged record kept for %v, want the query's TTL of 1h", d)
 	}
 }
+
+// FuzzValidateKey: a key is accepted exactly when it is 1 to 255 bytes of
+// visible ASCII, and a refusal always wraps ErrInvalidKey.
+func FuzzValidateKey(f *testing.F) {
+	for _, seed := range []string{"", "k", "order-1", "with space", "\x00", "é", strings.Repeat("x", 256)} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		valid := len(key) >= 1 && len(key) <= 255
+		for i := 0; i < len(key); i++ {
+			if key[i] < 0x21 || key[i] > 0x7e {
+				valid = false
+			}
+		}
+		err := runtime.ValidateKey(key)
+		if valid != (err == nil) {
+			t.Fatalf("ValidateKey(%q) = %v, want valid=%v", key, err, valid)
+		}
+		if err != nil && !errors.Is(err, runtime.ErrInvalidKey) {
+			t.Fatalf("ValidateKey(%q) = %v, not ErrInvalidKey", key, err)
+		}
+	})
+}

@@ -61,3 +61,34 @@ func TestKeyLayout(t *testing.T) {
 		t.Errorf("5000 keys used %d of %d buckets", len(used), redisstore.DefaultBuckets)
 	}
 }
+
+// FuzzKeysInjective: two different identities never share a record key, and
+// user input never adds a hash tag. `go test` runs the seeds; run
+// `go test -fuzz FuzzKeysInjective ./runtime/redisstore` to search further.
+func FuzzKeysInjective(f *testing.F) {
+	f.Add("a", "b:c", "d", "a:b", "c", "d")
+	f.Add("a", "b", "c:d", "a:b", "c", "d")
+	f.Add("a%3A", "b", "c", "a:", "b", "c")
+	f.Add("a}", "{b", "d", "a", "}{b", "d")
+	f.Add("a\\", "b", "c", "a", "\\b", "c")
+	f.Add("", "a:b", "c", "a", "b", "c")
+	f.Add("x\x00y", "op", "k", "x", "\x00yop", "k")
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	s, err := redisstore.New(c)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, s1, o1, k1, s2, o2, k2 string) {
+		a := runtime.Identity{Scope: s1, Operation: o1, Key: k1}
+		b := runtime.Identity{Scope: s2, Operation: o2, Key: k2}
+		ka, _, _ := redisstore.KeysOf(s, a)
+		kb, _, _ := redisstore.KeysOf(s, b)
+		if a != b && ka == kb {
+			t.Fatalf("%+v and %+v share the key %q", a, b, ka)
+		}
+		if strings.Count(ka, "{") != 1 || strings.Count(ka, "}") != 1 {
+			t.Fatalf("key %q of %+v has a hash tag besides the bucket's", ka, a)
+		}
+	})
+}
