@@ -211,17 +211,16 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 
 	leaseLost := errors.Is(context.Cause(effCtx), ErrLeaseLost)
 	to := ex.classify(err, panicked != nil)
-	tp := TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version, To: to}
+	tp := TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version, To: to, Token: ex.rt.newToken()}
 	switch to {
 	case StateSuccess:
-		b, merr := ex.rt.cfg.codec.Marshal(resp)
-		if merr != nil {
-			// The effect happened but its response cannot be stored: the
-			// outcome is not replayable, so record UNKNOWN.
-			tp.To = StateUnknown
-			err = fmt.Errorf("idem: %s %q: encoding response: %w", ex.id.Operation, ex.id.Key, merr)
+		tp.TTL = ex.ttl
+		if b, merr := ex.rt.cfg.codec.Marshal(resp); merr != nil {
+			// The effect happened but its response cannot be encoded: record
+			// that it happened, without a response to replay.
+			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding it failed: "+merr.Error()
 		} else {
-			tp.Response, tp.TTL = b, ex.ttl
+			tp.Response = b
 		}
 	case StateFailed:
 		tp.Response, tp.TTL = EncodeFailure(err), ex.ttl
@@ -229,12 +228,12 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	var cerr error
 	start = time.Now()
 	if to == "" {
-		cerr = ex.complete(ctx, func(cctx context.Context) error {
+		cerr = ex.complete(ctx, true, func(cctx context.Context) error {
 			return ex.rt.store.Release(cctx, ReleaseParams{ID: ex.id, State: StateProcessing, Owner: tp.Owner, Version: tp.Version})
 		})
 	} else {
-		cerr = ex.complete(ctx, func(cctx context.Context) error {
-			_, err := ex.rt.store.Transition(cctx, tp)
+		cerr = ex.complete(ctx, false, func(cctx context.Context) error {
+			_, err := ex.rt.transitionStore(cctx, &tp)
 			return err
 		})
 	}
@@ -256,6 +255,10 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	}
 	switch tp.To {
 	case StateSuccess:
+		if tp.ResponseOmitted {
+			ex.rt.cfg.logger.WarnContext(ctx, "idem: the effect succeeded but its response was not stored; duplicates get ErrNotReplayable",
+				"operation", ex.id.Operation, "key", ex.id.Key, "note", tp.Note)
+		}
 		return resp, nil
 	case StateUnknown:
 		if panicked != nil {
@@ -285,19 +288,28 @@ func (ex *execution[Req, Resp]) observeOutcome(ctx context.Context, to State, er
 		rt.emit(ctx, Event{Kind: EventReleased, Operation: op, Err: err})
 	case to == StateUnknown:
 		rt.emit(ctx, Event{Kind: EventUnknown, Operation: op, State: to, Err: err})
-		rt.cfg.logger.WarnContext(ctx, "idem: outcome unknown; the record waits for reconciliation",
-			"operation", op, "key", ex.id.Key, "err", err)
+		if _, ok := rt.query(op); ok || ex.c.Query != nil {
+			rt.cfg.logger.WarnContext(ctx, "idem: outcome unknown; the record waits for reconciliation",
+				"operation", op, "key", ex.id.Key, "err", err)
+		} else {
+			rt.cfg.logger.ErrorContext(ctx, "idem: outcome unknown and the operation has no query nor no-query policy registered: "+
+				"the record stays UNKNOWN until a person resolves it (idemctl)",
+				"operation", op, "key", ex.id.Key, "scope", ex.id.Scope, "err", err)
+		}
 	}
 }
 
 // classify maps the effect's result to the state to record; "" releases.
+// Timeouts and cancellations are UNKNOWN whatever the policy or marking: a
+// caller that went away, or a call that timed out, tells nothing about
+// whether the effect happened.
 func (ex *execution[Req, Resp]) classify(err error, panicked bool) State {
 	switch {
 	case panicked:
 		return StateUnknown
 	case err == nil:
 		return StateSuccess
-	case IsTimeout(err):
+	case IsTimeout(err), errors.Is(err, context.Canceled):
 		return StateUnknown
 	}
 	var cl *classified
@@ -383,13 +395,20 @@ func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, cance
 
 // complete runs a store write that records an outcome on a context the
 // caller cannot cancel, bounded by the completion timeout, retrying
-// transient store errors with backoff. ErrLeaseLost is final.
-func (ex *execution[Req, Resp]) complete(ctx context.Context, write func(context.Context) error) error {
+// transient store errors with backoff. ErrLeaseLost is final. A Transition
+// carries a token, so a retry of a write that was applied but whose reply
+// was lost reports success (see [TransitionParams.Token]); a release
+// cannot be recognised once applied (the record is gone), so with release
+// set, ErrLeaseLost after a failed attempt counts as the release done.
+func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, write func(context.Context) error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ex.rt.cfg.completionTimeout)
 	defer cancel()
 	backoff := 10 * time.Millisecond
-	for {
+	for tries := 1; ; tries++ {
 		err := write(cctx)
+		if release && tries > 1 && errors.Is(err, ErrLeaseLost) {
+			return nil
+		}
 		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrTooLarge) {
 			return err
 		}
@@ -404,36 +423,48 @@ func (ex *execution[Req, Resp]) complete(ctx context.Context, write func(context
 
 // reconcileInline asks the operation's query about a record this owner holds
 // that an earlier attempt may have acted on (UNKNOWN, or PROCESSING taken
-// over), and converges it, runs the effect, or leaves it UNKNOWN.
+// over), and converges it, runs the effect, or leaves it UNKNOWN. The lease
+// is renewed while the query runs (a lost lease cancels it), and the effect
+// runs only after a compare-and-set from the version the query was asked
+// under: a worker whose lease was taken over during its query never runs
+// the effect.
 func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record) (Resp, error) {
 	var zero Resp
 	rt, op := ex.rt, ex.id.Operation
 	start := time.Now()
-	qctx, cancel := context.WithTimeout(ex.attemptCtx(ctx, rec), rt.cfg.queryTimeout)
-	resp, outcome, qerr := ex.runQuery(qctx)
-	cancel()
+	qctx, qcancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
+	defer qcancel(nil)
+	hb := ex.heartbeat(ctx, rec, qcancel)
+	defer hb.stop()
+	tctx, tcancel := context.WithTimeout(qctx, rt.cfg.queryTimeout)
+	resp, outcome, qerr := ex.runQuery(tctx)
+	tcancel()
 	rt.phase(ctx, op, PhaseQuery, start)
-	tp := TransitionParams{ID: ex.id, From: rec.State, Owner: rt.cfg.owner, Version: rec.Version, To: StateUnknown}
+	if cause := context.Cause(qctx); errors.Is(cause, ErrLeaseLost) {
+		rt.emit(ctx, Event{Kind: EventLeaseLost, Operation: op, State: rec.State, Err: cause})
+		return zero, fmt.Errorf("%w: %s %q: another worker took over (version %d) while the query ran", ErrLeaseLost, op, ex.id.Key, rec.Version)
+	}
+	hb.completing.Store(true)
+	tp := TransitionParams{ID: ex.id, From: rec.State, Owner: rt.cfg.owner, Version: rec.Version, To: StateUnknown, Token: rt.newToken()}
 	switch outcome {
 	case OutcomeSucceeded:
 		b, err := rt.cfg.codec.Marshal(resp)
 		if err != nil {
-			qerr = fmt.Errorf("encoding the queried response: %w", err)
-			break
+			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding the queried response failed: "+err.Error()
 		}
 		tp.To, tp.Response, tp.TTL = StateSuccess, b, ex.ttl
 	case OutcomeFailed:
 		tp.To, tp.Response, tp.TTL = StateFailed, EncodeFailure(qerr), ex.ttl
 	case OutcomeNotHappened:
-		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateProcessing})
-		if rec.State == StateProcessing {
-			return ex.execute(ctx, rec)
-		}
+		// Compare-and-set to a new version before the effect: if another
+		// worker took the record over meanwhile, this one learns it here.
 		tp.To, tp.NewOwner, tp.Lease = StateProcessing, rt.cfg.owner, ex.lease
 		v, err := ex.transition(ctx, tp)
+		hb.stop()
 		if err != nil {
 			return zero, err
 		}
+		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateProcessing})
 		rec.State, rec.Version = StateProcessing, v
 		return ex.execute(ctx, rec)
 	}
@@ -458,9 +489,9 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 
 func (ex *execution[Req, Resp]) transition(ctx context.Context, tp TransitionParams) (int64, error) {
 	var v int64
-	err := ex.complete(ctx, func(cctx context.Context) error {
+	err := ex.complete(ctx, false, func(cctx context.Context) error {
 		var err error
-		v, err = ex.rt.store.Transition(cctx, tp)
+		v, err = ex.rt.transitionStore(cctx, &tp)
 		return err
 	})
 	if err != nil {

@@ -41,6 +41,13 @@ var (
 
 	// ErrTooLarge: a request or response is larger than the store accepts.
 	ErrTooLarge = errors.New("idem: record too large")
+
+	// ErrNotReplayable: the call with this identity succeeded, but its
+	// response was not stored (larger than the store accepts, or not
+	// encodable), so it cannot be replayed. The effect is not run again;
+	// the answer is stable for the record's TTL (HTTP: 409 or 410; a client
+	// must look the result up another way).
+	ErrNotReplayable = errors.New("idem: succeeded, but the response was not stored and cannot be replayed")
 )
 
 // Permanent marks err as a permanent failure of the effect: the record

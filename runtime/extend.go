@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -35,12 +36,19 @@ func WithAttempt(ctx context.Context, a Attempt) context.Context {
 	return withAttempt(ctx, a.ID, a.FencingToken, a.TakenOver)
 }
 
-// EncodeFailure encodes a permanent failure (its message and [Coder] code) as
-// stored in a FAILED record.
+// maxFailureMessage bounds the message kept in a FAILED record, so that a
+// huge error text can never make the failure itself too large to record.
+const maxFailureMessage = 4 << 10
+
+// EncodeFailure encodes a permanent failure (its message, cut to 4 KiB, and
+// [Coder] code) as stored in a FAILED record.
 func EncodeFailure(err error) []byte {
 	f := failure{Message: "failed"}
 	if err != nil {
 		f.Message = err.Error()
+		if len(f.Message) > maxFailureMessage {
+			f.Message = strings.ToValidUTF8(f.Message[:maxFailureMessage], "") + "…"
+		}
 		var c Coder
 		if errors.As(err, &c) {
 			f.Code = c.ErrorCode()
@@ -64,7 +72,8 @@ func decodeFailure(id Identity, data []byte) error {
 }
 
 // Replay returns what a duplicate with fingerprint gets from rec without
-// running anything: the stored response (SUCCESS), a [*FailedError]
+// running anything: the stored response (SUCCESS; [ErrNotReplayable] when
+// it was not stored), a [*FailedError]
 // (FAILED), [ErrKeyReused] when the fingerprints differ, [ErrOutcomeUnknown]
 // (UNKNOWN) or [ErrInProgress] (PROCESSING).
 func Replay[Resp any](rt *Runtime, rec Record, fingerprint []byte) (Resp, error) {
@@ -75,6 +84,9 @@ func Replay[Resp any](rt *Runtime, rec Record, fingerprint []byte) (Resp, error)
 	}
 	switch rec.State {
 	case StateSuccess:
+		if rec.ResponseOmitted {
+			return resp, fmt.Errorf("%w: %s %q (%s)", ErrNotReplayable, id.Operation, id.Key, rec.Note)
+		}
 		if err := rt.cfg.codec.Unmarshal(rec.Response, &resp); err != nil {
 			return resp, fmt.Errorf("idem: %s %q: decoding stored response: %w", id.Operation, id.Key, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"unicode/utf8"
 )
 
 // MaxKeyLen is the longest key, scope or operation accepted, in bytes.
@@ -39,11 +40,14 @@ func validateIdentity(id Identity) error {
 	if len(id.Scope) > MaxKeyLen {
 		return fmt.Errorf("%w: scope is %d bytes, the limit is %d", ErrInvalidKey, len(id.Scope), MaxKeyLen)
 	}
-	for _, s := range [...]string{id.Operation, id.Scope} {
-		for i := 0; i < len(s); i++ {
-			if s[i] < 0x20 || s[i] == 0x7f {
-				return fmt.Errorf("%w: operation and scope must not contain control bytes (found %#02x)", ErrInvalidKey, s[i])
+	for _, f := range [...]struct{ name, s string }{{"operation", id.Operation}, {"scope", id.Scope}} {
+		for i := 0; i < len(f.s); i++ {
+			if f.s[i] < 0x20 || f.s[i] == 0x7f {
+				return fmt.Errorf("%w: %s must not contain control bytes (found %#02x at byte %d)", ErrInvalidKey, f.name, f.s[i], i)
 			}
+		}
+		if !utf8.ValidString(f.s) {
+			return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidKey, f.name)
 		}
 	}
 	return nil

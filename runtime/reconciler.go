@@ -224,13 +224,16 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 		st.StillUnknown++
 		return st, ignoreLeaseLost(err)
 	}
+	if q.run == nil {
+		return r.resolveNoQuery(ctx, rec, q)
+	}
 	start := time.Now()
 	qctx, cancel := context.WithTimeout(withAttempt(ctx, rec.ID, rec.Version, true), min(rt.cfg.queryTimeout, r.cfg.lease))
 	resp, outcome, qerr := runRegisteredQuery(qctx, q, rec.Request)
 	cancel()
 	rt.phase(ctx, op, PhaseReconcile, start)
 
-	tp := TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version}
+	tp := TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version, Token: rt.newToken()}
 	ttl := q.opts.TTL
 	if ttl <= 0 {
 		ttl = rt.cfg.ttl
@@ -249,6 +252,12 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 		}
 	default:
 		tp.To, tp.Lease = StateUnknown, r.backoff(rec.Attempts)
+		if rec.Attempts >= r.cfg.maxAttempts {
+			tp.Note = fmt.Sprintf("reconcile gave up after %d attempts", rec.Attempts)
+			if qerr != nil {
+				tp.Note += ": " + qerr.Error()
+			}
+		}
 	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.completionTimeout)
 	defer ccancel()
@@ -256,7 +265,7 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 	if release {
 		err = rt.store.Release(cctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})
 	} else {
-		_, err = rt.store.Transition(cctx, tp)
+		_, err = rt.transitionStore(cctx, &tp)
 	}
 	if errors.Is(err, ErrLeaseLost) {
 		st.LeaseLost++
@@ -292,6 +301,60 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 		rt.cfg.logger.InfoContext(ctx, "idem: reconciled", "operation", op, "key", rec.ID.Key,
 			"scope", rec.ID.Scope, "state", string(tp.To))
 	}
+	return st, nil
+}
+
+// resolveNoQuery converges a record of an operation registered with
+// [RegisterNoQuery]: it holds the record UNKNOWN until the policy's delay
+// after its claim has passed, then releases it or records FAILED.
+func (r *Reconciler) resolveNoQuery(ctx context.Context, rec Record, q registeredQuery) (ReconcileStats, error) {
+	st := ReconcileStats{Acquired: 1}
+	rt, op := r.rt, rec.ID.Operation
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.completionTimeout)
+	defer cancel()
+	due := rec.CreatedAt.Add(q.noQueryAfter)
+	if wait := due.Sub(rec.StoreNow); wait > 0 {
+		_, err := rt.store.Transition(cctx, TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version,
+			To: StateUnknown, Lease: max(wait, 10*time.Millisecond), Token: rt.newToken(),
+			Note: "outcome unknown; the operation has no query: resolved by policy at " + due.UTC().Format(time.RFC3339Nano)})
+		if errors.Is(err, ErrLeaseLost) {
+			st.LeaseLost++
+			return st, nil
+		}
+		if err != nil {
+			return st, fmt.Errorf("idem: reconciler: %s %q: holding the record: %w", op, rec.ID.Key, err)
+		}
+		st.StillUnknown++
+		return st, nil
+	}
+	var err error
+	if q.opts.NotHappened == NotHappenedFail {
+		ttl := q.opts.TTL
+		if ttl <= 0 {
+			ttl = rt.cfg.ttl
+		}
+		msg := fmt.Sprintf("the outcome is unknown and %s has no query: recorded as failed by its policy after %v", op, q.noQueryAfter)
+		_, err = rt.store.Transition(cctx, TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version,
+			To: StateFailed, TTL: ttl, Response: EncodeFailure(errors.New(msg)), Token: rt.newToken(), Note: "resolved by no-query policy: failed"})
+	} else {
+		err = rt.store.Release(cctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		st.LeaseLost++
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("idem: reconciler: %s %q: resolving by policy: %w", op, rec.ID.Key, err)
+	}
+	if q.opts.NotHappened == NotHappenedFail {
+		st.Failed++
+		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateFailed})
+	} else {
+		st.Released++
+		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op})
+	}
+	rt.cfg.logger.WarnContext(ctx, "idem: resolved an unknown outcome by the operation's no-query policy (the effect may have happened)",
+		"operation", op, "key", rec.ID.Key, "scope", rec.ID.Scope, "released", q.opts.NotHappened != NotHappenedFail)
 	return st, nil
 }
 

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +20,30 @@ type Runtime struct {
 
 	mu      sync.RWMutex
 	queries map[string]registeredQuery
+
+	// tokens numbers the write tokens of this runtime (see newToken).
+	tokens atomic.Uint64
+}
+
+// newToken returns a token no other write of any runtime carries: the
+// owner id (unique per process) and a counter.
+func (rt *Runtime) newToken() string {
+	return rt.cfg.owner + "#" + strconv.FormatUint(rt.tokens.Add(1), 36)
+}
+
+// transitionStore runs tp on the store. When the store refuses a SUCCESS
+// response as too large, the effect has still happened: it records SUCCESS
+// without the response (duplicates get [ErrNotReplayable]) instead of
+// leaving the record PROCESSING for a takeover to run the effect again. It
+// updates *tp to what was written.
+func (rt *Runtime) transitionStore(ctx context.Context, tp *TransitionParams) (int64, error) {
+	v, err := rt.store.Transition(ctx, *tp)
+	if errors.Is(err, ErrTooLarge) && tp.To == StateSuccess && !tp.ResponseOmitted {
+		tp.Note = fmt.Sprintf("response not stored: %d bytes, more than the store accepts (%v)", len(tp.Response), err)
+		tp.Response, tp.ResponseOmitted = nil, true
+		v, err = rt.store.Transition(ctx, *tp)
+	}
+	return v, err
 }
 
 // New returns a runtime on store.
@@ -116,11 +142,57 @@ type QueryOptions struct {
 	TTL time.Duration
 }
 
+// NoQueryPolicy says how a reconciler converges the UNKNOWN records (and
+// the PROCESSING records whose worker died) of an operation that has no
+// query function, so that they do not stay UNKNOWN forever. Until After has
+// passed since the record was claimed it stays UNKNOWN, a window in which a
+// person may resolve it by hand (idemctl); then the reconciler resolves it
+// as Resolve says.
+type NoQueryPolicy struct {
+	// After is how long after the claim a record is resolved; it must be
+	// positive. Choose it longer than any downstream's own retry window.
+	After time.Duration
+	// Resolve is what the reconciler does then. [NotHappenedRelease]
+	// deletes the record, so the client's retry runs the effect again: an
+	// effect that did happen happens twice (at-least-once).
+	// [NotHappenedFail] records FAILED, so retries are told it failed: an
+	// effect that did happen is reported failed (at-most-once).
+	Resolve NotHappenedPolicy
+	// TTL of the FAILED record (0: the runtime's TTL).
+	TTL time.Duration
+}
+
+// RegisterNoQuery registers p for operation, which has no query function
+// (see [NoQueryPolicy]). It replaces an earlier registration of operation,
+// with or without a query.
+func RegisterNoQuery(rt *Runtime, operation string, p NoQueryPolicy) error {
+	if operation == "" {
+		return errors.New("idem: register: operation is empty")
+	}
+	if p.After <= 0 {
+		return fmt.Errorf("idem: register %s: NoQueryPolicy.After must be positive, got %v", operation, p.After)
+	}
+	if p.Resolve != NotHappenedRelease && p.Resolve != NotHappenedFail {
+		return fmt.Errorf("idem: register %s: unknown resolve policy %d", operation, int(p.Resolve))
+	}
+	if p.TTL < 0 {
+		return fmt.Errorf("idem: register %s: TTL must not be negative, got %v", operation, p.TTL)
+	}
+	rq := registeredQuery{opts: QueryOptions{NotHappened: p.Resolve, TTL: p.TTL}, noQueryAfter: p.After}
+	rt.mu.Lock()
+	rt.queries[operation] = rq
+	rt.mu.Unlock()
+	return nil
+}
+
 // registeredQuery is a query function working on encoded requests, so that a
 // reconciler can converge records of calls it never served.
 type registeredQuery struct {
 	opts QueryOptions
-	run  func(ctx context.Context, request []byte) (response []byte, o Outcome, err error)
+	// run is nil for an operation registered with [RegisterNoQuery], which
+	// is resolved noQueryAfter after its claim.
+	run          func(ctx context.Context, request []byte) (response []byte, o Outcome, err error)
+	noQueryAfter time.Duration
 }
 
 // Register makes query the operation's "did it happen?" function, so that a

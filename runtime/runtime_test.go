@@ -108,6 +108,9 @@ func TestIsTimeout(t *testing.T) {
 		{"net timeout", &net.OpError{Op: "read", Err: timeoutErr{true}}, true},
 		{"net non-timeout", &net.OpError{Op: "dial", Err: timeoutErr{false}}, false},
 		{"url timeout", &url.Error{Op: "Post", URL: "http://x", Err: timeoutErr{true}}, true},
+		{"url wrapping a timeout with %w", &url.Error{Op: "Post", URL: "http://x", Err: fmt.Errorf("dial: %w", timeoutErr{true})}, true},
+		{"url wrapping a deadline", &url.Error{Op: "Post", URL: "http://x", Err: fmt.Errorf("read: %w", os.ErrDeadlineExceeded)}, true},
+		{"non-timeout wrapping a timeout", &net.OpError{Op: "read", Err: fmt.Errorf("tls: %w", timeoutErr{true})}, true},
 		{"grpc deadline", grpcErr{&grpcStatus{4}}, true},
 		{"wrapped grpc deadline", fmt.Errorf("gateway: %w", grpcErr{&grpcStatus{4}}), true},
 		{"grpc unavailable", grpcErr{&grpcStatus{14}}, false},
@@ -179,6 +182,10 @@ func TestErrorPolicy(t *testing.T) {
 		{"timeout always unknown", runtime.ReleaseRecord, fmt.Errorf("x: %w", context.DeadlineExceeded), runtime.StateUnknown},
 		{"timeout marked permanent is still unknown", runtime.RecordFailed, runtime.Permanent(context.DeadlineExceeded), runtime.StateUnknown},
 		{"timeout marked retryable is still unknown", runtime.RecordFailed, runtime.Retryable(context.DeadlineExceeded), runtime.StateUnknown},
+		{"caller cancelled under RecordFailed is unknown", runtime.RecordFailed, fmt.Errorf("charging: %w", context.Canceled), runtime.StateUnknown},
+		{"caller cancelled under ReleaseRecord is unknown", runtime.ReleaseRecord, fmt.Errorf("charging: %w", context.Canceled), runtime.StateUnknown},
+		{"url error wrapping a timeout under RecordFailed is unknown", runtime.RecordFailed,
+			&url.Error{Op: "Post", URL: "http://x", Err: fmt.Errorf("dial: %w", timeoutErr{true})}, runtime.StateUnknown},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -339,7 +346,7 @@ func TestLogsGoToTheCallersLogger(t *testing.T) {
 	mu.Lock()
 	out := buf.String()
 	mu.Unlock()
-	for _, want := range []string{`"level":"WARN"`, `outcome unknown`, `"operation":"Svc.Charge"`, `"key":"k"`} {
+	for _, want := range []string{`"level":"ERROR"`, `outcome unknown`, `no query`, `"operation":"Svc.Charge"`, `"key":"k"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s:\n%s", want, out)
 		}

@@ -57,6 +57,10 @@ type Record struct {
 	Owner string
 	// Version increases on every transition (claim, takeover, completion);
 	// it is the fencing token handed to the effect. Lease renewals keep it.
+	// Stores draw versions from a store-wide counter, so a version never
+	// repeats for an identity: not after a release, a sweep or a TTL
+	// replacement either, so no stale attempt of an earlier life of the
+	// record can match a compare-and-set of a later one.
 	Version int64
 	// LeaseExpiresAt is when the owner's lease ends, by the store's clock;
 	// zero when no lease is held.
@@ -69,6 +73,17 @@ type Record struct {
 	Request []byte
 	// Response is the encoded response (SUCCESS) or failure (FAILED).
 	Response []byte
+	// ResponseOmitted marks a SUCCESS whose response was not stored (over
+	// the store's limit, or not encodable): the effect happened, and
+	// duplicates get [ErrNotReplayable].
+	ResponseOmitted bool
+	// Note is free text about the last transition: why the response was
+	// omitted, or an operator's reason for resolving the record by hand.
+	Note string
+	// Token is the token of the transition that wrote the record, or ""
+	// when its last write was a claim or an acquisition (see
+	// [TransitionParams.Token]).
+	Token string
 	// Takeovers counts how often an expired PROCESSING lease was taken over
 	// since the record was created: when it is above zero an earlier owner
 	// may have run the effect.
@@ -97,8 +112,9 @@ type ClaimParams struct {
 	Lease       time.Duration
 	// AcquireUnknown also acquires an UNKNOWN record with the same
 	// fingerprint whose reconciliation lease is free: the record stays
-	// UNKNOWN, gets Owner and a lease, its version and Attempts increase.
-	// Callers set it when they can ask the operation's query function.
+	// UNKNOWN, gets Owner, a lease and a new version. Attempts, which count
+	// the reconciler's acquisitions only, is unchanged. Callers set it when
+	// they can ask the operation's query function.
 	AcquireUnknown bool
 }
 
@@ -131,6 +147,18 @@ type TransitionParams struct {
 	TTL time.Duration
 	// Response is stored for SUCCESS and FAILED (nil keeps none).
 	Response []byte
+	// ResponseOmitted and Note are stored with the record (see [Record]);
+	// a transition clears what it does not set.
+	ResponseOmitted bool
+	Note            string
+	// Token, when not empty, makes the write recognisable: it is stored
+	// with the record, and a Transition whose compare-and-set fails while
+	// the record still carries the same Token (no write changed the version
+	// since) returns the record's version instead of [ErrLeaseLost]. The
+	// runtime sets a fresh token per outcome and keeps it across retries, so
+	// a completion whose reply was lost, retried, reports its own write.
+	// Every other version-changing write clears it.
+	Token string
 }
 
 // RenewParams extend the lease of (State, Owner, Version).

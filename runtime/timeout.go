@@ -9,9 +9,13 @@ import (
 
 // IsTimeout reports whether err says that an operation timed out, so that
 // its outcome is unknown: [context.DeadlineExceeded], [os.ErrDeadlineExceeded],
-// any error in the chain with a Timeout() bool method that returns true (net.Error,
+// any error in the tree with a Timeout() bool method that returns true (net.Error,
 // url.Error), or a gRPC status error with code DeadlineExceeded (detected
 // without importing gRPC).
+//
+// The runtime records UNKNOWN for timeouts and also for [context.Canceled]
+// (the caller went away in the middle of the effect), whatever the error
+// policy: neither tells whether the effect happened.
 func IsTimeout(err error) bool {
 	if err == nil {
 		return false
@@ -19,9 +23,13 @@ func IsTimeout(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
 		return true
 	}
-	var t interface{ Timeout() bool }
-	if errors.As(err, &t) && t.Timeout() {
-		return true
+	// Every error in the tree is asked, not only the first with a Timeout
+	// method: a *url.Error's own Timeout() does not look through an error
+	// its Err wraps with %w.
+	for _, e := range chain(err) {
+		if t, ok := e.(interface{ Timeout() bool }); ok && t.Timeout() {
+			return true
+		}
 	}
 	return grpcDeadline(err)
 }

@@ -20,6 +20,15 @@ type Store struct {
 	mu      sync.Mutex
 	now     func() time.Time
 	records map[runtime.Identity]*runtime.Record
+	// version is the last version handed out: every version comes from it,
+	// so none repeats for an identity across the record's lives.
+	version int64
+}
+
+// nextVersion returns a version above every one handed out; s.mu is held.
+func (s *Store) nextVersion() int64 {
+	s.version++
+	return s.version
 }
 
 // Option configures a [Store].
@@ -63,23 +72,18 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 	r, ok := s.records[p.ID]
 	switch {
 	case !ok || (r.State.Final() && expired(r.ExpiresAt, now)):
-		var version int64 = 1
-		if ok {
-			version = r.Version + 1
-		}
 		r = &runtime.Record{
 			ID: p.ID, Fingerprint: slices.Clone(p.Fingerprint), State: runtime.StateProcessing,
-			Owner: p.Owner, Version: version, LeaseExpiresAt: now.Add(p.Lease),
+			Owner: p.Owner, Version: s.nextVersion(), LeaseExpiresAt: now.Add(p.Lease),
 			Request: slices.Clone(p.Request), CreatedAt: now, UpdatedAt: now,
 		}
 		s.records[p.ID] = r
 	case r.State == runtime.StateProcessing && expired(r.LeaseExpiresAt, now) && bytes.Equal(r.Fingerprint, p.Fingerprint):
-		r.Owner, r.Version, r.LeaseExpiresAt = p.Owner, r.Version+1, now.Add(p.Lease)
+		r.Owner, r.Version, r.LeaseExpiresAt, r.Token = p.Owner, s.nextVersion(), now.Add(p.Lease), ""
 		r.Takeovers++
 		r.UpdatedAt = now
 	case p.AcquireUnknown && r.State == runtime.StateUnknown && !r.LeaseExpiresAt.After(now) && bytes.Equal(r.Fingerprint, p.Fingerprint):
-		r.Owner, r.Version, r.LeaseExpiresAt = p.Owner, r.Version+1, now.Add(p.Lease)
-		r.Attempts++
+		r.Owner, r.Version, r.LeaseExpiresAt, r.Token = p.Owner, s.nextVersion(), now.Add(p.Lease), ""
 		r.UpdatedAt = now
 	default:
 		return runtime.ClaimResult{Record: s.snapshot(r, now)}, nil
@@ -119,10 +123,14 @@ func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int
 	defer s.mu.Unlock()
 	r, err := s.held(p.ID, p.From, p.Owner, p.Version)
 	if err != nil {
+		if r := s.records[p.ID]; r != nil && p.Token != "" && r.Token == p.Token {
+			return r.Version, nil // this very write, retried after its reply was lost
+		}
 		return 0, err
 	}
 	now := s.now()
-	r.State, r.Owner, r.Version, r.UpdatedAt = p.To, p.NewOwner, r.Version+1, now
+	r.State, r.Owner, r.Version, r.UpdatedAt = p.To, p.NewOwner, s.nextVersion(), now
+	r.Token, r.Note, r.ResponseOmitted = p.Token, p.Note, p.ResponseOmitted
 	r.LeaseExpiresAt, r.ExpiresAt = time.Time{}, time.Time{}
 	if p.Lease > 0 {
 		r.LeaseExpiresAt = now.Add(p.Lease)
@@ -198,7 +206,7 @@ func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]
 	}
 	out := make([]runtime.Record, 0, len(due))
 	for _, r := range due {
-		r.State, r.Owner, r.Version = runtime.StateUnknown, p.Owner, r.Version+1
+		r.State, r.Owner, r.Version, r.Token = runtime.StateUnknown, p.Owner, s.nextVersion(), ""
 		r.LeaseExpiresAt, r.UpdatedAt = now.Add(p.Lease), now
 		r.Attempts++
 		out = append(out, s.snapshot(r, now))

@@ -36,6 +36,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Store", func(t *testing.T) { RunStore(t, newStore) })
 	t.Run("Runtime", func(t *testing.T) { RunRuntime(t, newStore) })
 	t.Run("Reconcile", func(t *testing.T) { RunReconcile(t, newStore) })
+	t.Run("Faults", func(t *testing.T) { RunFaults(t, newStore) })
 }
 
 // Timing of the suite: leases short enough to expire during a test, long
