@@ -1,85 +1,132 @@
+-- The record queries, compiled by sqlc into runtime/pgstore/internal/db.
+--
+-- Time: every statement reads the clock once, in the clk CTE, with
+-- clock_timestamp(): the time of the statement, not of its transaction
+-- (now()), so that a claim or completion inside a caller's long transaction
+-- (pgstore.DoTx) never writes a lease or expiry that is already past. The
+-- CTE is referenced through scalar subqueries, which the planner runs once
+-- and can use in index conditions.
+--
+-- Versions: every version-changing write draws from idem_records_version_seq,
+-- so versions never repeat for an identity across its lives.
+
 -- name: Claim :many
--- One statement: insert a new PROCESSING record, or take over a PROCESSING
--- record (same fingerprint) whose lease expired, or replace a finished record
--- whose TTL passed, or (acquire_unknown) acquire a free UNKNOWN record;
--- otherwise return the existing record untouched. The second branch reads
--- the snapshot of the statement: when a concurrent insert committed after it was
--- taken, no row comes back and the caller runs the statement again.
--- Parameters, in order: scope, operation, key, fingerprint, owner, lease
--- interval, request, whether to acquire UNKNOWN records.
-WITH claimed AS (
+-- Inserts a new PROCESSING record, or returns the existing one untouched:
+-- a replay takes no row lock and writes nothing (ON CONFLICT DO NOTHING).
+-- When the existing record may be taken (an expired PROCESSING lease, a
+-- finished record past its TTL, a free UNKNOWN record), the caller runs
+-- ClaimExisting, a compare-and-set on the version it read. No row comes back
+-- only when a concurrent claim committed after the statement's snapshot; the
+-- caller runs it again.
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+ins AS (
     INSERT INTO idem_records AS r (
         scope, operation, key, fingerprint, state, owner, version,
         lease_expires_at, expires_at, request, response, takeovers, attempts,
-        created_at, updated_at
-    ) VALUES (
-        $1, $2, $3, $4, 'PROCESSING', $5, 1,
-        now() + $6::interval, NULL, $7, NULL, 0, 0,
-        now(), now()
+        created_at, updated_at, token, note, response_omitted
     )
-    ON CONFLICT (scope, operation, key) DO UPDATE SET
-        fingerprint      = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN excluded.fingerprint ELSE r.fingerprint END,
-        state            = CASE WHEN r.state = 'UNKNOWN' THEN 'UNKNOWN' ELSE 'PROCESSING' END,
-        owner            = excluded.owner,
-        version          = r.version + 1,
-        lease_expires_at = excluded.lease_expires_at,
-        expires_at       = NULL,
-        request          = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN excluded.request ELSE r.request END,
-        response         = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN NULL ELSE r.response END,
-        takeovers        = CASE WHEN r.state = 'PROCESSING' THEN r.takeovers + 1
-                                WHEN r.state = 'UNKNOWN' THEN r.takeovers ELSE 0 END,
-        attempts         = CASE WHEN r.state = 'UNKNOWN' THEN r.attempts + 1
-                                WHEN r.state = 'PROCESSING' THEN r.attempts ELSE 0 END,
-        created_at       = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN now() ELSE r.created_at END,
-        updated_at       = now()
-    WHERE (r.state = 'PROCESSING' AND r.lease_expires_at <= now() AND r.fingerprint = excluded.fingerprint)
-       OR (r.state IN ('SUCCESS', 'FAILED') AND r.expires_at <= now())
-       OR ($8::boolean AND r.state = 'UNKNOWN'
-           AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= now())
-           AND r.fingerprint = excluded.fingerprint)
+    SELECT @scope::text, @operation::text, @key::text, @fingerprint::bytea, 'PROCESSING', @owner::text,
+        nextval('idem_records_version_seq'),
+        clk.t + @lease::interval, NULL, @request::bytea, NULL, 0, 0,
+        clk.t, clk.t, '', '', false
+    FROM clk
+    ON CONFLICT (scope, operation, key) DO NOTHING
     RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
         r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
-        r.created_at, r.updated_at
+        r.created_at, r.updated_at, r.token, r.note, r.response_omitted
 )
-SELECT true AS claimed, c.scope, c.operation, c.key, c.fingerprint, c.state, c.owner, c.version,
-    c.lease_expires_at, c.expires_at, c.request, c.response, c.takeovers, c.attempts,
-    c.created_at, c.updated_at, now()::timestamptz AS store_now
-FROM claimed c
+SELECT true AS claimed, i.scope, i.operation, i.key, i.fingerprint, i.state, i.owner, i.version,
+    i.lease_expires_at, i.expires_at, i.request, i.response, i.takeovers, i.attempts,
+    i.created_at, i.updated_at, i.token, i.note, i.response_omitted,
+    (SELECT t FROM clk)::timestamptz AS store_now
+FROM ins i
 UNION ALL
 SELECT false AS claimed, e.scope, e.operation, e.key, e.fingerprint, e.state, e.owner, e.version,
     e.lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
-    e.created_at, e.updated_at, now()::timestamptz AS store_now
+    e.created_at, e.updated_at, e.token, e.note, e.response_omitted,
+    (SELECT t FROM clk)::timestamptz AS store_now
 FROM idem_records e
-WHERE e.scope = $1 AND e.operation = $2 AND e.key = $3
-  AND NOT EXISTS (SELECT 1 FROM claimed);
+WHERE e.scope = @scope AND e.operation = @operation AND e.key = @key
+  AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: ClaimExisting :many
+-- Takes an existing record at the version the caller read, if it may still
+-- be taken: over an expired PROCESSING lease (same fingerprint), replacing a
+-- finished record past its TTL (a new life), or (acquire_unknown) acquiring
+-- a free UNKNOWN record (same fingerprint; Attempts, the reconciler's count,
+-- is kept). No row: someone else changed it first; the caller claims again.
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE idem_records r SET
+    fingerprint      = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN @fingerprint::bytea ELSE r.fingerprint END,
+    state            = CASE WHEN r.state = 'UNKNOWN' THEN 'UNKNOWN' ELSE 'PROCESSING' END,
+    owner            = @owner::text,
+    version          = nextval('idem_records_version_seq'),
+    lease_expires_at = clk.t + @lease::interval,
+    expires_at       = NULL,
+    request          = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN @request::bytea ELSE r.request END,
+    response         = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN NULL ELSE r.response END,
+    takeovers        = CASE WHEN r.state = 'PROCESSING' THEN r.takeovers + 1
+                            WHEN r.state = 'UNKNOWN' THEN r.takeovers ELSE 0 END,
+    attempts         = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN 0 ELSE r.attempts END,
+    created_at       = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN clk.t ELSE r.created_at END,
+    updated_at       = clk.t,
+    token            = '',
+    note             = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN '' ELSE r.note END,
+    response_omitted = false
+FROM clk
+WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key AND r.version = @version
+  AND ((r.state = 'PROCESSING' AND r.lease_expires_at <= clk.t AND r.fingerprint = @fingerprint::bytea)
+    OR (r.state IN ('SUCCESS', 'FAILED') AND r.expires_at <= clk.t)
+    OR (@acquire_unknown::boolean AND r.state = 'UNKNOWN'
+        AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= clk.t)
+        AND r.fingerprint = @fingerprint::bytea))
+RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
+    r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
+    r.created_at, r.updated_at, r.token, r.note, r.response_omitted,
+    clk.t::timestamptz AS store_now;
 
 -- name: Get :one
 SELECT scope, operation, key, fingerprint, state, owner, version,
     lease_expires_at, expires_at, request, response, takeovers, attempts,
-    created_at, updated_at, now()::timestamptz AS store_now
+    created_at, updated_at, token, note, response_omitted,
+    clock_timestamp()::timestamptz AS store_now
 FROM idem_records
 WHERE scope = @scope AND operation = @operation AND key = @key;
 
--- name: Transition :one
--- Compare-and-set on (state, owner, version); no row means the lease was lost.
-UPDATE idem_records SET
-    state            = @to_state,
-    owner            = @new_owner,
-    version          = version + 1,
-    lease_expires_at = CASE WHEN @lease::interval > interval '0'
-                            THEN now() + @lease::interval END,
-    expires_at       = CASE WHEN @to_state IN ('SUCCESS', 'FAILED')
-                            THEN now() + @ttl::interval END,
-    response         = CASE WHEN @to_state IN ('SUCCESS', 'FAILED') THEN @response ELSE response END,
-    updated_at       = now()
-WHERE scope = @scope AND operation = @operation AND key = @key
-  AND state = @from_state AND owner = @owner AND version = @version
-RETURNING version;
+-- name: Transition :many
+-- Compare-and-set on (state, owner, version). No row means the lease was
+-- lost, unless the record still carries this write's token (a retry of a
+-- write that was applied but whose reply was lost): then its version comes
+-- back, as if this run had written it.
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+upd AS (
+    UPDATE idem_records r SET
+        state            = @to_state::text,
+        owner            = @new_owner::text,
+        version          = nextval('idem_records_version_seq'),
+        lease_expires_at = CASE WHEN @lease::interval > interval '0' THEN clk.t + @lease::interval END,
+        expires_at       = CASE WHEN @to_state::text IN ('SUCCESS', 'FAILED') THEN clk.t + @ttl::interval END,
+        response         = CASE WHEN @to_state::text IN ('SUCCESS', 'FAILED') THEN @response::bytea ELSE r.response END,
+        response_omitted = @response_omitted::boolean,
+        note             = @note::text,
+        token            = @token::text,
+        updated_at       = clk.t
+    FROM clk
+    WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key
+      AND r.state = @from_state::text AND r.owner = @owner::text AND r.version = @version::bigint
+    RETURNING r.version
+)
+SELECT u.version FROM upd u
+UNION ALL
+SELECT e.version FROM idem_records e
+WHERE e.scope = @scope AND e.operation = @operation AND e.key = @key
+  AND @token::text <> '' AND e.token = @token::text
+  AND NOT EXISTS (SELECT 1 FROM upd);
 
 -- name: Renew :one
 UPDATE idem_records SET
-    lease_expires_at = now() + @lease::interval,
-    updated_at       = now()
+    lease_expires_at = clock_timestamp() + @lease::interval,
+    updated_at       = clock_timestamp()
 WHERE scope = @scope AND operation = @operation AND key = @key
   AND state = @state AND owner = @owner AND version = @version
 RETURNING lease_expires_at::timestamptz;
@@ -93,41 +140,63 @@ WHERE scope = @scope AND operation = @operation AND key = @key
 -- Takes records no one holds: UNKNOWN with a free lease (below max_attempts
 -- when it is positive) or PROCESSING with an expired lease. SKIP LOCKED lets
 -- concurrent reconcilers take disjoint batches without waiting on each other.
-WITH due AS (
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+due AS (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= now())
-        OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= (SELECT t FROM clk))
+        OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= (SELECT t FROM clk))
             AND (@max_attempts::integer <= 0 OR d.attempts < @max_attempts::integer)))
       AND (cardinality(@operations::text[]) = 0 OR d.operation = ANY(@operations::text[]))
     ORDER BY d.lease_expires_at NULLS FIRST
     LIMIT @max_records::integer
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED
 )
 UPDATE idem_records r SET
     state            = 'UNKNOWN',
     owner            = @owner,
-    version          = r.version + 1,
-    lease_expires_at = now() + @lease::interval,
+    version          = nextval('idem_records_version_seq'),
+    lease_expires_at = (SELECT t FROM clk) + @lease::interval,
     attempts         = r.attempts + 1,
-    updated_at       = now()
+    token            = '',
+    updated_at       = (SELECT t FROM clk)
 FROM due
 WHERE r.scope = due.scope AND r.operation = due.operation AND r.key = due.key
 RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
     r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
-    r.created_at, r.updated_at, now()::timestamptz AS store_now;
+    r.created_at, r.updated_at, r.token, r.note, r.response_omitted,
+    (SELECT t FROM clk)::timestamptz AS store_now;
 
 -- name: Sweep :execrows
 -- Deletes a bounded batch of finished records whose TTL passed, walking the
 -- expiry index; SKIP LOCKED keeps sweepers off rows in use.
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t)
 DELETE FROM idem_records r
 USING (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE d.expires_at <= now() AND d.state IN ('SUCCESS', 'FAILED')
+    WHERE d.expires_at <= (SELECT t FROM clk) AND d.state IN ('SUCCESS', 'FAILED')
     ORDER BY d.expires_at
     LIMIT @max_records::integer
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED
 ) AS expired
 WHERE r.scope = expired.scope AND r.operation = expired.operation AND r.key = expired.key
   AND r.state IN ('SUCCESS', 'FAILED');
+
+-- name: List :many
+-- Records for an operator (idemctl), in identity byte order after a cursor.
+SELECT scope, operation, key, fingerprint, state, owner, version,
+    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    created_at, updated_at, token, note, response_omitted,
+    clock_timestamp()::timestamptz AS store_now
+FROM idem_records
+WHERE state = ANY(@states::text[])
+  AND (@operation::text = '' OR operation = @operation::text)
+  AND (NOT @by_scope::boolean OR scope = @scope::text)
+  AND attempts >= @min_attempts::integer
+  AND updated_at <= clock_timestamp() - @older_than::interval
+  AND (NOT @lease_free::boolean OR lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp())
+  AND (scope COLLATE "C", operation COLLATE "C", key COLLATE "C")
+      > (@after_scope::text, @after_operation::text, @after_key::text)
+ORDER BY scope COLLATE "C", operation COLLATE "C", key COLLATE "C"
+LIMIT @max_records::integer;

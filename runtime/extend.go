@@ -30,6 +30,9 @@ func (rt *Runtime) Codec() Codec { return rt.cfg.codec }
 // MaxWait returns how long a duplicate waits for a call in flight.
 func (rt *Runtime) MaxWait() time.Duration { return rt.cfg.maxWait }
 
+// CompletionTimeout returns the bound on recording an outcome.
+func (rt *Runtime) CompletionTimeout() time.Duration { return rt.cfg.completionTimeout }
+
 // WithAttempt returns a context carrying a, for an effect run outside [Do].
 // Its DownstreamKey field is ignored: the key is always derived from a.ID.
 func WithAttempt(ctx context.Context, a Attempt) context.Context {

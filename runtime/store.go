@@ -223,3 +223,73 @@ type Store interface {
 	// UNKNOWN records.
 	Sweep(ctx context.Context, limit int) (int, error)
 }
+
+// ListParams select records for an operator (see [Lister]).
+type ListParams struct {
+	// States to list; none lists UNKNOWN and PROCESSING records.
+	States []State
+	// Operation, when not empty, keeps to records of that operation.
+	Operation string
+	// Scope, when not nil, keeps to records of that scope ("" is the
+	// unscoped namespace).
+	Scope *string
+	// MinAttempts keeps to records with at least this many reconciliation
+	// attempts (a reconciler's MaxAttempts lists those it gave up on).
+	MinAttempts int32
+	// OlderThan keeps to records last written at least this long ago, by
+	// the store's clock.
+	OlderThan time.Duration
+	// LeaseFree keeps to records no one holds: PROCESSING records whose
+	// lease expired (their worker died) and UNKNOWN records not being
+	// reconciled.
+	LeaseFree bool
+	// After is a cursor: only identities after it, in (Scope, Operation,
+	// Key) byte order, are listed. Pass the last identity of a page.
+	After *Identity
+	// Limit is the most records returned (0: 100).
+	Limit int
+}
+
+// Lister is implemented by stores that operators can search (all stores in
+// this module). Records come in (Scope, Operation, Key) byte order.
+type Lister interface {
+	List(ctx context.Context, p ListParams) ([]Record, error)
+}
+
+// ListStates returns the states p lists.
+func (p ListParams) ListStates() []State {
+	if len(p.States) == 0 {
+		return []State{StateUnknown, StateProcessing}
+	}
+	return p.States
+}
+
+// Matches reports whether r, read at r.StoreNow, is selected by p
+// (ignoring After and Limit): for stores that filter in the application.
+func (p ListParams) Matches(r *Record) bool {
+	found := false
+	for _, s := range p.ListStates() {
+		found = found || r.State == s
+	}
+	switch {
+	case !found,
+		p.Operation != "" && r.ID.Operation != p.Operation,
+		p.Scope != nil && r.ID.Scope != *p.Scope,
+		r.Attempts < p.MinAttempts,
+		p.OlderThan > 0 && r.UpdatedAt.After(r.StoreNow.Add(-p.OlderThan)),
+		p.LeaseFree && r.LeaseLive():
+		return false
+	}
+	return true
+}
+
+// Less orders identities as [Lister] lists them.
+func (id Identity) Less(o Identity) bool {
+	if id.Scope != o.Scope {
+		return id.Scope < o.Scope
+	}
+	if id.Operation != o.Operation {
+		return id.Operation < o.Operation
+	}
+	return id.Key < o.Key
+}

@@ -11,6 +11,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -103,20 +104,23 @@ func ts(t pgtype.Timestamptz) time.Time {
 
 func toRecord(r db.GetRow) runtime.Record {
 	return runtime.Record{
-		ID:             runtime.Identity{Scope: r.Scope, Operation: r.Operation, Key: r.Key},
-		Fingerprint:    r.Fingerprint,
-		State:          runtime.State(r.State),
-		Owner:          r.Owner,
-		Version:        r.Version,
-		LeaseExpiresAt: ts(r.LeaseExpiresAt),
-		ExpiresAt:      ts(r.ExpiresAt),
-		Request:        r.Request,
-		Response:       r.Response,
-		Takeovers:      r.Takeovers,
-		Attempts:       r.Attempts,
-		CreatedAt:      ts(r.CreatedAt),
-		UpdatedAt:      ts(r.UpdatedAt),
-		StoreNow:       ts(r.StoreNow),
+		ID:              runtime.Identity{Scope: r.Scope, Operation: r.Operation, Key: r.Key},
+		Fingerprint:     r.Fingerprint,
+		State:           runtime.State(r.State),
+		Owner:           r.Owner,
+		Version:         r.Version,
+		LeaseExpiresAt:  ts(r.LeaseExpiresAt),
+		ExpiresAt:       ts(r.ExpiresAt),
+		Request:         r.Request,
+		Response:        r.Response,
+		ResponseOmitted: r.ResponseOmitted,
+		Note:            r.Note,
+		Token:           r.Token,
+		Takeovers:       r.Takeovers,
+		Attempts:        r.Attempts,
+		CreatedAt:       ts(r.CreatedAt),
+		UpdatedAt:       ts(r.UpdatedAt),
+		StoreNow:        ts(r.StoreNow),
 	}
 }
 
@@ -135,16 +139,20 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 	return claim(ctx, s.q, p)
 }
 
-// claim runs the claim statement on q (the pool, or a transaction).
+// claim runs the claim on q (the pool, or a transaction). The claim
+// statement inserts or returns the existing record without locking it; only
+// when that record may be taken (see [takeable]) does a second statement
+// take it by compare-and-set on the version read.
 func claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	arg := db.ClaimParams{
 		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
-		Fingerprint: p.Fingerprint, Owner: p.Owner, Column6: interval(p.Lease),
-		Request: p.Request, Column8: p.AcquireUnknown,
+		Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: interval(p.Lease), Request: p.Request,
 	}
 	// No row comes back only when a concurrent claim committed between the
-	// snapshot of the statement and its insert; the next run sees it.
-	for range 5 {
+	// snapshot of the statement and its insert, and the compare-and-set
+	// finds nothing when another writer moved the record first: the next
+	// run sees what they did.
+	for range 10 {
 		rows, err := q.Claim(ctx, arg)
 		if err != nil {
 			return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
@@ -157,11 +165,41 @@ func claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.C
 			Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
 			State: r.State, Owner: r.Owner, Version: r.Version, LeaseExpiresAt: r.LeaseExpiresAt,
 			ExpiresAt: r.ExpiresAt, Request: r.Request, Response: r.Response, Takeovers: r.Takeovers,
-			Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, StoreNow: r.StoreNow,
+			Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Token: r.Token,
+			Note: r.Note, ResponseOmitted: r.ResponseOmitted, StoreNow: r.StoreNow,
 		})
-		return runtime.ClaimResult{Claimed: r.Claimed, Record: rec}, nil
+		if r.Claimed || !takeable(&rec, p) {
+			return runtime.ClaimResult{Claimed: r.Claimed, Record: rec}, nil
+		}
+		taken, err := q.ClaimExisting(ctx, db.ClaimExistingParams{
+			Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: interval(p.Lease), Request: p.Request,
+			Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key, Version: rec.Version,
+			AcquireUnknown: p.AcquireUnknown,
+		})
+		if err != nil {
+			return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: taking over: %w", err)
+		}
+		if len(taken) == 1 {
+			return runtime.ClaimResult{Claimed: true, Record: toRecord(db.GetRow(taken[0]))}, nil
+		}
 	}
-	return runtime.ClaimResult{}, errors.New("pgstore: claim: record neither claimed nor visible after 5 tries")
+	return runtime.ClaimResult{}, errors.New("pgstore: claim: the record changed under every one of 10 tries")
+}
+
+// takeable reports whether a claim may take the existing record rec, read
+// at rec.StoreNow: the conditions ClaimExisting checks again atomically.
+func takeable(rec *runtime.Record, p runtime.ClaimParams) bool {
+	expired := func(t time.Time) bool { return !t.IsZero() && !t.After(rec.StoreNow) }
+	same := bytes.Equal(rec.Fingerprint, p.Fingerprint)
+	switch rec.State {
+	case runtime.StateProcessing:
+		return same && expired(rec.LeaseExpiresAt)
+	case runtime.StateSuccess, runtime.StateFailed:
+		return expired(rec.ExpiresAt)
+	case runtime.StateUnknown:
+		return p.AcquireUnknown && same && !rec.LeaseLive()
+	}
+	return false
 }
 
 // Get implements [runtime.Store].
@@ -181,18 +219,24 @@ func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int
 	if err := s.checkSize("response", p.Response); err != nil {
 		return 0, err
 	}
-	v, err := s.q.Transition(ctx, db.TransitionParams{
+	return transition(ctx, s.q, p)
+}
+
+// transition runs a Transition on q (the pool, or a transaction).
+func transition(ctx context.Context, q *db.Queries, p runtime.TransitionParams) (int64, error) {
+	vs, err := q.Transition(ctx, db.TransitionParams{
 		ToState: string(p.To), NewOwner: p.NewOwner, Lease: interval(p.Lease), Ttl: interval(p.TTL),
-		Response: p.Response, Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
+		Response: p.Response, ResponseOmitted: p.ResponseOmitted, Note: p.Note, Token: p.Token,
+		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
 		FromState: string(p.From), Owner: p.Owner, Version: p.Version,
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, runtime.ErrLeaseLost
-	}
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: transition to %s: %w", p.To, err)
 	}
-	return v, nil
+	if len(vs) == 0 {
+		return 0, runtime.ErrLeaseLost
+	}
+	return vs[0], nil
 }
 
 // Renew implements [runtime.Store].
@@ -262,3 +306,36 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	}
 	return int(n), nil
 }
+
+// List implements [runtime.Lister].
+func (s *Store) List(ctx context.Context, p runtime.ListParams) ([]runtime.Record, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	states := make([]string, 0, 4)
+	for _, st := range p.ListStates() {
+		states = append(states, string(st))
+	}
+	arg := db.ListParams{
+		States: states, Operation: p.Operation, MinAttempts: p.MinAttempts, OlderThan: interval(max(p.OlderThan, 0)),
+		LeaseFree: p.LeaseFree, MaxRecords: int32(min(limit, 1<<30)),
+	}
+	if p.Scope != nil {
+		arg.ByScope, arg.Scope = true, *p.Scope
+	}
+	if p.After != nil {
+		arg.AfterScope, arg.AfterOperation, arg.AfterKey = p.After.Scope, p.After.Operation, p.After.Key
+	}
+	rows, err := s.q.List(ctx, arg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list: %w", err)
+	}
+	out := make([]runtime.Record, len(rows))
+	for i, r := range rows {
+		out[i] = toRecord(db.GetRow(r))
+	}
+	return out, nil
+}
+
+var _ runtime.Lister = (*Store)(nil)

@@ -31,6 +31,12 @@ type TxCall[Req, Resp any] struct {
 	TTL time.Duration
 }
 
+// ErrRollbackRequired: DoTx could not roll back (or release) its savepoint,
+// so the caller's transaction may hold the effect's writes and a claim that
+// must not be committed. Roll the transaction back; committing it could run
+// the effect twice.
+var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled back")
+
 // DoTx runs a local effect exactly once: the claim, the effect and the
 // SUCCESS record are written inside tx, the caller's transaction, so they
 // commit or roll back together and there is nothing to reconcile. rt's store
@@ -79,18 +85,51 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	if err != nil {
 		return zero, fmt.Errorf("pgstore: %s %q: savepoint: %w", id.Operation, id.Key, err)
 	}
-	defer func() { _ = sp.Rollback(context.WithoutCancel(ctx)) }() // no-op once released
+	// The savepoint is released or rolled back on a context the caller
+	// cannot cancel, bounded by the completion timeout: with the caller's
+	// context, once done, pgx fails the statement unsent and marks the
+	// savepoint closed, and the effect's writes and a PROCESSING claim would
+	// stay in the caller's transaction, to be committed.
+	finish := func(release bool) error {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.CompletionTimeout())
+		defer cancel()
+		if release {
+			if err := sp.Commit(fctx); err != nil {
+				return fmt.Errorf("%w: %s %q: releasing the savepoint: %w", ErrRollbackRequired, id.Operation, id.Key, err)
+			}
+			return nil
+		}
+		if err := sp.Rollback(fctx); err != nil {
+			return fmt.Errorf("%w: %s %q: rolling back to the savepoint left the effect's writes and the claim in the transaction: %w",
+				ErrRollbackRequired, id.Operation, id.Key, err)
+		}
+		return nil
+	}
+	done := false
+	defer func() {
+		if !done { // a panic in the effect: roll back, then let it go on
+			_ = finish(false)
+		}
+	}()
+	fail := func(err error) (Resp, error) {
+		done = true
+		if rerr := finish(false); rerr != nil {
+			return zero, errors.Join(rerr, err)
+		}
+		return zero, err
+	}
 	q := s.q.WithTx(sp)
 
 	res, err := claimWithLockTimeout(ctx, sp, q, rt.MaxWait(), runtime.ClaimParams{
 		ID: id, Fingerprint: fp, Request: reqBytes, Owner: rt.Owner(), Lease: rt.Lease(),
 	})
 	if err != nil {
-		return zero, err
+		return fail(err)
 	}
 	if !res.Claimed {
-		if err := sp.Commit(ctx); err != nil {
-			return zero, fmt.Errorf("pgstore: %s %q: release savepoint: %w", id.Operation, id.Key, err)
+		done = true
+		if err := finish(true); err != nil {
+			return zero, err
 		}
 		return runtime.Replay[Resp](rt, res.Record, fp)
 	}
@@ -98,50 +137,37 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	effCtx := runtime.WithAttempt(ctx, runtime.Attempt{
 		ID: id, FencingToken: rec.Version, DownstreamKey: runtime.DownstreamKey(id), TakenOver: rec.Takeovers > 0,
 	})
-	resp, err := runEffect(effCtx, sp, c)
+	resp, err := c.Effect(effCtx, sp, c.Request)
 	if err != nil {
-		if rerr := sp.Rollback(ctx); rerr != nil {
-			return zero, errors.Join(err, fmt.Errorf("pgstore: rollback to savepoint: %w", rerr))
+		resp, err := fail(err)
+		if errors.Is(err, ErrRollbackRequired) {
+			return resp, err
 		}
 		if errors.Is(err, runtime.ErrPermanent) {
 			if ferr := s.recordFailure(ctx, rt, id, fp, reqBytes, err, ttl); ferr != nil {
 				return zero, errors.Join(err, ferr)
 			}
 		}
-		return zero, err
+		return resp, err
 	}
 	body, err := rt.Codec().Marshal(resp)
 	if err != nil {
-		return zero, fmt.Errorf("pgstore: %s %q: encoding response: %w", id.Operation, id.Key, err)
+		return fail(fmt.Errorf("pgstore: %s %q: encoding response: %w", id.Operation, id.Key, err))
 	}
 	if err := s.checkSize("response", body); err != nil {
+		return fail(fmt.Errorf("pgstore: %s %q: the effect's writes were rolled back: %w", id.Operation, id.Key, err))
+	}
+	if _, err := transition(ctx, q, runtime.TransitionParams{
+		ID: id, From: runtime.StateProcessing, Owner: rt.Owner(), Version: rec.Version,
+		To: runtime.StateSuccess, TTL: ttl, Response: body,
+	}); err != nil {
+		return fail(fmt.Errorf("pgstore: %s %q: recording success: %w", id.Operation, id.Key, err))
+	}
+	done = true
+	if err := finish(true); err != nil {
 		return zero, err
 	}
-	if _, err := q.Transition(ctx, db.TransitionParams{
-		ToState: string(runtime.StateSuccess), Ttl: interval(ttl), Lease: interval(0), Response: body,
-		Scope: id.Scope, Operation: id.Operation, Key: id.Key,
-		FromState: string(runtime.StateProcessing), Owner: rt.Owner(), Version: rec.Version,
-	}); err != nil {
-		return zero, fmt.Errorf("pgstore: %s %q: recording success: %w", id.Operation, id.Key, err)
-	}
-	if err := sp.Commit(ctx); err != nil {
-		return zero, fmt.Errorf("pgstore: %s %q: release savepoint: %w", id.Operation, id.Key, err)
-	}
 	return resp, nil
-}
-
-// runEffect runs the effect, turning a panic into a rollback before it
-// propagates.
-func runEffect[Req, Resp any](ctx context.Context, sp pgx.Tx, c TxCall[Req, Resp]) (Resp, error) {
-	panicked := true
-	defer func() {
-		if panicked {
-			_ = sp.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
-	resp, err := c.Effect(ctx, sp, c.Request)
-	panicked = false
-	return resp, err
 }
 
 // claimWithLockTimeout claims inside the transaction with lock_timeout set to
@@ -170,26 +196,32 @@ func claimWithLockTimeout(ctx context.Context, tx pgx.Tx, q *db.Queries, maxWait
 
 // recordFailure writes a FAILED record in its own short transaction, so
 // that duplicates replay the permanent failure of a local effect whose
-// writes were rolled back.
+// writes were rolled back. It is bounded: the claim waits at most MaxWait
+// for a duplicate's transaction (lock_timeout), and the whole at most the
+// completion timeout, since the caller's own transaction may hold locks a
+// duplicate waits on, a cycle across two connections that PostgreSQL cannot
+// see. When the bound is hit the failure is not recorded and a retry runs
+// the effect again (its writes were rolled back).
 func (s *Store) recordFailure(ctx context.Context, rt *runtime.Runtime, id runtime.Identity, fp, req []byte, cause error, ttl time.Duration) error {
-	ctx = context.WithoutCancel(ctx)
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.CompletionTimeout())
+	defer cancel()
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
-		res, err := claim(ctx, q, runtime.ClaimParams{ID: id, Fingerprint: fp, Request: req, Owner: rt.Owner(), Lease: rt.Lease()})
+		res, err := claimWithLockTimeout(ctx, tx, q, rt.MaxWait(), runtime.ClaimParams{ID: id, Fingerprint: fp, Request: req, Owner: rt.Owner(), Lease: rt.Lease()})
 		if err != nil {
 			return err
 		}
 		if !res.Claimed {
 			return nil // a duplicate recorded an outcome meanwhile: keep it
 		}
-		_, err = q.Transition(ctx, db.TransitionParams{
-			ToState: string(runtime.StateFailed), Ttl: interval(ttl), Lease: interval(0), Response: runtime.EncodeFailure(cause),
-			Scope: id.Scope, Operation: id.Operation, Key: id.Key,
-			FromState: string(runtime.StateProcessing), Owner: rt.Owner(), Version: res.Record.Version,
+		_, err = transition(ctx, q, runtime.TransitionParams{
+			ID: id, From: runtime.StateProcessing, Owner: rt.Owner(), Version: res.Record.Version,
+			To: runtime.StateFailed, TTL: ttl, Response: runtime.EncodeFailure(cause),
 		})
-		if err != nil {
-			return fmt.Errorf("pgstore: %s %q: recording failure: %w", id.Operation, id.Key, err)
-		}
-		return nil
+		return err
 	})
+	if err != nil {
+		return fmt.Errorf("pgstore: %s %q: recording the permanent failure (not recorded; a retry runs the effect again): %w", id.Operation, id.Key, err)
+	}
+	return nil
 }

@@ -12,29 +12,32 @@ import (
 )
 
 const acquirePending = `-- name: AcquirePending :many
-WITH due AS (
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+due AS (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= now())
-        OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= (SELECT t FROM clk))
+        OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= (SELECT t FROM clk))
             AND ($3::integer <= 0 OR d.attempts < $3::integer)))
       AND (cardinality($4::text[]) = 0 OR d.operation = ANY($4::text[]))
     ORDER BY d.lease_expires_at NULLS FIRST
     LIMIT $5::integer
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED
 )
 UPDATE idem_records r SET
     state            = 'UNKNOWN',
     owner            = $1,
-    version          = r.version + 1,
-    lease_expires_at = now() + $2::interval,
+    version          = nextval('idem_records_version_seq'),
+    lease_expires_at = (SELECT t FROM clk) + $2::interval,
     attempts         = r.attempts + 1,
-    updated_at       = now()
+    token            = '',
+    updated_at       = (SELECT t FROM clk)
 FROM due
 WHERE r.scope = due.scope AND r.operation = due.operation AND r.key = due.key
 RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
     r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
-    r.created_at, r.updated_at, now()::timestamptz AS store_now
+    r.created_at, r.updated_at, r.token, r.note, r.response_omitted,
+    (SELECT t FROM clk)::timestamptz AS store_now
 `
 
 type AcquirePendingParams struct {
@@ -46,22 +49,25 @@ type AcquirePendingParams struct {
 }
 
 type AcquirePendingRow struct {
-	Scope          string
-	Operation      string
-	Key            string
-	Fingerprint    []byte
-	State          string
-	Owner          string
-	Version        int64
-	LeaseExpiresAt pgtype.Timestamptz
-	ExpiresAt      pgtype.Timestamptz
-	Request        []byte
-	Response       []byte
-	Takeovers      int32
-	Attempts       int32
-	CreatedAt      pgtype.Timestamptz
-	UpdatedAt      pgtype.Timestamptz
-	StoreNow       pgtype.Timestamptz
+	Scope           string
+	Operation       string
+	Key             string
+	Fingerprint     []byte
+	State           string
+	Owner           string
+	Version         int64
+	LeaseExpiresAt  pgtype.Timestamptz
+	ExpiresAt       pgtype.Timestamptz
+	Request         []byte
+	Response        []byte
+	Takeovers       int32
+	Attempts        int32
+	CreatedAt       pgtype.Timestamptz
+	UpdatedAt       pgtype.Timestamptz
+	Token           string
+	Note            string
+	ResponseOmitted bool
+	StoreNow        pgtype.Timestamptz
 }
 
 // Takes records no one holds: UNKNOWN with a free lease (below max_attempts
@@ -98,6 +104,9 @@ func (q *Queries) AcquirePending(ctx context.Context, arg AcquirePendingParams) 
 			&i.Attempts,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Token,
+			&i.Note,
+			&i.ResponseOmitted,
 			&i.StoreNow,
 		); err != nil {
 			return nil, err
@@ -111,51 +120,37 @@ func (q *Queries) AcquirePending(ctx context.Context, arg AcquirePendingParams) 
 }
 
 const claim = `-- name: Claim :many
-WITH claimed AS (
+
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+ins AS (
     INSERT INTO idem_records AS r (
         scope, operation, key, fingerprint, state, owner, version,
         lease_expires_at, expires_at, request, response, takeovers, attempts,
-        created_at, updated_at
-    ) VALUES (
-        $1, $2, $3, $4, 'PROCESSING', $5, 1,
-        now() + $6::interval, NULL, $7, NULL, 0, 0,
-        now(), now()
+        created_at, updated_at, token, note, response_omitted
     )
-    ON CONFLICT (scope, operation, key) DO UPDATE SET
-        fingerprint      = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN excluded.fingerprint ELSE r.fingerprint END,
-        state            = CASE WHEN r.state = 'UNKNOWN' THEN 'UNKNOWN' ELSE 'PROCESSING' END,
-        owner            = excluded.owner,
-        version          = r.version + 1,
-        lease_expires_at = excluded.lease_expires_at,
-        expires_at       = NULL,
-        request          = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN excluded.request ELSE r.request END,
-        response         = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN NULL ELSE r.response END,
-        takeovers        = CASE WHEN r.state = 'PROCESSING' THEN r.takeovers + 1
-                                WHEN r.state = 'UNKNOWN' THEN r.takeovers ELSE 0 END,
-        attempts         = CASE WHEN r.state = 'UNKNOWN' THEN r.attempts + 1
-                                WHEN r.state = 'PROCESSING' THEN r.attempts ELSE 0 END,
-        created_at       = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN now() ELSE r.created_at END,
-        updated_at       = now()
-    WHERE (r.state = 'PROCESSING' AND r.lease_expires_at <= now() AND r.fingerprint = excluded.fingerprint)
-       OR (r.state IN ('SUCCESS', 'FAILED') AND r.expires_at <= now())
-       OR ($8::boolean AND r.state = 'UNKNOWN'
-           AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= now())
-           AND r.fingerprint = excluded.fingerprint)
+    SELECT $1::text, $2::text, $3::text, $4::bytea, 'PROCESSING', $5::text,
+        nextval('idem_records_version_seq'),
+        clk.t + $6::interval, NULL, $7::bytea, NULL, 0, 0,
+        clk.t, clk.t, '', '', false
+    FROM clk
+    ON CONFLICT (scope, operation, key) DO NOTHING
     RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
         r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
-        r.created_at, r.updated_at
+        r.created_at, r.updated_at, r.token, r.note, r.response_omitted
 )
-SELECT true AS claimed, c.scope, c.operation, c.key, c.fingerprint, c.state, c.owner, c.version,
-    c.lease_expires_at, c.expires_at, c.request, c.response, c.takeovers, c.attempts,
-    c.created_at, c.updated_at, now()::timestamptz AS store_now
-FROM claimed c
+SELECT true AS claimed, i.scope, i.operation, i.key, i.fingerprint, i.state, i.owner, i.version,
+    i.lease_expires_at, i.expires_at, i.request, i.response, i.takeovers, i.attempts,
+    i.created_at, i.updated_at, i.token, i.note, i.response_omitted,
+    (SELECT t FROM clk)::timestamptz AS store_now
+FROM ins i
 UNION ALL
 SELECT false AS claimed, e.scope, e.operation, e.key, e.fingerprint, e.state, e.owner, e.version,
     e.lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
-    e.created_at, e.updated_at, now()::timestamptz AS store_now
+    e.created_at, e.updated_at, e.token, e.note, e.response_omitted,
+    (SELECT t FROM clk)::timestamptz AS store_now
 FROM idem_records e
 WHERE e.scope = $1 AND e.operation = $2 AND e.key = $3
-  AND NOT EXISTS (SELECT 1 FROM claimed)
+  AND NOT EXISTS (SELECT 1 FROM ins)
 `
 
 type ClaimParams struct {
@@ -164,39 +159,51 @@ type ClaimParams struct {
 	Key         string
 	Fingerprint []byte
 	Owner       string
-	Column6     pgtype.Interval
+	Lease       pgtype.Interval
 	Request     []byte
-	Column8     bool
 }
 
 type ClaimRow struct {
-	Claimed        bool
-	Scope          string
-	Operation      string
-	Key            string
-	Fingerprint    []byte
-	State          string
-	Owner          string
-	Version        int64
-	LeaseExpiresAt pgtype.Timestamptz
-	ExpiresAt      pgtype.Timestamptz
-	Request        []byte
-	Response       []byte
-	Takeovers      int32
-	Attempts       int32
-	CreatedAt      pgtype.Timestamptz
-	UpdatedAt      pgtype.Timestamptz
-	StoreNow       pgtype.Timestamptz
+	Claimed         bool
+	Scope           string
+	Operation       string
+	Key             string
+	Fingerprint     []byte
+	State           string
+	Owner           string
+	Version         int64
+	LeaseExpiresAt  pgtype.Timestamptz
+	ExpiresAt       pgtype.Timestamptz
+	Request         []byte
+	Response        []byte
+	Takeovers       int32
+	Attempts        int32
+	CreatedAt       pgtype.Timestamptz
+	UpdatedAt       pgtype.Timestamptz
+	Token           string
+	Note            string
+	ResponseOmitted bool
+	StoreNow        pgtype.Timestamptz
 }
 
-// One statement: insert a new PROCESSING record, or take over a PROCESSING
-// record (same fingerprint) whose lease expired, or replace a finished record
-// whose TTL passed, or (acquire_unknown) acquire a free UNKNOWN record;
-// otherwise return the existing record untouched. The second branch reads
-// the snapshot of the statement: when a concurrent insert committed after it was
-// taken, no row comes back and the caller runs the statement again.
-// Parameters, in order: scope, operation, key, fingerprint, owner, lease
-// interval, request, whether to acquire UNKNOWN records.
+// The record queries, compiled by sqlc into runtime/pgstore/internal/db.
+//
+// Time: every statement reads the clock once, in the clk CTE, with
+// clock_timestamp(): the time of the statement, not of its transaction
+// (now()), so that a claim or completion inside a caller's long transaction
+// (pgstore.DoTx) never writes a lease or expiry that is already past. The
+// CTE is referenced through scalar subqueries, which the planner runs once
+// and can use in index conditions.
+//
+// Versions: every version-changing write draws from idem_records_version_seq,
+// so versions never repeat for an identity across its lives.
+// Inserts a new PROCESSING record, or returns the existing one untouched:
+// a replay takes no row lock and writes nothing (ON CONFLICT DO NOTHING).
+// When the existing record may be taken (an expired PROCESSING lease, a
+// finished record past its TTL, a free UNKNOWN record), the caller runs
+// ClaimExisting, a compare-and-set on the version it read. No row comes back
+// only when a concurrent claim committed after the statement's snapshot; the
+// caller runs it again.
 func (q *Queries) Claim(ctx context.Context, arg ClaimParams) ([]ClaimRow, error) {
 	rows, err := q.db.Query(ctx, claim,
 		arg.Scope,
@@ -204,9 +211,8 @@ func (q *Queries) Claim(ctx context.Context, arg ClaimParams) ([]ClaimRow, error
 		arg.Key,
 		arg.Fingerprint,
 		arg.Owner,
-		arg.Column6,
+		arg.Lease,
 		arg.Request,
-		arg.Column8,
 	)
 	if err != nil {
 		return nil, err
@@ -232,6 +238,130 @@ func (q *Queries) Claim(ctx context.Context, arg ClaimParams) ([]ClaimRow, error
 			&i.Attempts,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Token,
+			&i.Note,
+			&i.ResponseOmitted,
+			&i.StoreNow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const claimExisting = `-- name: ClaimExisting :many
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE idem_records r SET
+    fingerprint      = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN $1::bytea ELSE r.fingerprint END,
+    state            = CASE WHEN r.state = 'UNKNOWN' THEN 'UNKNOWN' ELSE 'PROCESSING' END,
+    owner            = $2::text,
+    version          = nextval('idem_records_version_seq'),
+    lease_expires_at = clk.t + $3::interval,
+    expires_at       = NULL,
+    request          = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN $4::bytea ELSE r.request END,
+    response         = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN NULL ELSE r.response END,
+    takeovers        = CASE WHEN r.state = 'PROCESSING' THEN r.takeovers + 1
+                            WHEN r.state = 'UNKNOWN' THEN r.takeovers ELSE 0 END,
+    attempts         = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN 0 ELSE r.attempts END,
+    created_at       = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN clk.t ELSE r.created_at END,
+    updated_at       = clk.t,
+    token            = '',
+    note             = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN '' ELSE r.note END,
+    response_omitted = false
+FROM clk
+WHERE r.scope = $5 AND r.operation = $6 AND r.key = $7 AND r.version = $8
+  AND ((r.state = 'PROCESSING' AND r.lease_expires_at <= clk.t AND r.fingerprint = $1::bytea)
+    OR (r.state IN ('SUCCESS', 'FAILED') AND r.expires_at <= clk.t)
+    OR ($9::boolean AND r.state = 'UNKNOWN'
+        AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= clk.t)
+        AND r.fingerprint = $1::bytea))
+RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
+    r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
+    r.created_at, r.updated_at, r.token, r.note, r.response_omitted,
+    clk.t::timestamptz AS store_now
+`
+
+type ClaimExistingParams struct {
+	Fingerprint    []byte
+	Owner          string
+	Lease          pgtype.Interval
+	Request        []byte
+	Scope          string
+	Operation      string
+	Key            string
+	Version        int64
+	AcquireUnknown bool
+}
+
+type ClaimExistingRow struct {
+	Scope           string
+	Operation       string
+	Key             string
+	Fingerprint     []byte
+	State           string
+	Owner           string
+	Version         int64
+	LeaseExpiresAt  pgtype.Timestamptz
+	ExpiresAt       pgtype.Timestamptz
+	Request         []byte
+	Response        []byte
+	Takeovers       int32
+	Attempts        int32
+	CreatedAt       pgtype.Timestamptz
+	UpdatedAt       pgtype.Timestamptz
+	Token           string
+	Note            string
+	ResponseOmitted bool
+	StoreNow        pgtype.Timestamptz
+}
+
+// Takes an existing record at the version the caller read, if it may still
+// be taken: over an expired PROCESSING lease (same fingerprint), replacing a
+// finished record past its TTL (a new life), or (acquire_unknown) acquiring
+// a free UNKNOWN record (same fingerprint; Attempts, the reconciler's count,
+// is kept). No row: someone else changed it first; the caller claims again.
+func (q *Queries) ClaimExisting(ctx context.Context, arg ClaimExistingParams) ([]ClaimExistingRow, error) {
+	rows, err := q.db.Query(ctx, claimExisting,
+		arg.Fingerprint,
+		arg.Owner,
+		arg.Lease,
+		arg.Request,
+		arg.Scope,
+		arg.Operation,
+		arg.Key,
+		arg.Version,
+		arg.AcquireUnknown,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimExistingRow
+	for rows.Next() {
+		var i ClaimExistingRow
+		if err := rows.Scan(
+			&i.Scope,
+			&i.Operation,
+			&i.Key,
+			&i.Fingerprint,
+			&i.State,
+			&i.Owner,
+			&i.Version,
+			&i.LeaseExpiresAt,
+			&i.ExpiresAt,
+			&i.Request,
+			&i.Response,
+			&i.Takeovers,
+			&i.Attempts,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Token,
+			&i.Note,
+			&i.ResponseOmitted,
 			&i.StoreNow,
 		); err != nil {
 			return nil, err
@@ -247,7 +377,8 @@ func (q *Queries) Claim(ctx context.Context, arg ClaimParams) ([]ClaimRow, error
 const get = `-- name: Get :one
 SELECT scope, operation, key, fingerprint, state, owner, version,
     lease_expires_at, expires_at, request, response, takeovers, attempts,
-    created_at, updated_at, now()::timestamptz AS store_now
+    created_at, updated_at, token, note, response_omitted,
+    clock_timestamp()::timestamptz AS store_now
 FROM idem_records
 WHERE scope = $1 AND operation = $2 AND key = $3
 `
@@ -259,22 +390,25 @@ type GetParams struct {
 }
 
 type GetRow struct {
-	Scope          string
-	Operation      string
-	Key            string
-	Fingerprint    []byte
-	State          string
-	Owner          string
-	Version        int64
-	LeaseExpiresAt pgtype.Timestamptz
-	ExpiresAt      pgtype.Timestamptz
-	Request        []byte
-	Response       []byte
-	Takeovers      int32
-	Attempts       int32
-	CreatedAt      pgtype.Timestamptz
-	UpdatedAt      pgtype.Timestamptz
-	StoreNow       pgtype.Timestamptz
+	Scope           string
+	Operation       string
+	Key             string
+	Fingerprint     []byte
+	State           string
+	Owner           string
+	Version         int64
+	LeaseExpiresAt  pgtype.Timestamptz
+	ExpiresAt       pgtype.Timestamptz
+	Request         []byte
+	Response        []byte
+	Takeovers       int32
+	Attempts        int32
+	CreatedAt       pgtype.Timestamptz
+	UpdatedAt       pgtype.Timestamptz
+	Token           string
+	Note            string
+	ResponseOmitted bool
+	StoreNow        pgtype.Timestamptz
 }
 
 func (q *Queries) Get(ctx context.Context, arg GetParams) (GetRow, error) {
@@ -296,9 +430,119 @@ func (q *Queries) Get(ctx context.Context, arg GetParams) (GetRow, error) {
 		&i.Attempts,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Token,
+		&i.Note,
+		&i.ResponseOmitted,
 		&i.StoreNow,
 	)
 	return i, err
+}
+
+const list = `-- name: List :many
+SELECT scope, operation, key, fingerprint, state, owner, version,
+    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    created_at, updated_at, token, note, response_omitted,
+    clock_timestamp()::timestamptz AS store_now
+FROM idem_records
+WHERE state = ANY($1::text[])
+  AND ($2::text = '' OR operation = $2::text)
+  AND (NOT $3::boolean OR scope = $4::text)
+  AND attempts >= $5::integer
+  AND updated_at <= clock_timestamp() - $6::interval
+  AND (NOT $7::boolean OR lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp())
+  AND (scope COLLATE "C", operation COLLATE "C", key COLLATE "C")
+      > ($8::text, $9::text, $10::text)
+ORDER BY scope COLLATE "C", operation COLLATE "C", key COLLATE "C"
+LIMIT $11::integer
+`
+
+type ListParams struct {
+	States         []string
+	Operation      string
+	ByScope        bool
+	Scope          string
+	MinAttempts    int32
+	OlderThan      pgtype.Interval
+	LeaseFree      bool
+	AfterScope     string
+	AfterOperation string
+	AfterKey       string
+	MaxRecords     int32
+}
+
+type ListRow struct {
+	Scope           string
+	Operation       string
+	Key             string
+	Fingerprint     []byte
+	State           string
+	Owner           string
+	Version         int64
+	LeaseExpiresAt  pgtype.Timestamptz
+	ExpiresAt       pgtype.Timestamptz
+	Request         []byte
+	Response        []byte
+	Takeovers       int32
+	Attempts        int32
+	CreatedAt       pgtype.Timestamptz
+	UpdatedAt       pgtype.Timestamptz
+	Token           string
+	Note            string
+	ResponseOmitted bool
+	StoreNow        pgtype.Timestamptz
+}
+
+// Records for an operator (idemctl), in identity byte order after a cursor.
+func (q *Queries) List(ctx context.Context, arg ListParams) ([]ListRow, error) {
+	rows, err := q.db.Query(ctx, list,
+		arg.States,
+		arg.Operation,
+		arg.ByScope,
+		arg.Scope,
+		arg.MinAttempts,
+		arg.OlderThan,
+		arg.LeaseFree,
+		arg.AfterScope,
+		arg.AfterOperation,
+		arg.AfterKey,
+		arg.MaxRecords,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListRow
+	for rows.Next() {
+		var i ListRow
+		if err := rows.Scan(
+			&i.Scope,
+			&i.Operation,
+			&i.Key,
+			&i.Fingerprint,
+			&i.State,
+			&i.Owner,
+			&i.Version,
+			&i.LeaseExpiresAt,
+			&i.ExpiresAt,
+			&i.Request,
+			&i.Response,
+			&i.Takeovers,
+			&i.Attempts,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Token,
+			&i.Note,
+			&i.ResponseOmitted,
+			&i.StoreNow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const release = `-- name: Release :execrows
@@ -333,8 +577,8 @@ func (q *Queries) Release(ctx context.Context, arg ReleaseParams) (int64, error)
 
 const renew = `-- name: Renew :one
 UPDATE idem_records SET
-    lease_expires_at = now() + $1::interval,
-    updated_at       = now()
+    lease_expires_at = clock_timestamp() + $1::interval,
+    updated_at       = clock_timestamp()
 WHERE scope = $2 AND operation = $3 AND key = $4
   AND state = $5 AND owner = $6 AND version = $7
 RETURNING lease_expires_at::timestamptz
@@ -366,14 +610,15 @@ func (q *Queries) Renew(ctx context.Context, arg RenewParams) (pgtype.Timestampt
 }
 
 const sweep = `-- name: Sweep :execrows
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t)
 DELETE FROM idem_records r
 USING (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE d.expires_at <= now() AND d.state IN ('SUCCESS', 'FAILED')
+    WHERE d.expires_at <= (SELECT t FROM clk) AND d.state IN ('SUCCESS', 'FAILED')
     ORDER BY d.expires_at
     LIMIT $1::integer
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED
 ) AS expired
 WHERE r.scope = expired.scope AND r.operation = expired.operation AND r.key = expired.key
   AND r.state IN ('SUCCESS', 'FAILED')
@@ -389,44 +634,64 @@ func (q *Queries) Sweep(ctx context.Context, maxRecords int32) (int64, error) {
 	return result.RowsAffected(), nil
 }
 
-const transition = `-- name: Transition :one
-UPDATE idem_records SET
-    state            = $1,
-    owner            = $2,
-    version          = version + 1,
-    lease_expires_at = CASE WHEN $3::interval > interval '0'
-                            THEN now() + $3::interval END,
-    expires_at       = CASE WHEN $1 IN ('SUCCESS', 'FAILED')
-                            THEN now() + $4::interval END,
-    response         = CASE WHEN $1 IN ('SUCCESS', 'FAILED') THEN $5 ELSE response END,
-    updated_at       = now()
-WHERE scope = $6 AND operation = $7 AND key = $8
-  AND state = $9 AND owner = $10 AND version = $11
-RETURNING version
+const transition = `-- name: Transition :many
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+upd AS (
+    UPDATE idem_records r SET
+        state            = $1::text,
+        owner            = $2::text,
+        version          = nextval('idem_records_version_seq'),
+        lease_expires_at = CASE WHEN $3::interval > interval '0' THEN clk.t + $3::interval END,
+        expires_at       = CASE WHEN $1::text IN ('SUCCESS', 'FAILED') THEN clk.t + $4::interval END,
+        response         = CASE WHEN $1::text IN ('SUCCESS', 'FAILED') THEN $5::bytea ELSE r.response END,
+        response_omitted = $6::boolean,
+        note             = $7::text,
+        token            = $8::text,
+        updated_at       = clk.t
+    FROM clk
+    WHERE r.scope = $9 AND r.operation = $10 AND r.key = $11
+      AND r.state = $12::text AND r.owner = $13::text AND r.version = $14::bigint
+    RETURNING r.version
+)
+SELECT u.version FROM upd u
+UNION ALL
+SELECT e.version FROM idem_records e
+WHERE e.scope = $9 AND e.operation = $10 AND e.key = $11
+  AND $8::text <> '' AND e.token = $8::text
+  AND NOT EXISTS (SELECT 1 FROM upd)
 `
 
 type TransitionParams struct {
-	ToState   string
-	NewOwner  string
-	Lease     pgtype.Interval
-	Ttl       pgtype.Interval
-	Response  []byte
-	Scope     string
-	Operation string
-	Key       string
-	FromState string
-	Owner     string
-	Version   int64
+	ToState         string
+	NewOwner        string
+	Lease           pgtype.Interval
+	Ttl             pgtype.Interval
+	Response        []byte
+	ResponseOmitted bool
+	Note            string
+	Token           string
+	Scope           string
+	Operation       string
+	Key             string
+	FromState       string
+	Owner           string
+	Version         int64
 }
 
-// Compare-and-set on (state, owner, version); no row means the lease was lost.
-func (q *Queries) Transition(ctx context.Context, arg TransitionParams) (int64, error) {
-	row := q.db.QueryRow(ctx, transition,
+// Compare-and-set on (state, owner, version). No row means the lease was
+// lost, unless the record still carries this write's token (a retry of a
+// write that was applied but whose reply was lost): then its version comes
+// back, as if this run had written it.
+func (q *Queries) Transition(ctx context.Context, arg TransitionParams) ([]int64, error) {
+	rows, err := q.db.Query(ctx, transition,
 		arg.ToState,
 		arg.NewOwner,
 		arg.Lease,
 		arg.Ttl,
 		arg.Response,
+		arg.ResponseOmitted,
+		arg.Note,
+		arg.Token,
 		arg.Scope,
 		arg.Operation,
 		arg.Key,
@@ -434,7 +699,20 @@ func (q *Queries) Transition(ctx context.Context, arg TransitionParams) (int64, 
 		arg.Owner,
 		arg.Version,
 	)
-	var version int64
-	err := row.Scan(&version)
-	return version, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var version int64
+		if err := rows.Scan(&version); err != nil {
+			return nil, err
+		}
+		items = append(items, version)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
