@@ -241,3 +241,34 @@ func (s *Store) Len() int {
 	defer s.mu.Unlock()
 	return len(s.records)
 }
+
+// List implements [runtime.Lister].
+func (s *Store) List(ctx context.Context, p runtime.ListParams) ([]runtime.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	var out []runtime.Record
+	for id, r := range s.records {
+		if p.After != nil && !p.After.Less(id) {
+			continue
+		}
+		rec := s.snapshot(r, now)
+		if p.Matches(&rec) {
+			out = append(out, rec)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID.Less(out[j].ID) })
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+var _ runtime.Lister = (*Store)(nil)

@@ -59,7 +59,7 @@ func CheckIndexes(ctx context.Context, s *Store) (int, error) {
 					return 0, fmt.Errorf("pending index %s names %s, which does not exist (%v)", key, m, err)
 				}
 			}
-		case strings.HasSuffix(key, "}:expiry"):
+		case strings.HasSuffix(key, "}:expiry"), strings.HasSuffix(key, "}:version"):
 		default:
 			return 0, fmt.Errorf("unexpected key %q", key)
 		}

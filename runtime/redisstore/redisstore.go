@@ -17,6 +17,7 @@
 //	idem:{b}:r:<scope>:<operation>:<key>   hash: one record
 //	idem:{b}:pending                       sorted set: PROCESSING and UNKNOWN records by lease expiry
 //	idem:{b}:expiry                        sorted set: SUCCESS and FAILED records by ExpiresAt
+//	idem:{b}:version                       counter: the bucket's last version (never expires)
 //
 // The hash tag {b} puts a record and both indexes of its bucket in one
 // Cluster slot, so every script touches one slot. Scope, operation and key
@@ -60,6 +61,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -99,8 +101,9 @@ type Store struct {
 	tags        []bucketKeys // per bucket, built once
 }
 
-// bucketKeys are the key prefix of a bucket's records and its index keys.
-type bucketKeys struct{ rec, pending, expiry string }
+// bucketKeys are the key prefix of a bucket's records, its index keys and
+// its version counter.
+type bucketKeys struct{ rec, pending, expiry, ver string }
 
 // Option configures a [Store].
 type Option func(*Store) error
@@ -173,7 +176,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s.tags = make([]bucketKeys, s.buckets)
 	for i := range s.tags {
 		tag := s.bucketTag(i)
-		s.tags[i] = bucketKeys{rec: tag + "r:", pending: tag + "pending", expiry: tag + "expiry"}
+		s.tags[i] = bucketKeys{rec: tag + "r:", pending: tag + "pending", expiry: tag + "expiry", ver: tag + "version"}
 	}
 	return s, nil
 }
@@ -193,7 +196,7 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 }
 
 // keys are the Redis keys of one record.
-type keys struct{ rec, pending, expiry string }
+type keys struct{ rec, pending, expiry, ver string }
 
 func (s *Store) bucketTag(b int) string {
 	return s.prefix + "{" + strconv.Itoa(b) + "}:"
@@ -215,7 +218,7 @@ func (s *Store) keysOf(id runtime.Identity) keys {
 		h *= 16777619
 	}
 	bk := &s.tags[h%uint32(s.buckets)]
-	return keys{rec: bk.rec + name, pending: bk.pending, expiry: bk.expiry}
+	return keys{rec: bk.rec + name, pending: bk.pending, expiry: bk.expiry, ver: bk.ver}
 }
 
 const hexDigits = "0123456789ABCDEF"
@@ -269,7 +272,7 @@ func (s *Store) claim(ctx context.Context, p runtime.ClaimParams, nonce string) 
 	if p.AcquireUnknown {
 		acq = "1"
 	}
-	vals, err := claimScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry},
+	vals, err := claimScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry, k.ver},
 		p.Fingerprint, p.Owner, us(p.Lease), p.Request, acq, p.ID.Scope, p.ID.Operation, p.ID.Key, nonce, us(s.grace)).Slice()
 	if err != nil {
 		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
@@ -317,7 +320,8 @@ func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int
 }
 
 // transition runs the transition script; a resent script with the same
-// nonce reports the transition it applied instead of ErrLeaseLost.
+// token (the runtime's, or else the nonce) reports the transition it applied
+// instead of ErrLeaseLost.
 func (s *Store) transition(ctx context.Context, p runtime.TransitionParams, nonce string) (int64, error) {
 	if err := s.checkSize("response", p.Response); err != nil {
 		return 0, err
@@ -327,9 +331,17 @@ func (s *Store) transition(ctx context.Context, p runtime.TransitionParams, nonc
 	if p.Response != nil {
 		has = "1"
 	}
-	vals, err := transitionScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry},
+	token := p.Token
+	if token == "" {
+		token = nonce
+	}
+	omitted := "0"
+	if p.ResponseOmitted {
+		omitted = "1"
+	}
+	vals, err := transitionScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry, k.ver},
 		string(p.From), p.Owner, p.Version, string(p.To), p.NewOwner, us(p.Lease), us(p.TTL),
-		p.Response, has, s.grace.Milliseconds(), nonce).Slice()
+		p.Response, has, s.grace.Milliseconds(), token, p.Note, omitted).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: transition to %s: %w", p.To, err)
 	}
@@ -403,7 +415,7 @@ func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]
 			break
 		}
 		args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget}, ops...)
-		vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending}, args...).Slice()
+		vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending, s.tags[b].ver}, args...).Slice()
 		if err != nil {
 			// Records acquired from earlier buckets are held by p.Owner now:
 			// return them with the error so that they are not stranded.
@@ -500,10 +512,10 @@ func isNoScript(err error) bool {
 }
 
 // nFields is the number of record fields in a reply (prelude's F).
-const nFields = 15
+const nFields = 18
 
 // parseRecord decodes the fields sc, op, ky, fp, st, ow, v, le, ex, rq, rs,
-// to, at, ca, ua.
+// to, at, ca, ua, tn, nt, om.
 func parseRecord(v []any, now time.Time) (runtime.Record, error) {
 	if len(v) < nFields {
 		return runtime.Record{}, fmt.Errorf("record reply has %d fields, want %d", len(v), nFields)
@@ -522,8 +534,11 @@ func parseRecord(v []any, now time.Time) (runtime.Record, error) {
 		Owner:       str(5),
 		Request:     bytesOf(9),
 		Response:    bytesOf(10),
+		Token:       str(15),
+		Note:        str(16),
 		StoreNow:    now,
 	}
+	r.ResponseOmitted = str(17) == "1"
 	if !r.State.Valid() {
 		return runtime.Record{}, fmt.Errorf("record %q/%q/%q has invalid state %q", r.ID.Scope, r.ID.Operation, r.ID.Key, r.State)
 	}
@@ -576,3 +591,80 @@ func intVal(v any) int64 {
 	}
 	return 0
 }
+
+// List implements [runtime.Lister]. It reads every bucket's indexes (the
+// pending index for PROCESSING and UNKNOWN records, the expiry index for
+// finished ones) and then the records they name, in pipelines: a scan of
+// the whole store, meant for operators, not for request paths.
+func (s *Store) List(ctx context.Context, p runtime.ListParams) ([]runtime.Record, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	pending, finished := false, false
+	for _, st := range p.ListStates() {
+		pending = pending || st == runtime.StateProcessing || st == runtime.StateUnknown
+		finished = finished || st.Final()
+	}
+	idx := make([]*redis.StringSliceCmd, 0, 2*s.buckets)
+	if _, err := s.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, b := range s.tags {
+			if pending {
+				idx = append(idx, pipe.ZRange(ctx, b.pending, 0, -1))
+			}
+			if finished {
+				idx = append(idx, pipe.ZRange(ctx, b.expiry, 0, -1))
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("redisstore: list: reading indexes: %w", err)
+	}
+	now, err := s.c.Time(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: list: %w", err)
+	}
+	var names []string
+	for _, c := range idx {
+		names = append(names, c.Val()...)
+	}
+	reads := make([]*redis.SliceCmd, len(names))
+	if len(names) > 0 {
+		if _, err := s.c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range names {
+				reads[i] = pipe.HMGet(ctx, k, recordFields...)
+			}
+			return nil
+		}); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("redisstore: list: reading records: %w", err)
+		}
+	}
+	now = now.Truncate(time.Microsecond)
+	seen := make(map[runtime.Identity]bool)
+	var out []runtime.Record
+	for _, c := range reads {
+		vals := c.Val()
+		if len(vals) < nFields || vals[4] == nil {
+			continue // an index entry whose record is gone
+		}
+		rec, err := parseRecord(vals, now)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: list: %w", err)
+		}
+		if seen[rec.ID] || (p.After != nil && !p.After.Less(rec.ID)) || !p.Matches(&rec) {
+			continue
+		}
+		seen[rec.ID] = true
+		out = append(out, rec)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID.Less(out[j].ID) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// recordFields are prelude's F, the fields of a record in reply order.
+var recordFields = []string{"sc", "op", "ky", "fp", "st", "ow", "v", "le", "ex", "rq", "rs", "to", "at", "ca", "ua", "tn", "nt", "om"}
+
+var _ runtime.Lister = (*Store)(nil)

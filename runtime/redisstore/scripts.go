@@ -22,7 +22,20 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local function fmt(n) return string.format('%.0f', n) end
-local F = {'sc','op','ky','fp','st','ow','v','le','ex','rq','rs','to','at','ca','ua'}
+local F = {'sc','op','ky','fp','st','ow','v','le','ex','rq','rs','to','at','ca','ua','tn','nt','om'}
+-- nextv draws a version from the bucket's counter (a key in the bucket's
+-- slot that never expires): versions never repeat for a record, across
+-- releases, sweeps, expiry by Redis and replacements. It is above atleast
+-- (the record's current version), so records written before the counter
+-- existed keep growing too.
+local function nextv(ver, atleast)
+  local n = redis.call('INCR', ver)
+  if atleast and n <= atleast then
+    n = atleast + 1
+    redis.call('SET', ver, fmt(n))
+  end
+  return n
+end
 local function read(key, out)
   local r = redis.call('HMGET', key, unpack(F))
   for i = 1, #F do out[#out + 1] = r[i] end
@@ -51,7 +64,7 @@ local function index(key, pend, exp, st, le, ex)
 end
 `
 
-// claimScript: KEYS record, pending, expiry; ARGV fingerprint, owner,
+// claimScript: KEYS record, pending, expiry, version counter; ARGV fingerprint, owner,
 // lease (us), request, acquire-unknown ("1"), scope, operation, key, nonce,
 // expiry grace (us). Reply: claimed (0/1), store now, then the record's
 // fields.
@@ -88,22 +101,19 @@ local le, ex = tonumber(cur[4]) or 0, tonumber(cur[5]) or 0
 local lease = now + tonumber(ARGV[3])
 local claimed = 1
 if not st or (final(st) and ex > 0 and ex <= now) then
-  local v = 1
-  if st then v = tonumber(cur[3]) + 1 end
   redis.call('DEL', key)
   redis.call('HSET', key, 'sc', ARGV[6], 'op', ARGV[7], 'ky', ARGV[8], 'fp', ARGV[1],
-    'st', 'PROCESSING', 'ow', ARGV[2], 'v', fmt(v), 'le', fmt(lease), 'ex', '0',
-    'rq', ARGV[4], 'to', '0', 'at', '0', 'ca', fmt(now), 'ua', fmt(now), 'cn', ARGV[9])
+    'st', 'PROCESSING', 'ow', ARGV[2], 'v', fmt(nextv(KEYS[4], tonumber(cur[3]))), 'le', fmt(lease), 'ex', '0',
+    'rq', ARGV[4], 'to', '0', 'at', '0', 'ca', fmt(now), 'ua', fmt(now), 'cn', ARGV[9],
+    'tn', '', 'nt', '', 'om', '0')
   index(key, KEYS[2], KEYS[3], 'PROCESSING', lease, 0)
 elseif st == 'PROCESSING' and le > 0 and le <= now and fp == ARGV[1] then
-  redis.call('HINCRBY', key, 'v', 1)
   redis.call('HINCRBY', key, 'to', 1)
-  redis.call('HSET', key, 'ow', ARGV[2], 'le', fmt(lease), 'ua', fmt(now), 'cn', ARGV[9])
+  redis.call('HSET', key, 'v', fmt(nextv(KEYS[4], tonumber(cur[3]))), 'ow', ARGV[2], 'le', fmt(lease), 'ua', fmt(now), 'cn', ARGV[9], 'tn', '')
   index(key, KEYS[2], KEYS[3], st, lease, 0)
 elseif ARGV[5] == '1' and st == 'UNKNOWN' and le <= now and fp == ARGV[1] then
-  redis.call('HINCRBY', key, 'v', 1)
-  redis.call('HINCRBY', key, 'at', 1)
-  redis.call('HSET', key, 'ow', ARGV[2], 'le', fmt(lease), 'ua', fmt(now), 'cn', ARGV[9])
+  -- Attempts count the reconciler's acquisitions only.
+  redis.call('HSET', key, 'v', fmt(nextv(KEYS[4], tonumber(cur[3]))), 'ow', ARGV[2], 'le', fmt(lease), 'ua', fmt(now), 'cn', ARGV[9], 'tn', '')
   index(key, KEYS[2], KEYS[3], st, lease, 0)
 elseif not (cur[7] == ARGV[9] and cur[6] == ARGV[2] and (st == 'PROCESSING' or st == 'UNKNOWN')) then
   claimed = 0
@@ -118,9 +128,14 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {0, fmt(now)} end
 return read(KEYS[1], {1, fmt(now)})
 `)
 
-// transitionScript: KEYS record, pending, expiry; ARGV from, owner, version,
-// to, new owner, lease (us), ttl (us), response, has response ("1"),
-// expiry grace (ms), nonce. Reply: {1, new version} or {0} (lease lost).
+// transitionScript: KEYS record, pending, expiry, version counter; ARGV
+// from, owner, version, to, new owner, lease (us), ttl (us), response, has
+// response ("1"), expiry grace (ms), token, note, response omitted ("1").
+// Reply: {1, new version} or {0} (lease lost). The token is the runtime's
+// (the same on every retry of one outcome) or, when it gives none, a
+// per-call nonce (the client resending the script): a record that still
+// carries it (no version-changing write since) was written by this very
+// write, and its version comes back.
 //
 // Finished records get PEXPIRE ttl+grace: Redis deletes them itself, grace
 // after ExpiresAt, so a claim or Sweep in between still sees the record (and
@@ -129,18 +144,19 @@ var transitionScript = redis.NewScript(prelude + `
 local key = KEYS[1]
 local cur = redis.call('HMGET', key, 'st', 'ow', 'v', 'tn')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or tonumber(cur[3]) ~= tonumber(ARGV[3]) then
-  if cur[4] and cur[4] == ARGV[11] then
-    return {1, tonumber(ARGV[3]) + 1} -- this very call, resent by the client: it was applied
+  if cur[4] and cur[4] ~= '' and cur[4] == ARGV[11] then
+    return {1, tonumber(cur[3])} -- this very write, retried: it was applied
   end
   return {0}
 end
 local now = now_us()
-local v = redis.call('HINCRBY', key, 'v', 1)
+local v = nextv(KEYS[4], tonumber(cur[3]))
 local to = ARGV[4]
 local le, ex = 0, 0
 if tonumber(ARGV[6]) > 0 then le = now + tonumber(ARGV[6]) end
 if final(to) then ex = now + tonumber(ARGV[7]) end
-redis.call('HSET', key, 'st', to, 'ow', ARGV[5], 'le', fmt(le), 'ex', fmt(ex), 'ua', fmt(now), 'tn', ARGV[11])
+redis.call('HSET', key, 'st', to, 'ow', ARGV[5], 'v', fmt(v), 'le', fmt(le), 'ex', fmt(ex), 'ua', fmt(now),
+  'tn', ARGV[11], 'nt', ARGV[12], 'om', ARGV[13])
 if final(to) then
   if ARGV[9] == '1' then
     redis.call('HSET', key, 'rs', ARGV[8])
@@ -186,7 +202,7 @@ redis.call('ZREM', KEYS[3], key)
 return 1
 `)
 
-// acquireScript: KEYS pending index of one bucket; ARGV owner, lease (us),
+// acquireScript: KEYS pending index and version counter of one bucket; ARGV owner, lease (us),
 // limit, max attempts, inspection budget, then the operations to keep to
 // (none: all). It walks the index from the oldest lease, acquires due
 // records (PROCESSING with an expired lease, UNKNOWN with a free lease below
@@ -211,7 +227,7 @@ while n < limit and budget > 0 do
   for _, key in ipairs(batch) do
     if n >= limit or budget <= 0 then break end
     budget = budget - 1
-    local cur = peek(key, 'st', 'le', 'at', 'op')
+    local cur = peek(key, 'st', 'le', 'at', 'op', 'v')
     local st, le, at = nil, 0, 0
     if cur then st, le, at = cur[1], tonumber(cur[2]) or 0, tonumber(cur[3]) or 0 end
     if seen[key] or not cur then
@@ -223,9 +239,8 @@ while n < limit and budget > 0 do
     elseif le > now then
       redis.call('ZADD', pend, fmt(le), key) -- stale score: move it to its lease
     elseif st == 'PROCESSING' or maxa <= 0 or at < maxa then
-      redis.call('HINCRBY', key, 'v', 1)
       redis.call('HINCRBY', key, 'at', 1)
-      redis.call('HSET', key, 'st', 'UNKNOWN', 'ow', ARGV[1], 'le', fmt(lease), 'ua', fmt(now))
+      redis.call('HSET', key, 'st', 'UNKNOWN', 'ow', ARGV[1], 'v', fmt(nextv(KEYS[2], tonumber(cur[5]))), 'le', fmt(lease), 'ua', fmt(now), 'tn', '')
       redis.call('ZADD', pend, fmt(lease), key)
       read(key, out)
       seen[key] = true

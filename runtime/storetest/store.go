@@ -33,6 +33,7 @@ func RunStore(t *testing.T, newStore NewStore) {
 		{"AcquirePendingByOperation", testAcquirePendingByOperation},
 		{"IdentitiesDoNotCollide", testIdentitiesDoNotCollide},
 		{"LargeAndBinaryPayloads", testPayloads},
+		{"List", testList},
 	})
 }
 
