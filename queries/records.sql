@@ -30,6 +30,9 @@ ins AS (
         clk.t + @lease::interval, NULL, @request::bytea, NULL, 0, 0,
         clk.t, clk.t, '', '', false
     FROM clk
+    -- A replay inserts nothing and so draws no version: the row exists.
+    WHERE NOT EXISTS (SELECT 1 FROM idem_records x
+                      WHERE x.scope = @scope AND x.operation = @operation AND x.key = @key)
     ON CONFLICT (scope, operation, key) DO NOTHING
     RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
         r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
