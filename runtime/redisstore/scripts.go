@@ -83,7 +83,12 @@ end
 var claimScript = redis.NewScript(prelude + `
 local key = KEYS[1]
 local now = now_us()
-local cur = redis.call('HMGET', key, 'st', 'fp', 'v', 'le', 'ex', 'ow', 'cn')
+-- One read of the whole record (F, then the claim nonce): a replay, the
+-- common case, answers from it without a second read.
+local names = {unpack(F)}
+names[#names + 1] = 'cn'
+local all = redis.call('HMGET', key, unpack(names))
+local cur = {all[5], all[4], all[7], all[8], all[9], all[6], all[#F + 1]} -- st fp v le ex ow cn
 local st, fp = cur[1], cur[2]
 local le, ex = tonumber(cur[4]) or 0, tonumber(cur[5]) or 0
 local lease = now + tonumber(ARGV[3])
@@ -118,7 +123,9 @@ elseif ARGV[5] == '1' and st == 'UNKNOWN' and le <= now and fp == ARGV[1] then
   redis.call('HSET', key, 'v', fmt(nextv(KEYS[4], tonumber(cur[3]))), 'ow', ARGV[2], 'le', fmt(lease), 'ua', fmt(now), 'cn', ARGV[9], 'tn', '')
   index(key, KEYS[2], KEYS[3], st, lease, 0)
 elseif not (cur[7] == ARGV[9] and cur[6] == ARGV[2] and (st == 'PROCESSING' or st == 'UNKNOWN')) then
-  claimed = 0
+  local out = {0, fmt(now)}
+  for i = 1, #F do out[i + 2] = all[i] end
+  return out
 end
 return read(key, {claimed, fmt(now)})
 `)
