@@ -73,16 +73,16 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 	if fp == nil {
 		fp = Fingerprint(reqBytes)
 	}
-	ex := &execution[Req, Resp]{rt: rt, c: &c, id: id, lease: c.Lease, ttl: c.TTL}
-	if ex.lease <= 0 {
-		ex.lease = rt.cfg.lease
+	lease, ttl := c.Lease, c.TTL
+	if lease <= 0 {
+		lease = rt.cfg.lease
 	}
-	if ex.ttl <= 0 {
-		ex.ttl = rt.cfg.ttl
+	if ttl <= 0 {
+		ttl = rt.cfg.ttl
 	}
 	claim := ClaimParams{
 		ID: id, Fingerprint: fp, Request: reqBytes, Owner: rt.cfg.owner,
-		Lease: ex.lease, AcquireUnknown: c.Query != nil,
+		Lease: lease, AcquireUnknown: c.Query != nil,
 	}
 
 	var waitStart, waitUntil time.Time // set on the first wait
@@ -98,6 +98,8 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 			return zero, fmt.Errorf("idem: %s %q: claim: %w", id.Operation, id.Key, err)
 		}
 		if res.Claimed {
+			// Only a claim needs the execution: a replay allocates none.
+			ex := &execution[Req, Resp]{rt: rt, c: c, id: id, lease: lease, ttl: ttl}
 			rec := res.Record
 			if !waitUntil.IsZero() {
 				rt.phase(ctx, id.Operation, PhaseWait, waitStart)
@@ -185,7 +187,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // execution carries one call through its states.
 type execution[Req, Resp any] struct {
 	rt    *Runtime
-	c     *Call[Req, Resp]
+	c     Call[Req, Resp]
 	id    Identity
 	lease time.Duration
 	ttl   time.Duration
