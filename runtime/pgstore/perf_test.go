@@ -16,11 +16,18 @@ import (
 // correct design needs, on the same table, at 1, 8 and 32 callers: a first
 // call persists PROCESSING before the effect and the outcome after it (an
 // autocommitted INSERT, then an autocommitted UPDATE); a replay is one
-// SELECT by key. bench/stores.sh reports the a/floor ratios.
+// SELECT by key. first-group-commit is the first call with
+// pgstore.WithGroupCommit, timed alternately rather than interleaved (its
+// batching changes the load the floor would see beside it).
+// bench/stores.sh reports the a/floor ratios.
 func BenchmarkPerf(b *testing.B) {
 	p := testPool(b)
 	ctx := context.Background()
 	rt, err := runtime.New(pgstore.New(p))
+	if err != nil {
+		b.Fatal(err)
+	}
+	grouped, err := runtime.New(pgstore.New(p, pgstore.WithGroupCommit(0)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -32,11 +39,12 @@ func BenchmarkPerf(b *testing.B) {
 
 	idemCtx := runtime.WithScope(ctx, fmt.Sprintf("perf/%d/idem", run))
 	floorScope := fmt.Sprintf("perf/%d/floor", run)
-	do := func(key string) error {
+	doOn := func(rt *runtime.Runtime, key string) error {
 		_, err := runtime.Do(idemCtx, rt, runtime.Call[benchReq, benchResp]{Operation: "Payments.Charge", Key: key,
 			Request: benchReq{"acct", 100}, Effect: benchEffect})
 		return err
 	}
+	do := func(key string) error { return doOn(rt, key) }
 	floorFirst := func(key string) error {
 		if _, err := p.Exec(ctx, `INSERT INTO idem_records (scope, operation, key, fingerprint, state, owner, version, lease_expires_at, request)
 			VALUES ($1, 'Payments.Charge', $2, $3, 'PROCESSING', 'floor', 1, now() + interval '30 seconds', $4)`, floorScope, key, fp, req); err != nil {
@@ -68,6 +76,12 @@ func BenchmarkPerf(b *testing.B) {
 			prefix := fmt.Sprintf("f%d-%d-", callers, time.Now().UnixNano())
 			benchcmp.Interleaved(b, callers,
 				func(i int64) error { return do(prefix + strconv.FormatInt(i, 10)) },
+				func(i int64) error { return floorFirst(prefix + strconv.FormatInt(i, 10)) })
+		})
+		b.Run(fmt.Sprintf("first-group-commit/callers=%d", callers), func(b *testing.B) {
+			prefix := fmt.Sprintf("g%d-%d-", callers, time.Now().UnixNano())
+			benchcmp.Alternating(b, callers,
+				func(i int64) error { return doOn(grouped, prefix+strconv.FormatInt(i, 10)) },
 				func(i int64) error { return floorFirst(prefix + strconv.FormatInt(i, 10)) })
 		})
 		b.Run(fmt.Sprintf("replay-hot/callers=%d", callers), func(b *testing.B) {
