@@ -201,6 +201,15 @@ func (ex *execution[Req, Resp]) attemptCtx(ctx context.Context, rec Record) cont
 // records its outcome.
 func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, error) {
 	var zero Resp
+	if cerr := context.Cause(ctx); cerr != nil {
+		// The caller went away before the effect started: nothing happened,
+		// so the record is released rather than left UNKNOWN.
+		rerr := ex.complete(ctx, true, func(cctx context.Context) error {
+			return ex.rt.store.Release(cctx, ReleaseParams{ID: ex.id, State: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version})
+		})
+		ex.rt.emit(ctx, Event{Kind: EventReleased, Operation: ex.id.Operation, Err: cerr})
+		return zero, errors.Join(fmt.Errorf("idem: %s %q: the caller's context ended before the effect ran: %w", ex.id.Operation, ex.id.Key, cerr), rerr)
+	}
 	effCtx, cancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
 	defer cancel(nil)
 	// The lease is renewed until the outcome is recorded: a completion that
