@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,7 +86,7 @@ type Target struct {
 
 // Config sizes the workload.
 type Config struct {
-	Keys       int           // keys per fault, run one after the other (default 2)
+	Keys       int           // keys per fault, run one after the other (default IDEM_FAULT_KEYS, else 2)
 	Duplicates int           // concurrent duplicate clients per key (default 4)
 	Lease      time.Duration // default 300ms
 }
@@ -273,6 +274,9 @@ func errKind(err error) string {
 func Run(t *testing.T, tg Target, cfg Config) {
 	if cfg.Keys <= 0 {
 		cfg.Keys = 2
+		if v, err := strconv.Atoi(os.Getenv("IDEM_FAULT_KEYS")); err == nil && v > 0 {
+			cfg.Keys = v
+		}
 	}
 	if cfg.Duplicates <= 0 {
 		cfg.Duplicates = 4
