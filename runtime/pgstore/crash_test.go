@@ -451,7 +451,7 @@ type crashSchedule struct {
 	key      string
 	first    string        // crash point of the first worker
 	delay    time.Duration // kill delay for an in-flight point
-	recovery string        // "retry": a worker retries at once; "reconcile": the reconciler first
+	recovery string        // "retry": a worker retries; "reconcile": the reconciler first; "race": both at once
 	second   string        // crash point of a second worker ("" for none)
 	delay2   time.Duration
 }
@@ -530,7 +530,7 @@ func TestCrashProcesses(t *testing.T) {
 		rng := mrand.New(mrand.NewPCG(seed, uint64(i)))
 		s := crashSchedule{run: i, key: fmt.Sprintf("k%d", i), first: crashPoints[i%len(crashPoints)]}
 		s.delay = killDelay(rng)
-		s.recovery = [...]string{"retry", "reconcile"}[(i/len(crashPoints))%2]
+		s.recovery = [...]string{"retry", "reconcile", "race"}[(i/len(crashPoints))%3]
 		if rng.IntN(4) == 0 {
 			s.second = crashPoints[rng.IntN(len(crashPoints))]
 			s.delay2 = killDelay(rng)
@@ -686,6 +686,11 @@ func crashRun(p *pgxpool.Pool, d downstream, base workerConfig, s crashSchedule)
 		}
 	}
 
+	var raced chan error
+	if s.recovery == "race" { // the reconciler converges while the last worker retries
+		raced = make(chan error, 1)
+		go func() { raced <- reconcileUntilSettled(ctx, p, d, id) }()
+	}
 	c := cfg
 	c.Lease, c.MaxWait = 10*time.Second, 10*time.Second
 	w, err := startWorker(c)
@@ -694,6 +699,11 @@ func crashRun(p *pgxpool.Pool, d downstream, base workerConfig, s crashSchedule)
 		return o
 	}
 	werr := w.finish()
+	if raced != nil {
+		if err := <-raced; err != nil {
+			fail("reconciler: %v", err)
+		}
+	}
 	transcripts = append(transcripts, "last worker:\n\t\t"+w.transcript())
 	var evs []string
 	for _, l := range w.out {
