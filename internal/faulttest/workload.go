@@ -56,7 +56,9 @@ func Faults() []Fault {
 	resetBefore := Toxic{Type: "reset_peer", Stream: "upstream", Attributes: map[string]any{"timeout": 0}}
 	resetAfter := Toxic{Type: "reset_peer", Stream: "downstream", Attributes: map[string]any{"timeout": 0}}
 	limit := Toxic{Type: "limit_data", Stream: "upstream", Attributes: map[string]any{"bytes": 12}}
-	slicer := Toxic{Type: "slicer", Stream: "downstream", Attributes: map[string]any{"average_size": 3, "size_variation": 2, "delay": 200}}
+	// Small slices, barely delayed (microseconds): partial reads, never
+	// a reply held anywhere near the lease.
+	slicer := Toxic{Type: "slicer", Stream: "downstream", Attributes: map[string]any{"average_size": 4, "size_variation": 3, "delay": 10}}
 	var fs []Fault
 	for _, ph := range []string{AtClaim, AtComplete} {
 		fs = append(fs,
