@@ -474,7 +474,7 @@ func (s crashSchedule) String() string {
 type crashOutcome struct {
 	sched       crashSchedule
 	reached     bool   // the first worker reached its crash point
-	stateAtKill string // record state read right after the first kill
+	stateAtKill string // record state and ledger rows read right after the first kill
 	recovered   string // how the final worker got its answer (its events)
 	errs        []string
 	took        time.Duration
@@ -574,7 +574,7 @@ func TestCrashProcesses(t *testing.T) {
 		if o.sched.second != "" {
 			seconds[o.sched.second]++
 		}
-		detail[fmt.Sprintf("%-16s %-9s at kill %-10s -> %s", o.sched.first, o.sched.recovery, o.stateAtKill, o.recovered)]++
+		detail[fmt.Sprintf("%-16s %-9s at kill %-12s -> %s", o.sched.first, o.sched.recovery, o.stateAtKill, o.recovered)]++
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d runs in %v (%d in parallel), seed %d; a run takes %v (median), %v (max)\n", runs,
@@ -590,7 +590,7 @@ func TestCrashProcesses(t *testing.T) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	b.WriteString("  point / recovery / record state right after the first kill -> how the last worker got its answer (count):\n")
+	b.WriteString("  point / recovery / record state+ledger rows right after the first kill -> how the last worker got its answer (count):\n")
 	for _, k := range keys {
 		fmt.Fprintf(&b, "    %s  (%d)\n", k, detail[k])
 	}
@@ -670,6 +670,12 @@ func crashRun(p *pgxpool.Pool, d downstream, base workerConfig, s crashSchedule)
 		return o
 	} else {
 		o.stateAtKill = string(rec.State)
+	}
+	if cs, err := d.charges(ctx, runtime.DownstreamKey(id)); err != nil {
+		fail("reading the ledger: %v", err)
+		return o
+	} else {
+		o.stateAtKill += fmt.Sprintf("+%d", len(cs))
 	}
 	if s.second != "" {
 		if _, ok := kill(s.second, s.delay2); !ok {
