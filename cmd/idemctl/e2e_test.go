@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -109,7 +111,7 @@ func e2e(t *testing.T, store runtime.Store, storeArgs []string) {
 	ctx := context.Background()
 	sfx := suffix()
 	scope := "idemctl-e2e/" + sfx
-	opCharge, opRefund := "Idemctl"+sfx+".Charge", "Idemctl"+sfx+".Refund"
+	opCharge, opRefund, opShip := "Idemctl"+sfx+".Charge", "Idemctl"+sfx+".Refund", "Idemctl"+sfx+".Ship"
 	sctx := runtime.WithScope(ctx, scope)
 	rt, err := runtime.New(store, runtime.WithOwner("e2e-service-"+sfx))
 	if err != nil {
@@ -148,11 +150,20 @@ func e2e(t *testing.T, store runtime.Store, storeArgs []string) {
 	}, runtime.QueryOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// 2b. Held off: an operation without a query, whose no-query policy
+	// leaves a window of an hour for a person before it resolves by itself.
+	_, err = runtime.Do(sctx, rt, runtime.Call[chargeReq, chargeResp]{Operation: opShip, Key: "window-1", Request: chargeReq{Amount: 3}, Effect: timedOut})
+	if !errors.Is(err, runtime.ErrOutcomeUnknown) {
+		t.Fatalf("timed-out shipment: %v", err)
+	}
+	if err := runtime.RegisterNoQuery(recRT, opShip, runtime.NoQueryPolicy{After: time.Hour, Resolve: runtime.NotHappenedFail}); err != nil {
+		t.Fatal(err)
+	}
 	rec, err := runtime.NewReconciler(recRT, runtime.ReconcileMaxAttempts(1), runtime.ReconcileBackoff(10*time.Millisecond, 10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := rec.RunOnce(ctx); err != nil || st.GaveUp != 1 {
+	if st, err := rec.RunOnce(ctx); err != nil || st.GaveUp != 1 || st.StillUnknown != 1 {
 		t.Fatalf("reconcile: %+v, %v", st, err)
 	}
 
@@ -210,7 +221,7 @@ func e2e(t *testing.T, store runtime.Store, storeArgs []string) {
 		t.Fatalf("list: exit %d: %s", code, errOut)
 	}
 	recs := decodeLines(t, out)
-	if got := keysOf(recs); got != "frozen-1 live-1 timeout-1 gaveup-1" {
+	if got := keysOf(recs); got != "frozen-1 live-1 timeout-1 gaveup-1 window-1" {
 		// (scope, operation, key) order: Charge before Refund.
 		t.Fatalf("list keys = %q\n%s", got, out)
 	}
@@ -227,6 +238,9 @@ func e2e(t *testing.T, store runtime.Store, storeArgs []string) {
 	if r := byKey["frozen-1"]; r.State != runtime.StateProcessing || r.Lease != "expired" || r.Owner != "e2e-frozen-worker-"+sfx {
 		t.Fatalf("frozen-1 = %+v", r)
 	}
+	if r := byKey["window-1"]; r.Lease != "held-off" || r.Owner != "" || !strings.Contains(r.Note, "resolved by policy at") {
+		t.Fatalf("window-1 = %+v", r)
+	}
 	if r := byKey["live-1"]; r.Lease != "held" {
 		t.Fatalf("live-1 = %+v", r)
 	}
@@ -236,11 +250,13 @@ func e2e(t *testing.T, store runtime.Store, storeArgs []string) {
 		args []string
 		want string
 	}{
-		{[]string{"-gave-up", "1"}, "gaveup-1"},
+		{[]string{"-gave-up", "1"}, "gaveup-1 window-1"}, // the no-query hold was an acquisition too
+		{[]string{"-gave-up", "2"}, ""},
 		{[]string{"-stuck"}, "frozen-1 timeout-1 gaveup-1"},
 		{[]string{"-stuck", "-state", "processing"}, "frozen-1"},
 		{[]string{"-op", opRefund}, "gaveup-1"},
-		{[]string{"-state", "unknown"}, "timeout-1 gaveup-1"},
+		{[]string{"-state", "unknown"}, "timeout-1 gaveup-1 window-1"},
+		{[]string{"-op", opShip, "-stuck"}, ""},
 		{[]string{"-state", "success,failed"}, ""},
 		{[]string{"-older-than", "1h"}, ""},
 	} {
@@ -258,7 +274,7 @@ func e2e(t *testing.T, store runtime.Store, storeArgs []string) {
 	cursor := errOut[strings.Index(errOut, "-after '")+len("-after '"):]
 	cursor = cursor[:strings.Index(cursor, "'")]
 	code, out, errOut = ctl("list", "-scope", scope, "-after", cursor, "-json")
-	if got := keysOf(decodeLines(t, out)); code != exitOK || got != "gaveup-1" {
+	if got := keysOf(decodeLines(t, out)); code != exitOK || got != "gaveup-1 window-1" {
 		t.Fatalf("list -after %s: exit %d, keys %q (%s)", cursor, code, got, errOut)
 	}
 	t.Logf("table:\n%s", mustRun(t, ctl, "list", "-scope", scope))
@@ -338,6 +354,21 @@ func e2e(t *testing.T, store runtime.Store, storeArgs []string) {
 	out = mustRun(t, ctl, "show", "-scope", scope, "-op", opRefund, "-key", "gaveup-1")
 	if !strings.Contains(out, "failure code     bank_refused") || !strings.Contains(out, "failure message  refund refused by the bank") {
 		t.Fatalf("show failed:\n%s", out)
+	}
+
+	// success on a held-off record (no owner: moved by compare-and-set from
+	// the version read), the response from a file.
+	respFile := filepath.Join(t.TempDir(), "resp.json")
+	if err := os.WriteFile(respFile, []byte("{\n  \"charge_id\": \"ship_1\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = ctl("resolve", "-scope", scope, "-op", opShip, "-key", "window-1", "-to", "success", "-response-file", respFile, "-reason", "parcel tracked")
+	if code != exitOK || !strings.Contains(out, "-> SUCCESS") {
+		t.Fatalf("resolve a held-off record: exit %d\n%s\n%s", code, out, errOut)
+	}
+	resp, err = runtime.Do(sctx, rt, runtime.Call[chargeReq, chargeResp]{Operation: opShip, Key: "window-1", Request: chargeReq{Amount: 3}, Effect: again})
+	if err != nil || resp.ChargeID != "ship_1" || ranAgain != 0 {
+		t.Fatalf("retry after success on a held-off record: %+v, %v, ran %d", resp, err, ranAgain)
 	}
 
 	// released: the frozen worker's record; the worker, unfrozen, cannot
