@@ -241,7 +241,10 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 		if r.To == ResolveReleased {
 			msg = "idem: record released by hand; it is deleted, and this line is all that remains of it"
 		}
-		attrs := append(r.logAttrs(&rec), slog.String("to", string(r.To)), slog.Int64("new_version", v))
+		attrs := append(r.logAttrs(&rec), slog.String("to", string(r.To)))
+		if r.To != ResolveReleased {
+			attrs = append(attrs, slog.Int64("new_version", v))
+		}
 		if r.To == ResolveFailed {
 			attrs = append(attrs, slog.Any("failure", json.RawMessage(EncodeFailure(r.Failure))))
 		}
@@ -297,16 +300,16 @@ func resolvable(id Identity, rec *Record) error {
 	switch {
 	case rec.State.Final():
 		return fmt.Errorf("%w: %s is %s already (version %d): final records are never changed by hand",
-			ErrNotResolvable, id, rec.State, rec.Version)
+			ErrNotResolvable, idText(id), rec.State, rec.Version)
 	case rec.State != StateUnknown && rec.State != StateProcessing:
 		return fmt.Errorf("%w: %s is in unknown state %q", ErrNotResolvable, idText(id), rec.State)
 	case rec.LeaseLive() && (rec.Owner != "" || rec.State == StateProcessing):
 		who := "a worker"
 		if rec.State == StateUnknown {
-			who = "a reconciler"
+			who = "a reconciler (or a worker converging it)"
 		}
 		return fmt.Errorf("%w: %s is %s and held by %s (owner %q, version %d) until %s (%v more): %w; try again after the lease",
-			ErrNotResolvable, id, rec.State, who, rec.Owner, rec.Version,
+			ErrNotResolvable, idText(id), rec.State, who, rec.Owner, rec.Version,
 			rec.LeaseExpiresAt.UTC().Format(time.RFC3339Nano), rec.LeaseExpiresAt.Sub(rec.StoreNow).Round(time.Millisecond), ErrInProgress)
 	}
 	return nil

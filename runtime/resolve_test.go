@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -222,7 +223,7 @@ func TestResolveRefuses(t *testing.T) {
 				f.t.Fatalf("acquire: %v, %v", recs, err)
 			}
 			return 0
-		}, runtime.ErrInProgress, `held by a reconciler (owner "host/1/reconciler"`},
+		}, runtime.ErrInProgress, `held by a reconciler (or a worker converging it) (owner "host/1/reconciler"`},
 		{"version moved on", func(f *resolveFixture) int64 {
 			rec := f.unknown()
 			return rec.Version - 1
@@ -389,7 +390,7 @@ func TestResolveRacesBetweenReadAndClaim(t *testing.T) {
 			if recs, err := f.store.AcquirePending(context.Background(), runtime.AcquireParams{Owner: "rec-2", Lease: time.Minute, Limit: 1}); err != nil || len(recs) != 1 {
 				f.t.Fatalf("acquire: %v, %v", recs, err)
 			}
-		}, runtime.ErrInProgress, `held by a reconciler (owner "rec-2"`, func(f *resolveFixture, before runtime.Record) {
+		}, runtime.ErrInProgress, `held by a reconciler (or a worker converging it) (owner "rec-2"`, func(f *resolveFixture, before runtime.Record) {
 			if rec := f.get(); rec.Owner != "rec-2" || rec.State != runtime.StateUnknown {
 				f.t.Fatalf("record = %+v, want the reconciler's", rec)
 			}
@@ -534,4 +535,40 @@ func TestResolveConcurrentOperatorsOneWins(t *testing.T) {
 			t.Fatalf("round %d: %d resolved, %d refused; record %+v, %v", round, ok.Load(), refused.Load(), rec, err)
 		}
 	}
+}
+
+// A person found out that a timed-out charge went through, and records it:
+// retries then replay the response instead of staying UNKNOWN.
+func ExampleResolve() {
+	ctx := runtime.WithScope(context.Background(), "tenant-1")
+	store := memstore.New()
+	rt, _ := runtime.New(store)
+	charge := runtime.Call[resolveReq, resolveResp]{
+		Operation: "Payments.Charge", Key: "order-1001", Request: resolveReq{Amount: 4200},
+		Effect: func(context.Context, resolveReq) (resolveResp, error) {
+			return resolveResp{}, context.DeadlineExceeded // the gateway timed out
+		},
+	}
+	_, err := runtime.Do(ctx, rt, charge)
+	fmt.Println(errors.Is(err, runtime.ErrOutcomeUnknown))
+
+	res, err := runtime.Resolve(ctx, store, runtime.Resolution{
+		ID:       runtime.Identity{Scope: "tenant-1", Operation: "Payments.Charge", Key: "order-1001"},
+		To:       runtime.ResolveSuccess,
+		Response: []byte(`{"charge_id":"ch_3QxY"}`),
+		Reason:   "ch_3QxY found in the gateway dashboard",
+		Owner:    "idemctl:alice@ops",
+	})
+	fmt.Println(res.Before.State, "->", res.State, err)
+
+	resp, err := runtime.Do(ctx, rt, charge) // the client's retry
+	fmt.Println(resp.ChargeID, err)
+
+	_, err = runtime.Resolve(ctx, store, runtime.Resolution{ID: res.Before.ID, To: runtime.ResolveReleased, Reason: "oops", Owner: "idemctl:bob@ops"})
+	fmt.Println(errors.Is(err, runtime.ErrNotResolvable))
+	// Output:
+	// true
+	// UNKNOWN -> SUCCESS <nil>
+	// ch_3QxY <nil>
+	// true
 }

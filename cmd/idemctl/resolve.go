@@ -209,7 +209,7 @@ func runResolve(ctx context.Context, args []string, env func(string) string, std
 		})
 	}
 	b := res.Before
-	fmt.Fprintf(stdout, "resolved %s %q (scope %q): %s (version %d, %d attempts, %d takeovers) -> ",
+	fmt.Fprintf(stdout, "resolved %s %q (scope %q): %s (version %d, attempts %d, takeovers %d) -> ",
 		id.Operation, id.Key, id.Scope, b.State, b.Version, b.Attempts, b.Takeovers)
 	if cfg.r.To == runtime.ResolveReleased {
 		fmt.Fprintln(stdout, "released: the record is deleted; the next retry runs the effect again")
