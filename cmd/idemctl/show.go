@@ -122,7 +122,7 @@ func writeRecord(w io.Writer, r *runtime.Record) error {
 	row("owner", fmt.Sprintf("%q", r.Owner))
 	lease := leaseText(r)
 	if !r.LeaseExpiresAt.IsZero() {
-		lease += ", until " + r.LeaseExpiresAt.UTC().Format(time.RFC3339Nano)
+		lease += " (" + r.LeaseExpiresAt.UTC().Format(time.RFC3339Nano) + ")"
 	}
 	row("lease", lease)
 	row("attempts", fmt.Sprint(r.Attempts))
