@@ -435,3 +435,16 @@ func keysOf(recs []recordJSON) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// -redis-cluster also takes a URL (for credentials and options).
+func TestClusterURL(t *testing.T) {
+	addrs := testenv.RedisClusterAddrs(t)
+	u := "redis://" + addrs[0] + "?dial_timeout=3s"
+	for _, a := range addrs[1:] {
+		u += "&addr=" + a
+	}
+	code, out, errOut := runFor(t, nil, "list", "-redis-cluster", u, "-scope", "idemctl-e2e/none-"+suffix())
+	if code != exitOK || out != "" || !strings.Contains(errOut, "no records match") {
+		t.Fatalf("exit %d, %q, %q", code, out, errOut)
+	}
+}

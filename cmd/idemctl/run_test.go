@@ -51,6 +51,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad postgres DSN", nil, []string{"list", "-postgres=::nonsense"}, "not a PostgreSQL DSN"},
 		{"bad redis URL", nil, []string{"list", "-redis=http://x"}, "not a Redis URL"},
 		{"bad cluster address", nil, []string{"list", "-redis-cluster=a:1,redis://b:2"}, `want host:port,host:port,...; got "redis://b:2"`},
+		{"bad cluster URL", nil, []string{"list", "-redis-cluster=redis://127.0.0.1:1?dial_timeout=soon"}, "not a Redis Cluster URL"},
 		{"empty cluster address", nil, []string{"list", "-redis-cluster=a:1,,b:2"}, `got ""`},
 		{"redis settings for postgres", nil, []string{"list", pg, "-redis-prefix=x:"}, "-redis-prefix and -redis-buckets are for a Redis store"},
 		{"bad redis prefix", nil, []string{"list", rd, "-redis-prefix={x}"}, "must not contain '{' or '}'"},
@@ -127,6 +128,7 @@ func TestStoreChoice(t *testing.T) {
 		{"postgres flag", nil, []string{"-postgres", "postgres://a@b/c"}, "postgres", "postgres://a@b/c", 256},
 		{"redis from the environment", map[string]string{envRedis: "redis://h:1/2"}, nil, "redis", "redis://h:1/2", 256},
 		{"cluster from the environment", map[string]string{envRedisCluster: "a:1, b:2"}, []string{"-redis-buckets=16"}, "redis-cluster", "a:1, b:2", 16},
+		{"cluster URL", nil, []string{"-redis-cluster", "redis://u:p@a:1?addr=b:2"}, "redis-cluster", "redis://u:p@a:1?addr=b:2", 256},
 		{"a flag wins over the environment", map[string]string{envPostgres: "postgres://a@b/c", envRedis: "redis://h:1"},
 			[]string{"-redis-cluster", "x:1"}, "redis-cluster", "x:1", 256},
 	}

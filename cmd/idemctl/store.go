@@ -33,7 +33,7 @@ type storeFlags struct {
 func (sf *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&sf.postgres, "postgres", "", "PostgreSQL `DSN` of the service's records (env "+envPostgres+")")
 	fs.StringVar(&sf.redisURL, "redis", "", "Redis `URL`, redis://[user:pass@]host:port[/db] (env "+envRedis+")")
-	fs.StringVar(&sf.cluster, "redis-cluster", "", "Redis Cluster seed addresses, `host:port,...` (env "+envRedisCluster+")")
+	fs.StringVar(&sf.cluster, "redis-cluster", "", "Redis Cluster seed addresses, `host:port,...`, or a URL redis://user:pass@host:port?addr=host:port&addr=... (env "+envRedisCluster+")")
 	fs.StringVar(&sf.prefix, "redis-prefix", redisstore.DefaultPrefix, "key `prefix` of the Redis store: the service's redisstore.WithPrefix")
 	fs.IntVar(&sf.buckets, "redis-buckets", redisstore.DefaultBuckets, "bucket `count` of the Redis store: the service's redisstore.WithBuckets")
 	fs.DurationVar(&sf.timeout, "timeout", 30*time.Second, "bound on the whole command's store calls")
@@ -41,12 +41,14 @@ func (sf *storeFlags) register(fs *flag.FlagSet) {
 
 // storeSpec is a validated store choice.
 type storeSpec struct {
-	kind    string // "postgres", "redis" or "redis-cluster"
-	target  string // DSN or URL
-	addrs   []string
-	prefix  string
-	buckets int
-	timeout time.Duration
+	kind   string // "postgres", "redis" or "redis-cluster"
+	target string // DSN or URL
+	addrs  []string
+	// clusterURL is set when -redis-cluster was a URL (with credentials).
+	clusterURL *redis.ClusterOptions
+	prefix     string
+	buckets    int
+	timeout    time.Duration
 }
 
 // spec chooses the store: the store flags given, else the environment;
@@ -101,6 +103,14 @@ func (sf *storeFlags) spec(fs *flag.FlagSet, env func(string) string) (storeSpec
 			return storeSpec{}, usagef("%s: not a Redis URL: %v", c.from, err)
 		}
 	case "redis-cluster":
+		if strings.HasPrefix(s.target, "redis://") || strings.HasPrefix(s.target, "rediss://") {
+			opt, err := redis.ParseClusterURL(s.target)
+			if err != nil {
+				return storeSpec{}, usagef("%s: not a Redis Cluster URL: %v", c.from, err)
+			}
+			s.clusterURL = opt
+			break
+		}
 		for a := range strings.SplitSeq(s.target, ",") {
 			a = strings.TrimSpace(a)
 			if a == "" || strings.Contains(a, "://") || !strings.Contains(a, ":") {
@@ -148,7 +158,11 @@ func (s storeSpec) open(ctx context.Context) (operatorStore, func(), error) {
 			}
 			c = redis.NewClient(opt)
 		} else {
-			c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.addrs})
+			opt := s.clusterURL
+			if opt == nil {
+				opt = &redis.ClusterOptions{Addrs: s.addrs}
+			}
+			c = redis.NewClusterClient(opt)
 		}
 		closeFn := func() { _ = c.Close() }
 		if err := c.Ping(ctx).Err(); err != nil {
