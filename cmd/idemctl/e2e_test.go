@@ -448,3 +448,120 @@ func TestClusterURL(t *testing.T) {
 		t.Fatalf("exit %d, %q, %q", code, out, errOut)
 	}
 }
+
+// hookStore runs a hook once, right after the first Get: another process
+// acting between runtime.Resolve's read and its claim.
+type hookStore struct {
+	runtime.Store
+	hook func()
+	done bool
+}
+
+func (s *hookStore) Get(ctx context.Context, id runtime.Identity) (runtime.Record, error) {
+	rec, err := s.Store.Get(ctx, id)
+	if !s.done {
+		s.done = true
+		s.hook()
+	}
+	return rec, err
+}
+
+// TestResolveRacesOnRealStores checks runtime.Resolve's race paths on the
+// real stores: what it creates by accident it releases, what it takes by
+// accident it hands back, and what another took it leaves alone.
+func TestResolveRacesOnRealStores(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			store, _ := b.open(t)
+			ctx := context.Background()
+			sfx := suffix()
+			scope, op := "idemctl-e2e-race/"+sfx, "Idemctl"+sfx+".Charge"
+			req := []byte(`{"amount":5}`)
+			fp := runtime.Fingerprint(req)
+			unknown := func(key string) runtime.Identity {
+				t.Helper()
+				id := runtime.Identity{Scope: scope, Operation: op, Key: key}
+				res, err := store.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: fp, Request: req, Owner: "w-" + sfx, Lease: time.Minute})
+				if err != nil || !res.Claimed {
+					t.Fatalf("claim: %+v, %v", res, err)
+				}
+				if _, err := store.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: "w-" + sfx,
+					Version: res.Record.Version, To: runtime.StateUnknown, Token: "w#" + key}); err != nil {
+					t.Fatal(err)
+				}
+				return id
+			}
+			acquire := func() runtime.Record {
+				t.Helper()
+				recs, err := store.AcquirePending(ctx, runtime.AcquireParams{Owner: "rec-" + sfx, Lease: time.Minute, Limit: 10, Operations: []string{op}})
+				if err != nil || len(recs) != 1 {
+					t.Fatalf("acquire: %v, %v", recs, err)
+				}
+				return recs[0]
+			}
+			resolve := func(id runtime.Identity, hook func()) error {
+				_, err := runtime.Resolve(ctx, &hookStore{Store: store, hook: hook}, runtime.Resolution{
+					ID: id, To: runtime.ResolveSuccess, Response: []byte(`{"charge_id":"ch_x"}`), Reason: "race test", Owner: "idemctl:race-" + sfx,
+				})
+				return err
+			}
+
+			// A reconciler acquires it: refused, the reconciler keeps it.
+			id := unknown("acquired")
+			err := resolve(id, func() { acquire() })
+			if !errors.Is(err, runtime.ErrNotResolvable) || !errors.Is(err, runtime.ErrInProgress) {
+				t.Fatalf("acquired in between: %v", err)
+			}
+			if rec, err := store.Get(ctx, id); err != nil || rec.Owner != "rec-"+sfx {
+				t.Fatalf("after: %+v, %v", rec, err)
+			}
+
+			// It vanishes: the record the claim created is released at once.
+			id = unknown("vanished")
+			err = resolve(id, func() {
+				r := acquire()
+				if err := store.Release(ctx, runtime.ReleaseParams{ID: id, State: runtime.StateUnknown, Owner: "rec-" + sfx, Version: r.Version}); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if !errors.Is(err, runtime.ErrNotResolvable) || !errors.Is(err, runtime.ErrNotFound) || !strings.Contains(err.Error(), "vanished") {
+				t.Fatalf("vanished in between: %v", err)
+			}
+			if _, err := store.Get(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+				t.Fatalf("the record the claim created is still there: %v", err)
+			}
+
+			// Another life whose worker died: handed back with a free lease,
+			// and a retry takes it over.
+			id = unknown("replaced")
+			err = resolve(id, func() {
+				r := acquire()
+				if err := store.Release(ctx, runtime.ReleaseParams{ID: id, State: runtime.StateUnknown, Owner: "rec-" + sfx, Version: r.Version}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2 * time.Millisecond) // a later creation time
+				if res, err := store.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: fp, Request: req, Owner: "w2-" + sfx, Lease: 50 * time.Millisecond}); err != nil || !res.Claimed {
+					t.Fatalf("claim: %+v, %v", res, err)
+				}
+				time.Sleep(80 * time.Millisecond)
+			})
+			if !errors.Is(err, runtime.ErrNotResolvable) || !strings.Contains(err.Error(), "replaced while it was being taken") {
+				t.Fatalf("replaced in between: %v", err)
+			}
+			waitFor(t, "the handed-back lease to end", func() bool {
+				rec, err := store.Get(ctx, id)
+				return err == nil && rec.State == runtime.StateProcessing && rec.Owner == "" && !rec.LeaseLive()
+			})
+			rt, err := runtime.New(store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ran := false
+			resp, err := runtime.Do(runtime.WithScope(ctx, scope), rt, runtime.Call[chargeReq, chargeResp]{Operation: op, Key: "replaced", Request: chargeReq{Amount: 5},
+				Effect: func(context.Context, chargeReq) (chargeResp, error) { ran = true; return chargeResp{ChargeID: "ch_retry"}, nil }})
+			if err != nil || !ran || resp.ChargeID != "ch_retry" {
+				t.Fatalf("retry after the hand-back: %+v, ran %v, %v", resp, ran, err)
+			}
+		})
+	}
+}
