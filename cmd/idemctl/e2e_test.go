@@ -558,7 +558,10 @@ func TestResolveRacesOnRealStores(t *testing.T) {
 			}
 			ran := false
 			resp, err := runtime.Do(runtime.WithScope(ctx, scope), rt, runtime.Call[chargeReq, chargeResp]{Operation: op, Key: "replaced", Request: chargeReq{Amount: 5},
-				Effect: func(context.Context, chargeReq) (chargeResp, error) { ran = true; return chargeResp{ChargeID: "ch_retry"}, nil }})
+				Effect: func(context.Context, chargeReq) (chargeResp, error) {
+					ran = true
+					return chargeResp{ChargeID: "ch_retry"}, nil
+				}})
 			if err != nil || !ran || resp.ChargeID != "ch_retry" {
 				t.Fatalf("retry after the hand-back: %+v, ran %v, %v", resp, ran, err)
 			}
