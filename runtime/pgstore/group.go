@@ -45,13 +45,9 @@ const maxInFlight = 4
 const batchTimeout = 30 * time.Second
 
 type groupCommit struct {
-	maxBatch int
-
-	mu          sync.Mutex
-	claims      []*claimItem
-	transitions []*transitionItem
-	claiming    int // claim batches in flight
-	completing  int // transition batches in flight
+	maxBatch    int
+	claims      batchQueue[db.ClaimBatchParams, []db.ClaimBatchRow]
+	transitions batchQueue[db.TransitionBatchParams, []int64]
 
 	// batches, statements and failed count what was sent (for tests and
 	// GroupCommitStats).
@@ -68,90 +64,85 @@ func (s *Store) GroupCommitStats() (batches, statements, failed int64) {
 	return s.group.batches.Load(), s.group.statements.Load(), s.group.failed.Load()
 }
 
-func (g *groupCommit) count(n int, failed bool) {
-	g.batches.Add(1)
-	g.statements.Add(int64(n))
-	if failed {
-		g.failed.Add(1)
-	}
+// batchQueue gathers statements of one kind (arguments A, result R) for
+// batches of at most maxBatch, with at most maxInFlight batches in flight.
+type batchQueue[A, R any] struct {
+	mu       sync.Mutex
+	pending  []*batchItem[A, R]
+	inFlight int
 }
 
-type claimItem struct {
-	arg  db.ClaimBatchParams
-	rows []db.ClaimBatchRow
-	err  error
+type batchItem[A, R any] struct {
+	arg A
+	res R
+	err error
 	// retry: the batch failed as a whole; the caller runs the statement alone.
 	retry bool
 	done  chan struct{}
 }
 
-type transitionItem struct {
-	arg   db.TransitionBatchParams
-	vs    []int64
-	err   error
-	retry bool
-	done  chan struct{}
-}
+// sendFunc sends one batch and calls got with each statement's result, in
+// order; it returns the batch's own error (from closing it).
+type sendFunc[A, R any] func(ctx context.Context, args []A, got func(i int, res R, err error)) error
 
-// claim queues one claim statement and waits for its batch.
-func (g *groupCommit) claim(ctx context.Context, s *Store, arg db.ClaimParams) ([]db.ClaimRow, error) {
-	it := &claimItem{arg: db.ClaimBatchParams(arg), done: make(chan struct{})}
-	g.mu.Lock()
-	g.claims = append(g.claims, it)
-	lead := g.claiming < maxInFlight
+// do queues arg, and waits for its batch. retry reports that the batch
+// failed as a whole and nothing of it was committed.
+func (q *batchQueue[A, R]) do(ctx context.Context, g *groupCommit, arg A, send sendFunc[A, R]) (res R, retry bool, err error) {
+	it := &batchItem[A, R]{arg: arg, done: make(chan struct{})}
+	q.mu.Lock()
+	q.pending = append(q.pending, it)
+	lead := q.inFlight < maxInFlight
 	if lead {
-		g.claiming++
+		q.inFlight++
 	}
-	g.mu.Unlock()
+	q.mu.Unlock()
 	if lead {
-		go g.flushClaims(s)
+		go q.flush(g, send)
 	}
 	select {
 	case <-it.done:
 	case <-ctx.Done():
-		// The statement may still run and commit: like a reply lost on
-		// the network, the claim is then left to its lease.
-		return nil, context.Cause(ctx)
+		// The statement may still run and commit, as when a reply is lost
+		// on the network: a claim is left to its lease, and the runtime's
+		// retry of a completion recognises its token.
+		var zero R
+		return zero, false, context.Cause(ctx)
 	}
-	if it.retry {
-		return s.q.Claim(ctx, arg)
-	}
-	rows := make([]db.ClaimRow, len(it.rows))
-	for i, r := range it.rows {
-		rows[i] = db.ClaimRow(r)
-	}
-	return rows, it.err
+	return it.res, it.retry, it.err
 }
 
-func (g *groupCommit) flushClaims(s *Store) {
+// flush sends batches until none is pending.
+func (q *batchQueue[A, R]) flush(g *groupCommit, send sendFunc[A, R]) {
 	for {
-		g.mu.Lock()
-		n := min(len(g.claims), g.maxBatch)
+		q.mu.Lock()
+		n := min(len(q.pending), g.maxBatch)
 		if n == 0 {
-			g.claiming--
-			g.mu.Unlock()
+			q.inFlight--
+			q.mu.Unlock()
 			return
 		}
-		batch := g.claims[:n:n]
-		g.claims = g.claims[n:]
-		g.mu.Unlock()
+		batch := q.pending[:n:n]
+		q.pending = q.pending[n:]
+		q.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-		args := make([]db.ClaimBatchParams, len(batch))
+		args := make([]A, len(batch))
 		for i, it := range batch {
 			args[i] = it.arg
 		}
-		br := s.q.ClaimBatch(ctx, args)
 		failed := false
-		br.Query(func(i int, rows []db.ClaimBatchRow, err error) {
-			batch[i].rows, batch[i].err = rows, err
+		if err := send(ctx, args, func(i int, res R, err error) {
+			batch[i].res, batch[i].err = res, err
 			failed = failed || err != nil
-		})
-		if err := br.Close(); err != nil {
+		}); err != nil {
 			failed = true
 		}
 		cancel()
-		g.count(len(batch), failed)
+		g.batches.Add(1)
+		g.statements.Add(int64(n))
+		if failed {
+			g.failed.Add(1)
+		}
 		for _, it := range batch {
 			// All or nothing: a failed batch committed nothing.
 			it.retry = failed
@@ -160,80 +151,43 @@ func (g *groupCommit) flushClaims(s *Store) {
 	}
 }
 
-// transition queues one transition statement and waits for its batch.
-func (g *groupCommit) transition(ctx context.Context, s *Store, arg db.TransitionParams) ([]int64, error) {
-	it := &transitionItem{arg: db.TransitionBatchParams(arg), done: make(chan struct{})}
-	g.mu.Lock()
-	g.transitions = append(g.transitions, it)
-	lead := g.completing < maxInFlight
-	if lead {
-		g.completing++
-	}
-	g.mu.Unlock()
-	if lead {
-		go g.flushTransitions(s)
-	}
-	select {
-	case <-it.done:
-	case <-ctx.Done():
-		// Applied or not, the runtime's retry recognises its token.
-		return nil, context.Cause(ctx)
-	}
-	if it.retry {
-		return s.q.Transition(ctx, arg)
-	}
-	return it.vs, it.err
+func (s *Store) sendClaims(ctx context.Context, args []db.ClaimBatchParams, got func(int, []db.ClaimBatchRow, error)) error {
+	br := s.q.ClaimBatch(ctx, args)
+	br.Query(got)
+	return br.Close()
 }
 
-func (g *groupCommit) flushTransitions(s *Store) {
-	for {
-		g.mu.Lock()
-		n := min(len(g.transitions), g.maxBatch)
-		if n == 0 {
-			g.completing--
-			g.mu.Unlock()
-			return
-		}
-		batch := g.transitions[:n:n]
-		g.transitions = g.transitions[n:]
-		g.mu.Unlock()
-
-		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-		args := make([]db.TransitionBatchParams, len(batch))
-		for i, it := range batch {
-			args[i] = it.arg
-		}
-		br := s.q.TransitionBatch(ctx, args)
-		failed := false
-		br.Query(func(i int, vs []int64, err error) {
-			batch[i].vs, batch[i].err = vs, err
-			failed = failed || err != nil
-		})
-		if err := br.Close(); err != nil {
-			failed = true
-		}
-		cancel()
-		g.count(len(batch), failed)
-		for _, it := range batch {
-			it.retry = failed
-			close(it.done)
-		}
-	}
+func (s *Store) sendTransitions(ctx context.Context, args []db.TransitionBatchParams, got func(int, []int64, error)) error {
+	br := s.q.TransitionBatch(ctx, args)
+	br.Query(got)
+	return br.Close()
 }
 
 // claimRows runs the claim statement, batched when group commit is on and
-// q is the pool's.
+// q is the pool's (DoTx runs on its transaction, unbatched).
 func (s *Store) claimRows(ctx context.Context, q *db.Queries, arg db.ClaimParams) ([]db.ClaimRow, error) {
-	if s != nil && s.group != nil && q == s.q {
-		return s.group.claim(ctx, s, arg)
+	if s.group == nil || q != s.q {
+		return q.Claim(ctx, arg)
 	}
-	return q.Claim(ctx, arg)
+	res, retry, err := s.group.claims.do(ctx, s.group, db.ClaimBatchParams(arg), s.sendClaims)
+	if retry {
+		return q.Claim(ctx, arg)
+	}
+	rows := make([]db.ClaimRow, len(res))
+	for i, r := range res {
+		rows[i] = db.ClaimRow(r)
+	}
+	return rows, err
 }
 
 // transitionRows runs the transition statement, batched likewise.
 func (s *Store) transitionRows(ctx context.Context, q *db.Queries, arg db.TransitionParams) ([]int64, error) {
-	if s != nil && s.group != nil && q == s.q {
-		return s.group.transition(ctx, s, arg)
+	if s.group == nil || q != s.q {
+		return q.Transition(ctx, arg)
 	}
-	return q.Transition(ctx, arg)
+	res, retry, err := s.group.transitions.do(ctx, s.group, db.TransitionBatchParams(arg), s.sendTransitions)
+	if retry {
+		return q.Transition(ctx, arg)
+	}
+	return res, err
 }
