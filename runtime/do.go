@@ -406,26 +406,36 @@ func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, cance
 
 // complete runs a store write that records an outcome on a context the
 // caller cannot cancel, bounded by the completion timeout, retrying
-// transient store errors with backoff. ErrLeaseLost is final. A Transition
-// carries a token, so a retry of a write that was applied but whose reply
-// was lost reports success (see [TransitionParams.Token]); a release
-// cannot be recognised once applied (the record is gone), so with release
-// set, ErrLeaseLost after a failed attempt counts as the release done.
+// transient store errors (see [retryWrite] and [TransitionParams.Token]).
 func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, write func(context.Context) error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ex.rt.cfg.completionTimeout)
 	defer cancel()
+	return retryWrite(cctx, release, write, func(err error) {
+		ex.rt.cfg.logger.WarnContext(ctx, "idem: recording outcome failed; retrying",
+			"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
+	})
+}
+
+// retryWrite runs write, retrying transient store errors with backoff for
+// as long as ctx allows (onRetry, when not nil, hears each). ErrLeaseLost
+// and ErrTooLarge are final. A transition carries a token, so a retry of a
+// write that was applied reports success; a release cannot be recognised
+// once applied (the record is gone), so with release set, ErrLeaseLost
+// after a failed attempt counts as the release done.
+func retryWrite(ctx context.Context, release bool, write func(context.Context) error, onRetry func(error)) error {
 	backoff := 10 * time.Millisecond
 	for tries := 1; ; tries++ {
-		err := write(cctx)
+		err := write(ctx)
 		if release && tries > 1 && errors.Is(err, ErrLeaseLost) {
 			return nil
 		}
 		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrTooLarge) {
 			return err
 		}
-		ex.rt.cfg.logger.WarnContext(ctx, "idem: recording outcome failed; retrying",
-			"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
-		if serr := sleepCtx(cctx, backoff); serr != nil {
+		if onRetry != nil {
+			onRetry(err)
+		}
+		if serr := sleepCtx(ctx, backoff); serr != nil {
 			return err
 		}
 		backoff = min(backoff*2, time.Second)

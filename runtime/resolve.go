@@ -205,7 +205,7 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 	if r.To == ResolveReleased {
 		err = retryWrite(wctx, true, func(ctx context.Context) error {
 			return store.Release(ctx, ReleaseParams{ID: r.ID, State: held.State, Owner: held.Owner, Version: held.Version})
-		})
+		}, nil)
 	} else {
 		tp := TransitionParams{
 			ID: r.ID, From: held.State, Owner: held.Owner, Version: held.Version,
@@ -223,7 +223,7 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 			var err error
 			v, err = store.Transition(ctx, tp)
 			return err
-		})
+		}, nil)
 		res.State = tp.To
 	}
 	if err != nil {
@@ -328,28 +328,6 @@ func handBack(ctx context.Context, store Store, r Resolution, held *Record) erro
 		return fmt.Errorf("idem: resolve %s: handing the record back (it is free again when its %v lease expires): %w", idText(r.ID), resolveLease, err)
 	}
 	return nil
-}
-
-// retryWrite runs write, retrying transient store errors for as long as ctx
-// allows. ErrLeaseLost and ErrTooLarge are final. A transition carries a
-// token, so a retry of a write that was applied reports success; a release
-// cannot be recognised once applied, so ErrLeaseLost after a failed attempt
-// counts as done.
-func retryWrite(ctx context.Context, release bool, write func(context.Context) error) error {
-	backoff := 10 * time.Millisecond
-	for tries := 1; ; tries++ {
-		err := write(ctx)
-		if release && tries > 1 && errors.Is(err, ErrLeaseLost) {
-			return nil
-		}
-		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrTooLarge) {
-			return err
-		}
-		if serr := sleepCtx(ctx, backoff); serr != nil {
-			return err
-		}
-		backoff = min(backoff*2, time.Second)
-	}
 }
 
 func (r *Resolution) refuse(ctx context.Context, rec *Record, err error) error {
