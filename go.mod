@@ -3,6 +3,7 @@ module github.com/idemkit/idem
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/dave/jennifer v1.7.1
 	github.com/golangci/plugin-module-register v0.1.2
 	github.com/jackc/pgx/v5 v5.12.0
