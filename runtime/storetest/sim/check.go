@@ -212,7 +212,7 @@ func (s *sim) checkCall(id runtime.Identity, c *call, effs []applied, receipts m
 				Detail: fmt.Sprintf("%s (amount %d) was told success with %s, the response to another request (amount %d) under the same key: want ErrKeyReused", desc, c.req.req.Amount, resp.ID, e.receipt.Amount)})
 		}
 	case errors.Is(err, runtime.ErrPermanent):
-		life := s.rec.lifeOf(id, c.version.Load())
+		life := int(c.life.Load())
 		for _, e := range effs {
 			if e.epoch == life {
 				s.violate(Violation{Invariant: "no FAILED for an effect that happened", Identity: id,

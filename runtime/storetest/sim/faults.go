@@ -107,7 +107,9 @@ func (f *faultStore) decide(ctx context.Context, what string) (storeDecision, *c
 // around runs one store call: stall gate, fault decision, the call shielded
 // from cancellation, then the reply (lost or not).
 func (f *faultStore) around(ctx context.Context, what string, fn func(context.Context) error) (*call, error) {
-	f.s.waitStall()
+	if what != "renew" {
+		f.s.waitStall()
+	}
 	if err := ctx.Err(); err != nil {
 		return callFrom(ctx), err
 	}
@@ -116,6 +118,9 @@ func (f *faultStore) around(ctx context.Context, what string, fn func(context.Co
 	case decErrBefore:
 		return c, fmt.Errorf("%w: %s: connection refused", errInjected, what)
 	case decSlow:
+		if what == "renew" {
+			break
+		}
 		f.s.sleep(time.Duration(f.s.roll(c, "slow")%uint64(f.s.cfg.Lease)) + time.Millisecond)
 	}
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -179,6 +184,7 @@ func (f *faultStore) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.
 	}
 	if c != nil {
 		c.sawClaim(p, res)
+		f.s.observe(c, p.ID, res.Record.Version)
 	}
 	return res, nil
 }
@@ -193,9 +199,6 @@ func (f *faultStore) recordClaim(ctx context.Context, tick int64, p runtime.Clai
 	out := histOut{err: cl, claimed: res.Claimed}
 	if err == nil {
 		out.rec = viewOf(res.Record)
-		if c != nil && res.Claimed {
-			c.version.Store(res.Record.Version)
-		}
 	}
 	f.s.rec.record(p.ID, tick, in, out)
 }
@@ -224,7 +227,7 @@ func (f *faultStore) recordRead(ctx context.Context, tick int64, id runtime.Iden
 	if err == nil {
 		out.rec = viewOf(rec)
 		if c != nil {
-			c.version.Store(rec.Version)
+			f.s.observe(c, id, rec.Version)
 		}
 	}
 	f.s.rec.record(id, tick, histIn{kind: opGet, who: f.who(c)}, out)
@@ -254,7 +257,7 @@ func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams)
 		}
 		f.s.rec.record(p.ID, tick, in, histOut{err: cl, v: v})
 		if ierr == nil && c != nil {
-			c.version.Store(v)
+			f.s.observe(c, p.ID, v)
 			if p.To == runtime.StateSuccess {
 				c.recordedSuccess(p.Response)
 			}
@@ -264,20 +267,24 @@ func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams)
 	return v, err
 }
 
-// Renew implements [runtime.Store]. A paused worker's renewals block until
-// the pause ends; a dead worker's never return during the run.
+// Renew implements [runtime.Store]. The renewals of a paused or dead
+// worker, and every renewal during a store stall, fail without reaching the
+// store, and renewals are never slowed: the runtime renews while holding its
+// heartbeat's lock, and a goroutine waiting on a mutex is not durably
+// blocked in a synctest bubble, so a renewal that sleeps could stop virtual
+// time. For the lease a failed renewal and a blocked one are the same.
 func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
 	c := callFrom(ctx)
 	if c != nil {
-		if until := c.frozenUntil.Load(); until != nil {
-			if d := time.Until(*until); d > 0 {
-				f.s.sleep(d)
-			}
+		if until := c.frozenUntil.Load(); until != nil && time.Now().Before(*until) {
+			return time.Time{}, fmt.Errorf("%w: renew: the worker is paused", errInjected)
 		}
 		if c.dead.Load() {
-			<-f.s.teardown
 			return time.Time{}, fmt.Errorf("%w: renew: the worker is dead", errInjected)
 		}
+	}
+	if until := f.s.stallUntil.Load(); until != nil && time.Now().Before(*until) {
+		return time.Time{}, fmt.Errorf("%w: renew: the store is stalled", errInjected)
 	}
 	var t time.Time
 	_, err := f.around(ctx, "renew", func(ictx context.Context) error {

@@ -355,10 +355,10 @@ type recorder struct {
 	ops       map[runtime.Identity][]porcupine.Operation
 	ambiguous map[runtime.Identity]string
 	// lives: epoch of each version, the current epoch, the last mutation.
-	epochOf map[runtime.Identity]map[int64]int
-	epoch   map[runtime.Identity]int
-	lastMut map[runtime.Identity]string
-	trail   map[runtime.Identity][]string
+	epochOf  map[runtime.Identity]map[int64]int
+	epoch    map[runtime.Identity]int
+	lastMut  map[runtime.Identity]string
+	trail    map[runtime.Identity][]string
 	storeOps int
 }
 
@@ -378,6 +378,9 @@ func (r *recorder) now() int64 {
 }
 
 const trailMax = 60
+
+// stepBudget is the most model steps spent on one identity's history.
+const stepBudget = 2_000_000
 
 // note adds a line to the identity's trail of events.
 func (r *recorder) note(id runtime.Identity, format string, args ...any) {
@@ -407,14 +410,14 @@ func (r *recorder) record(id runtime.Identity, call int64, in histIn, out histOu
 	if out.err != errNone {
 		return
 	}
-	seen := func(v int64, fresh bool) {
+	seen := func(v int64, produced bool) {
 		m := r.epochOf[id]
 		if m == nil {
 			m = map[int64]int{}
 			r.epochOf[id] = m
 		}
-		if _, ok := m[v]; !ok || fresh {
-			m[v] = r.epoch[id] // a fresh claim starts the version's life (even if a buggy store reuses it)
+		if _, ok := m[v]; !ok || produced {
+			m[v] = r.epoch[id] // the latest write that produced v (a buggy store may reuse versions)
 		}
 	}
 	switch in.kind {
@@ -426,11 +429,13 @@ func (r *recorder) record(id runtime.Identity, call int64, in histIn, out histOu
 			}
 			r.lastMut[id] = "claim"
 		}
-		seen(out.rec.version, fresh)
-	case opGet, opAcquire:
+		seen(out.rec.version, out.claimed)
+	case opGet:
 		seen(out.rec.version, false)
+	case opAcquire:
+		seen(out.rec.version, true)
 	case opTransition:
-		seen(out.v, false)
+		seen(out.v, true)
 		if in.to.Final() {
 			r.lastMut[id] = "final"
 		} else {
@@ -477,7 +482,6 @@ func (r *recorder) linearizability(timeout time.Duration) (bad map[runtime.Ident
 	}
 	r.mu.Unlock()
 	sort.Slice(ids, func(i, j int) bool { return ids[i].Operation+ids[i].Key < ids[j].Operation+ids[j].Key })
-	model := recordModel.ToModel()
 	bad = map[runtime.Identity]string{}
 	for _, id := range ids {
 		r.mu.Lock()
@@ -488,12 +492,26 @@ func (r *recorder) linearizability(timeout time.Duration) (bad map[runtime.Ident
 			skipped++
 			continue
 		}
-		res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
-		switch res {
-		case porcupine.Ok:
-			checked++
-		case porcupine.Unknown:
+		// A step budget bounds the search: inside a synctest bubble the
+		// checker's timeout never fires (virtual time stands still while it
+		// computes). Past the budget every step fails, the search unwinds at
+		// once, and the identity counts as undecided.
+		steps, over := 0, false
+		m := recordModel
+		inner := m.Step
+		m.Step = func(state, input, output any) []any {
+			if steps++; steps > stepBudget {
+				over = true
+				return nil
+			}
+			return inner(state, input, output)
+		}
+		res, info := porcupine.CheckOperationsVerbose(m.ToModel(), ops, timeout)
+		switch {
+		case over || res == porcupine.Unknown:
 			undecided++
+		case res == porcupine.Ok:
+			checked++
 		default:
 			checked++
 			bad[id] = describeFailure(ops, info)
@@ -514,19 +532,31 @@ func describeFailure(ops []porcupine.Operation, info porcupine.LinearizationInfo
 			}
 		}
 	}
-	state := mstate{}
+	states := []mstate{{}}
 	fmt.Fprintf(&b, "longest linearizable prefix (%d of %d operations), with the model state after each:\n", len(longest), len(ops))
 	start := max(0, len(longest)-25)
 	placed := map[int64]bool{}
 	for i, op := range longest {
 		placed[op.Call] = true
-		next := modelStep(state, op.Input.(histIn), op.Output.(histOut))
+		var next []mstate
+		for _, st := range states {
+			next = append(next, modelStep(st, op.Input.(histIn), op.Output.(histOut))...)
+		}
 		if len(next) > 0 {
-			state = next[0]
+			states = next
 		}
 		if i >= start {
-			fmt.Fprintf(&b, "    [%d,%d] %s   => %s\n", op.Call, op.Return, describeOp(op.Input.(histIn), op.Output.(histOut)), state)
+			fmt.Fprintf(&b, "    [%d,%d] %s   => %v\n", op.Call, op.Return, describeOp(op.Input.(histIn), op.Output.(histOut)), states)
 		}
+	}
+	for _, op := range ops {
+		if placed[op.Call] {
+			continue
+		}
+		if why := explain(states, op.Input.(histIn), op.Output.(histOut)); why != "" {
+			b.WriteString("  diagnosis: " + why + "\n")
+		}
+		break
 	}
 	b.WriteString("  operations that cannot come next (concurrent or after the prefix):\n")
 	n := 0
@@ -541,4 +571,20 @@ func describeFailure(ops []porcupine.Operation, info porcupine.LinearizationInfo
 		fmt.Fprintf(&b, "    [%d,%d] %s\n", op.Call, op.Return, describeOp(op.Input.(histIn), op.Output.(histOut)))
 	}
 	return b.String()
+}
+
+// explain says, when it can, why an operation cannot follow the states.
+func explain(states []mstate, in histIn, out histOut) string {
+	v := out.rec.version
+	if in.kind == opTransition {
+		v = out.v
+	}
+	produces := out.err == errNone && (in.kind == opTransition || in.kind == opAcquire || (in.kind == opClaim && out.claimed))
+	for _, st := range states {
+		if produces && v <= st.maxVer {
+			return fmt.Sprintf("%s produced version %d, but this identity already had version %d: versions must strictly increase and never repeat, across releases, sweeps and replacements, or a stale owner's compare-and-set can match a new record (ABA)",
+				opNames[in.kind], v, st.maxVer)
+		}
+	}
+	return fmt.Sprintf("%s with this output is impossible from any state the record may be in", opNames[in.kind])
 }

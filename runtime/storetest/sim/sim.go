@@ -297,6 +297,7 @@ type call struct {
 	frozenUntil atomic.Pointer[time.Time]
 	dead        atomic.Bool
 	version     atomic.Int64
+	life        atomic.Int64 // the record life of version, when the call saw it
 	done        chan struct{}
 	deadCh      chan struct{}
 
@@ -338,7 +339,13 @@ func (c *call) sawClaim(p runtime.ClaimParams, res runtime.ClaimResult) {
 	}
 	c.anyForeign = c.anyForeign || foreign
 	c.claims++
-	c.version.Store(res.Record.Version)
+}
+
+// observe notes the version a call saw, and its record life at that moment
+// (a store that reuses versions makes the mapping change later).
+func (s *sim) observe(c *call, id runtime.Identity, v int64) {
+	c.version.Store(v)
+	c.life.Store(int64(s.rec.lifeOf(id, v)))
 }
 
 func (c *call) recordedSuccess(resp []byte) {
@@ -402,9 +409,9 @@ func newSim(t testing.TB, cfg Config, seed uint64) *sim {
 	}
 	s := &sim{
 		t: t, cfg: cfg, faults: f, seed: seed, runID: runID, scope: "sim/" + runID,
-		ops:  [2]string{"Sim.Charge." + runID, "Sim.Notify." + runID},
-		rec:  newRecorder(),
-		down: newDownstream(f.QueryLag, cfg.RecordLimit+256),
+		ops:      [2]string{"Sim.Charge." + runID, "Sim.Notify." + runID},
+		rec:      newRecorder(),
+		down:     newDownstream(f.QueryLag, cfg.RecordLimit+256),
 		teardown: make(chan struct{}),
 		counts:   map[string]int{}, events: map[string]int{}, gaveUp: map[string]int{}, outcomes: map[string]int{},
 	}
