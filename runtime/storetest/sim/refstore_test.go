@@ -18,9 +18,9 @@ type refStore struct {
 	// brokenTakeover takes over PROCESSING records whose lease is live: a
 	// store bug the simulation must catch.
 	brokenTakeover bool
-	mu      sync.Mutex
-	now     func() time.Time
-	records map[runtime.Identity]*runtime.Record
+	mu             sync.Mutex
+	now            func() time.Time
+	records        map[runtime.Identity]*runtime.Record
 }
 
 func newRefStore(now func() time.Time) *refStore {
