@@ -36,6 +36,7 @@ type Faults struct {
 	// Per request.
 	LargeResponse int // the response is larger than the store's record limit
 	KeyReuse      int // the request reuses a key with another payload
+	Storm         int // a takeover storm: a delivery dies or pauses, others follow a lease apart
 	// Per run: clock jumps (with Config.Clock) or store-wide stalls
 	// (without), each longer than a lease.
 	Jumps int
@@ -47,8 +48,8 @@ func DefaultFaults() Faults {
 		StoreErrorBefore: 25, StoreReplyLost: 25, StoreSlow: 15,
 		Pause: 60, Die: 25, LostReply: 90, TimeoutBefore: 40, Retryable: 50, Permanent: 40, Unclassified: 30,
 		CancelClaim: 25, CancelEffect: 50, CancelCompletion: 25,
-		SlowQuery: 120, UnknownQuery: 120, QueryLag: 0, // QueryLag defaults to a lease (see Config)
-		LargeResponse: 40, KeyReuse: 120, Jumps: 2,
+		SlowQuery: 200, UnknownQuery: 120, QueryLag: 0, // QueryLag defaults to a lease (see Config)
+		LargeResponse: 40, KeyReuse: 120, Storm: 80, Jumps: 2,
 	}
 }
 

@@ -94,6 +94,9 @@ const (
 	SeedVar     = "IDEM_SIM_SEED"
 	DurationVar = "IDEM_SIM_DURATION"
 	ScaleVar    = "IDEM_SIM_SCALE"
+	// ShowVar sets how many violations of each invariant a run prints in
+	// full (default 3).
+	ShowVar = "IDEM_SIM_SHOW"
 )
 
 // Violation is one broken invariant.
@@ -225,10 +228,14 @@ func Run(t testing.TB, cfg Config) Report {
 		}
 		t.Errorf("sim %s seed %d: %d violations by invariant: %v (replay with %s=%d)", cfg.Name, seed, len(rep.Violations), kinds, SeedVar, seed)
 	}
-	// At most three of each invariant, in full.
+	// At most three of each invariant (IDEM_SIM_SHOW), in full.
+	limit := 3
+	if n, err := strconv.Atoi(os.Getenv(ShowVar)); err == nil && n > 0 {
+		limit = n
+	}
 	shown := map[string]int{}
 	for _, v := range rep.Violations {
-		if shown[v.Invariant]++; shown[v.Invariant] > 3 {
+		if shown[v.Invariant]++; shown[v.Invariant] > limit {
 			continue
 		}
 		t.Errorf("sim %s seed %d (replay with %s=%d): %s", cfg.Name, seed, SeedVar, seed, v)
@@ -527,6 +534,11 @@ func (s *sim) schedule() {
 			r.req.Large = false
 		}
 		at := time.Duration(rng.Int64N(int64(cfg.Spread)))
+		if rng.IntN(1000) < f.Storm {
+			s.storm(rng, r, at)
+			s.requests = append(s.requests, r)
+			continue
+		}
 		n := 1
 		switch p := rng.IntN(100); {
 		case p >= 90:
@@ -573,6 +585,22 @@ func (s *sim) schedule() {
 			r.plans = append(r.plans, pl)
 		}
 		s.requests = append(s.requests, r)
+	}
+}
+
+// storm plans a takeover storm: a first delivery that dies or pauses past
+// its lease, then deliveries spaced a little over a lease apart, so that
+// each finds the previous takeover's lease expired while that one may still
+// be querying.
+func (s *sim) storm(rng *rand.Rand, r *request, at time.Duration) {
+	first := modeDie
+	if rng.IntN(2) == 0 {
+		first = modePauseAfter
+	}
+	r.plans = append(r.plans, plan{at: at, worker: rng.IntN(s.cfg.Workers), mode: first, dieApplied: rng.IntN(2) == 0})
+	for range 4 {
+		at += s.cfg.Lease + time.Duration(rng.Int64N(int64(s.cfg.Lease/2)))
+		r.plans = append(r.plans, plan{at: at, worker: rng.IntN(s.cfg.Workers)})
 	}
 }
 
@@ -963,14 +991,18 @@ func (s *sim) run() Report {
 	bgWG.Wait()
 	s.sleep(2*s.cfg.Lease + 50*time.Millisecond)
 	s.quiesce()
-	seen := map[runtime.Identity]bool{}
+	// Every client retries once more, as at-least-once delivery does:
+	// one final retry per identity and payload.
+	type idReq struct {
+		id  runtime.Identity
+		req Req
+	}
+	seen := map[idReq]bool{}
 	var drain []*request
 	for _, r := range s.requests {
-		if id := s.identity(r); !seen[id] {
-			seen[id] = true
-			canon := *r
-			canon.req.Amount = int64(100 + keyIndex(r.key))
-			drain = append(drain, &canon)
+		if k := (idReq{s.identity(r), r.req}); !seen[k] {
+			seen[k] = true
+			drain = append(drain, r)
 		}
 	}
 	sem := make(chan struct{}, 8)
@@ -994,11 +1026,6 @@ func (s *sim) run() Report {
 	rep.Deliveries = deliveries + len(drain)
 	rep.Elapsed = time.Since(start)
 	return rep
-}
-
-func keyIndex(key string) int {
-	n, _ := strconv.Atoi(key[1:])
-	return n
 }
 
 // quiesce runs the reconciler until two passes in a row acquire nothing.
