@@ -94,12 +94,12 @@ func (f *faultStore) decide(ctx context.Context, what string) (storeDecision, *c
 		f.s.callFault(c, "store error before "+what)
 		return decErrBefore, c
 	case p < fl.StoreErrorBefore+fl.StoreReplyLost:
-		f.s.count("store reply lost: " + what)
-		f.s.callFault(c, "store reply lost: "+what)
+		f.s.count("store reply lost on " + what)
+		f.s.callFault(c, "store reply lost on "+what)
 		return decReplyLost, c
 	case p < fl.StoreErrorBefore+fl.StoreReplyLost+fl.StoreSlow:
-		f.s.count("store slow: " + what)
-		f.s.callFault(c, "store slow: "+what)
+		f.s.count("store slow on " + what)
+		f.s.callFault(c, "store slow on "+what)
 		return decSlow, c
 	}
 	return decNone, c
