@@ -22,6 +22,7 @@ func TestSimulation(t *testing.T) {
 		{"cluster", func(t testing.TB) redis.UniversalClient { return clusterClient(t) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := tc.client(t)
 			sim.Runs(t, func(t *testing.T, seed uint64) {
 				const limit = 4096
