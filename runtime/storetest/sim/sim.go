@@ -759,6 +759,11 @@ func (s *sim) effect(c *call) func(context.Context, Req) (Receipt, error) {
 			s.count("effect failed retryably")
 			return Receipt{}, runtime.Retryable(errors.New("downstream: connection refused"))
 		case modePermanent:
+			// The downstream declines only a key it has not acted on in
+			// this life: one that did would not answer "declined".
+			if s.appliedInLife(a, life) {
+				return apply()
+			}
 			s.count("effect declined permanently")
 			return Receipt{}, runtime.Permanent(errors.New("downstream: card declined"))
 		case modeUnclassified:
@@ -798,6 +803,15 @@ func (s *sim) effect(c *call) func(context.Context, Req) (Receipt, error) {
 		}
 		return apply()
 	}
+}
+
+func (s *sim) appliedInLife(a runtime.Attempt, life int) bool {
+	for _, e := range s.down.happened(a.DownstreamKey) {
+		if e.epoch == life {
+			return true
+		}
+	}
+	return false
 }
 
 // effectStarts checks, when an effect starts, that the downstream has not
