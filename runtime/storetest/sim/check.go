@@ -53,7 +53,7 @@ func (s *sim) callDesc(id int) string {
 	if c.dead.Load() {
 		f = append(f, "dead")
 	}
-	return fmt.Sprintf("call %d (w%d, plan %s, faults %v)", id, c.plan.worker, modeNames[c.plan.mode], f)
+	return fmt.Sprintf("call %d (w%d, plan %s, faults %v)", id, c.plan.worker, c.plan.mode, f)
 }
 
 // check evaluates the invariants once the run is over.

@@ -24,7 +24,23 @@ const (
 	opAcquire
 )
 
-var opNames = [...]string{"Claim", "Get", "Transition", "Renew", "Release", "AcquirePending"}
+func (k opKind) String() string {
+	switch k {
+	case opClaim:
+		return "Claim"
+	case opGet:
+		return "Get"
+	case opTransition:
+		return "Transition"
+	case opRenew:
+		return "Renew"
+	case opRelease:
+		return "Release"
+	case opAcquire:
+		return "AcquirePending"
+	}
+	return fmt.Sprintf("opKind(%d)", int(k))
+}
 
 // errClass is how a store call ended, for the model.
 type errClass int
@@ -36,7 +52,19 @@ const (
 	errTooLarge
 )
 
-var errNames = [...]string{"ok", "ErrLeaseLost", "ErrNotFound", "ErrTooLarge"}
+func (e errClass) String() string {
+	switch e {
+	case errNone:
+		return "ok"
+	case errLeaseLost:
+		return "ErrLeaseLost"
+	case errNotFound:
+		return "ErrNotFound"
+	case errTooLarge:
+		return "ErrTooLarge"
+	}
+	return fmt.Sprintf("errClass(%d)", int(e))
+}
 
 // histIn is the input of one recorded store operation on one identity.
 type histIn struct {
@@ -298,7 +326,7 @@ func step1(s mstate, in histIn, out histOut) (mstate, bool) {
 
 func describeOp(in histIn, out histOut) string {
 	var b strings.Builder
-	b.WriteString(opNames[in.kind])
+	b.WriteString(in.kind.String())
 	switch in.kind {
 	case opClaim:
 		fmt.Fprintf(&b, "(owner=%q fp=%s acquireUnknown=%v)", in.owner, short(in.fp), in.acquireUnknown)
@@ -312,7 +340,7 @@ func describeOp(in histIn, out histOut) string {
 	b.WriteString(" -> ")
 	switch {
 	case out.err != errNone:
-		b.WriteString(errNames[out.err])
+		b.WriteString(out.err.String())
 	case in.kind == opTransition:
 		fmt.Fprintf(&b, "v%d", out.v)
 	case in.kind == opRenew:
@@ -332,19 +360,22 @@ func describeOp(in histIn, out histOut) string {
 	return b.String()
 }
 
-var recordModel = porcupine.NondeterministicModel{
-	Init: func() []any { return []any{mstate{}} },
-	Step: func(state, input, output any) []any {
-		next := modelStep(state.(mstate), input.(histIn), output.(histOut))
-		out := make([]any, len(next))
-		for i, s := range next {
-			out[i] = s
-		}
-		return out
-	},
-	Equal:             func(a, b any) bool { return a.(mstate) == b.(mstate) },
-	DescribeOperation: func(in, out any) string { return describeOp(in.(histIn), out.(histOut)) },
-	DescribeState:     func(s any) string { return s.(mstate).String() },
+// recordModel is the porcupine model of one identity's record.
+func recordModel() porcupine.NondeterministicModel {
+	return porcupine.NondeterministicModel{
+		Init: func() []any { return []any{mstate{}} },
+		Step: func(state, input, output any) []any {
+			next := modelStep(state.(mstate), input.(histIn), output.(histOut))
+			out := make([]any, len(next))
+			for i, s := range next {
+				out[i] = s
+			}
+			return out
+		},
+		Equal:             func(a, b any) bool { return a.(mstate) == b.(mstate) },
+		DescribeOperation: func(in, out any) string { return describeOp(in.(histIn), out.(histOut)) },
+		DescribeState:     func(s any) string { return s.(mstate).String() },
+	}
 }
 
 // recorder keeps the store history per identity, in one sequence of ticks,
@@ -497,7 +528,7 @@ func (r *recorder) linearizability(timeout time.Duration) (bad map[runtime.Ident
 		// computes). Past the budget every step fails, the search unwinds at
 		// once, and the identity counts as undecided.
 		steps, over := 0, false
-		m := recordModel
+		m := recordModel()
 		inner := m.Step
 		m.Step = func(state, input, output any) []any {
 			if steps++; steps > stepBudget {
@@ -583,8 +614,8 @@ func explain(states []mstate, in histIn, out histOut) string {
 	for _, st := range states {
 		if produces && v <= st.maxVer {
 			return fmt.Sprintf("%s produced version %d, but this identity already had version %d: versions must strictly increase and never repeat, across releases, sweeps and replacements, or a stale owner's compare-and-set can match a new record (ABA)",
-				opNames[in.kind], v, st.maxVer)
+				in.kind.String(), v, st.maxVer)
 		}
 	}
-	return fmt.Sprintf("%s with this output is impossible from any state the record may be in", opNames[in.kind])
+	return fmt.Sprintf("%s with this output is impossible from any state the record may be in", in.kind.String())
 }

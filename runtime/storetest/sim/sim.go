@@ -264,7 +264,31 @@ const (
 	modeCancelEffect
 )
 
-var modeNames = [...]string{"ok", "reply-lost", "timeout-before", "retryable", "permanent", "unclassified", "pause-before-effect", "pause-after-effect", "die", "cancel-during-effect"}
+func (m mode) String() string {
+	switch m {
+	case modeOK:
+		return "ok"
+	case modeLostReply:
+		return "reply-lost"
+	case modeTimeoutBefore:
+		return "timeout-before"
+	case modeRetryable:
+		return "retryable"
+	case modePermanent:
+		return "permanent"
+	case modeUnclassified:
+		return "unclassified"
+	case modePauseBefore:
+		return "pause-before-effect"
+	case modePauseAfter:
+		return "pause-after-effect"
+	case modeDie:
+		return "die"
+	case modeCancelEffect:
+		return "cancel-during-effect"
+	}
+	return fmt.Sprintf("mode(%d)", int(m))
+}
 
 type cancelPoint int
 
@@ -604,10 +628,10 @@ func (s *sim) storm(rng *rand.Rand, r *request, at time.Duration) {
 	}
 }
 
-var policies = [...]runtime.ErrorPolicy{runtime.RecordUnknown, runtime.RecordFailed, runtime.ReleaseRecord}
-
 func (s *sim) setup() error {
 	cfg := s.cfg
+	// Workers take the three error policies in turn.
+	policies := []runtime.ErrorPolicy{runtime.RecordUnknown, runtime.RecordFailed, runtime.ReleaseRecord}
 	var base runtime.Store = cfg.Store
 	if cfg.EnforceRecordLimit {
 		base = limitStore{Store: base, limit: cfg.RecordLimit}
@@ -741,7 +765,7 @@ func (s *sim) effect(c *call) func(context.Context, Req) (Receipt, error) {
 			until := time.Now().Add(d)
 			c.frozenUntil.Store(&until)
 			s.count("worker paused past its lease")
-			s.callFault(c, fmt.Sprintf("worker paused %v (%s)", d.Round(time.Millisecond), modeNames[m]))
+			s.callFault(c, fmt.Sprintf("worker paused %v (%s)", d.Round(time.Millisecond), m))
 			s.sleep(d)
 		}
 		switch m {
@@ -817,7 +841,7 @@ func (s *sim) appliedInLife(a runtime.Attempt, life int) bool {
 // effectStarts checks, when an effect starts, that the downstream has not
 // already applied it in this record life.
 func (s *sim) effectStarts(c *call, a runtime.Attempt, life int) {
-	s.rec.note(a.ID, "effect starts: call %d (token %d, taken over %v, life %d, plan %s)", c.id, a.FencingToken, a.TakenOver, life, modeNames[c.plan.mode])
+	s.rec.note(a.ID, "effect starts: call %d (token %d, taken over %v, life %d, plan %s)", c.id, a.FencingToken, a.TakenOver, life, c.plan.mode)
 	if c.req.op != opWithQuery {
 		return
 	}
@@ -910,7 +934,7 @@ func (s *sim) deliver(r *request, pl plan, healthy bool) *call {
 	if healthy {
 		kind = "final retry"
 	}
-	s.rec.note(id, "call %d starts: %s of request %d (amount %d, large %v) on w%d, plan %s, cancel %d", c.id, kind, r.id, r.req.Amount, r.req.Large, pl.worker, modeNames[pl.mode], pl.cancel)
+	s.rec.note(id, "call %d starts: %s of request %d (amount %d, large %v) on w%d, plan %s, cancel %d", c.id, kind, r.id, r.req.Amount, r.req.Large, pl.worker, pl.mode, pl.cancel)
 	c.mu.Lock()
 	c.start = s.rec.now()
 	c.mu.Unlock()
