@@ -207,13 +207,16 @@ func (f *faultStore) recordClaim(ctx context.Context, tick int64, p runtime.Clai
 // Get implements [runtime.Store].
 func (f *faultStore) Get(ctx context.Context, id runtime.Identity) (runtime.Record, error) {
 	var rec runtime.Record
-	_, err := f.around(ctx, "get", func(ictx context.Context) error {
+	c, err := f.around(ctx, "get", func(ictx context.Context) error {
 		tick := f.s.rec.now()
 		var ierr error
 		rec, ierr = f.Store.Get(ictx, id)
 		f.recordRead(ctx, tick, id, rec, ierr)
 		return ierr
 	})
+	if err == nil && c != nil {
+		c.sawRecord(rec)
+	}
 	return rec, err
 }
 

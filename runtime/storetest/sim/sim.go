@@ -379,6 +379,13 @@ func (s *sim) observe(c *call, id runtime.Identity, v int64) {
 	c.life.Store(int64(s.rec.lifeOf(id, v)))
 }
 
+// sawRecord notes a record the call read while waiting.
+func (c *call) sawRecord(r runtime.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.anyForeign = c.anyForeign || !bytes.Equal(r.Fingerprint, c.fp)
+}
+
 func (c *call) recordedSuccess(resp []byte) {
 	c.mu.Lock()
 	c.recorded, c.hasRecorded = append([]byte(nil), resp...), true
@@ -927,7 +934,9 @@ func (s *sim) deliver(r *request, pl plan, healthy bool) *call {
 		cl.Query = s.query
 	}
 	if b, err := rt.Codec().Marshal(r.req); err == nil {
+		c.mu.Lock()
 		c.fp = runtime.Fingerprint(b)
+		c.mu.Unlock()
 	}
 	id := s.identity(r)
 	kind := "delivery"
