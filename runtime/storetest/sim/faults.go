@@ -49,7 +49,7 @@ func DefaultFaults() Faults {
 		Pause: 60, Die: 25, LostReply: 90, TimeoutBefore: 40, Retryable: 50, Permanent: 40, Unclassified: 30,
 		CancelClaim: 25, CancelEffect: 50, CancelCompletion: 25,
 		SlowQuery: 200, UnknownQuery: 120, QueryLag: 0, // QueryLag defaults to a lease (see Config)
-		LargeResponse: 40, KeyReuse: 120, Storm: 80, Jumps: 2,
+		LargeResponse: 40, KeyReuse: 120, Storm: 120, Jumps: 2,
 	}
 }
 

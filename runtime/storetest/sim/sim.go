@@ -630,7 +630,9 @@ func (s *sim) storm(rng *rand.Rand, r *request, at time.Duration) {
 	}
 	r.plans = append(r.plans, plan{at: at, worker: rng.IntN(s.cfg.Workers), mode: first, dieApplied: rng.IntN(2) == 0})
 	for range 4 {
-		at += s.cfg.Lease + time.Duration(rng.Int64N(int64(s.cfg.Lease/2)))
+		// Just after the previous lease ends: before the reconciler, which
+		// passes every quarter lease, acquires the record.
+		at += s.cfg.Lease + 5*time.Millisecond + time.Duration(rng.Int64N(int64(s.cfg.Lease/10)))
 		r.plans = append(r.plans, plan{at: at, worker: rng.IntN(s.cfg.Workers)})
 	}
 }
