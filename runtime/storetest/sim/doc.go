@@ -16,7 +16,9 @@
 // Query and one without; each request is delivered one to four times
 // (concurrent duplicates, retries within the lease, retries after the TTL),
 // sometimes with another payload under the same key, which must get
-// [runtime.ErrKeyReused]. A [runtime.Reconciler] and a [runtime.Sweeper] run
+// [runtime.ErrKeyReused]; some requests are takeover storms (a delivery dies
+// or pauses past its lease, four more follow just after each lease ends).
+// Workers use the three error policies in turn. A [runtime.Reconciler] and a [runtime.Sweeper] run
 // throughout; leases and TTLs are short. The injected faults:
 //
 //   - store errors before a write (the wrapper returns a transient error
@@ -24,11 +26,12 @@
 //   - a store write applied but its reply lost (the wrapper calls the store,
 //     discards the result and returns a transient timeout);
 //   - slow store calls;
-//   - a worker paused past its lease: its effect sleeps and its lease
-//     renewals are blocked for the same time, before or after the downstream
-//     call;
+//   - a worker paused past its lease: its effect sleeps, before or after
+//     the downstream call, and its lease renewals fail meanwhile (they fail
+//     rather than block: the runtime renews holding a lock, and a goroutine
+//     waiting on a mutex would stop virtual time in a synctest bubble);
 //   - a worker that dies mid-effect: its effect never returns during the
-//     run and its renewals stop;
+//     run and its renewals fail;
 //   - the effect's reply lost after the downstream applied it (a timeout in
 //     one of several shapes: context deadline, net.Error, *url.Error around a
 //     wrapped timeout), effects failing retryably, permanently, by timeout or
@@ -101,6 +104,11 @@
 //     those.
 //
 // # Reproducing a run
+//
+// The wrapper embeds [runtime.Store], so methods added to the interface
+// later pass through; a new method that changes records must also be
+// recorded (faults.go) and modelled (history.go), or the linearizability
+// check will see states it cannot explain.
 //
 // Each run logs its seed. IDEM_SIM_SEED=<n> replays it with [Runs]: the seed
 // fixes the arrivals, keys, payloads, delivery plans, every fault decision (a
