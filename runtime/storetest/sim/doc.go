@@ -55,6 +55,11 @@
 // later requests with tokens below t stale, and they are rejected). Its
 // query answers from what it recorded.
 //
+// The wrapper embeds [runtime.Store], so methods added to the interface
+// later pass through; a new method that changes records must also be
+// recorded (faults.go) and modelled (history.go), or the linearizability
+// check will see states it cannot explain.
+//
 // # Invariants
 //
 // Checked on every run; each failure names the seed, the invariant, the
@@ -104,11 +109,6 @@
 //     those.
 //
 // # Reproducing a run
-//
-// The wrapper embeds [runtime.Store], so methods added to the interface
-// later pass through; a new method that changes records must also be
-// recorded (faults.go) and modelled (history.go), or the linearizability
-// check will see states it cannot explain.
 //
 // Each run logs its seed. IDEM_SIM_SEED=<n> replays it with [Runs]: the seed
 // fixes the arrivals, keys, payloads, delivery plans, every fault decision (a
