@@ -69,7 +69,9 @@
 //     finished record's TTL passes), the downstream applied the effect at
 //     most once when the operation has a Query, and no effect was even
 //     started after the downstream had applied one (the runtime must ask
-//     the query, and re-check its lease, first);
+//     the query, and re-check its lease, first); and an attempt starting an
+//     effect still holds its lease (no other owner wrote the record since
+//     the attempt's own claim or compare-and-set);
 //   - at-least-once window (operations without a Query): the runtime cannot
 //     know whether an earlier owner acted, so after a takeover it runs the
 //     effect again. The run measures, per identity and life, the extra

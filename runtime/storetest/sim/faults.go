@@ -152,6 +152,13 @@ func classOf(err error) (errClass, bool) {
 	return errNone, false
 }
 
+func callID(c *call) int {
+	if c == nil {
+		return -1
+	}
+	return c.id
+}
+
 func (f *faultStore) who(c *call) string {
 	if c == nil {
 		return f.worker
@@ -191,7 +198,7 @@ func (f *faultStore) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.
 }
 
 func (f *faultStore) recordClaim(ctx context.Context, tick int64, p runtime.ClaimParams, res runtime.ClaimResult, err error, c *call) {
-	in := histIn{kind: opClaim, owner: p.Owner, fp: string(p.Fingerprint), acquireUnknown: p.AcquireUnknown, who: f.who(c)}
+	in := histIn{kind: opClaim, owner: p.Owner, fp: string(p.Fingerprint), acquireUnknown: p.AcquireUnknown, who: f.who(c), call: callID(c)}
 	cl, ok := classOf(err)
 	if !ok || cl == errLeaseLost || cl == errNotFound {
 		f.s.rec.markAmbiguous(p.ID, fmt.Sprintf("claim failed: %v", err))
@@ -234,7 +241,7 @@ func (f *faultStore) recordRead(ctx context.Context, tick int64, id runtime.Iden
 			f.s.observe(c, id, rec.Version)
 		}
 	}
-	f.s.rec.record(id, tick, histIn{kind: opGet, who: f.who(c)}, out)
+	f.s.rec.record(id, tick, histIn{kind: opGet, who: f.who(c), call: callID(c)}, out)
 }
 
 // Transition implements [runtime.Store].
@@ -250,7 +257,7 @@ func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams)
 		var ierr error
 		v, ierr = f.Store.Transition(ictx, p)
 		in := histIn{kind: opTransition, from: p.From, to: p.To, owner: p.Owner, version: p.Version, newOwner: p.NewOwner,
-			lease: p.Lease > 0, resp: string(p.Response), who: f.who(c)}
+			lease: p.Lease > 0, resp: string(p.Response), who: f.who(c), call: callID(c)}
 		if p.To.Final() && p.Response == nil {
 			in.resp = ""
 		}
@@ -300,7 +307,7 @@ func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Tim
 			f.s.rec.markAmbiguous(p.ID, fmt.Sprintf("renew failed: %v", ierr))
 			return ierr
 		}
-		f.s.rec.record(p.ID, tick, histIn{kind: opRenew, from: p.State, owner: p.Owner, version: p.Version, who: f.who(c)},
+		f.s.rec.record(p.ID, tick, histIn{kind: opRenew, from: p.State, owner: p.Owner, version: p.Version, who: f.who(c), call: callID(c)},
 			histOut{err: cl, lease: nanos(t)})
 		return ierr
 	})
@@ -318,7 +325,7 @@ func (f *faultStore) Release(ctx context.Context, p runtime.ReleaseParams) error
 			f.s.rec.markAmbiguous(p.ID, fmt.Sprintf("release failed: %v", ierr))
 			return ierr
 		}
-		f.s.rec.record(p.ID, tick, histIn{kind: opRelease, from: p.State, owner: p.Owner, version: p.Version, who: f.who(c)}, histOut{err: cl})
+		f.s.rec.record(p.ID, tick, histIn{kind: opRelease, from: p.State, owner: p.Owner, version: p.Version, who: f.who(c), call: callID(c)}, histOut{err: cl})
 		return ierr
 	})
 	return err
@@ -336,7 +343,7 @@ func (f *faultStore) AcquirePending(ctx context.Context, p runtime.AcquireParams
 			return ierr
 		}
 		for _, r := range recs {
-			f.s.rec.record(r.ID, tick, histIn{kind: opAcquire, owner: p.Owner, who: f.worker}, histOut{rec: viewOf(r)})
+			f.s.rec.record(r.ID, tick, histIn{kind: opAcquire, owner: p.Owner, who: f.worker, call: -1}, histOut{rec: viewOf(r)})
 		}
 		return nil
 	})

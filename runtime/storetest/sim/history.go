@@ -78,6 +78,7 @@ type histIn struct {
 	lease          bool // Transition with a lease
 	resp           string
 	who            string // worker and call, for descriptions
+	call           int    // the delivery (-1: the reconciler)
 }
 
 // recView is a record as a store returned it; times in Unix nanoseconds.
@@ -386,11 +387,21 @@ type recorder struct {
 	ops       map[runtime.Identity][]porcupine.Operation
 	ambiguous map[runtime.Identity]string
 	// lives: epoch of each version, the current epoch, the last mutation.
-	epochOf  map[runtime.Identity]map[int64]int
-	epoch    map[runtime.Identity]int
-	lastMut  map[runtime.Identity]string
-	trail    map[runtime.Identity][]string
+	epochOf map[runtime.Identity]map[int64]int
+	epoch   map[runtime.Identity]int
+	lastMut map[runtime.Identity]string
+	trail   map[runtime.Identity][]string
+	// last is the last write that changed the identity's version or
+	// deleted it (renewals aside).
+	last     map[runtime.Identity]lastWrite
 	storeOps int
+}
+
+// lastWrite is a write that changed a record's version or deleted it.
+type lastWrite struct {
+	desc string
+	call int
+	tick int64
 }
 
 func newRecorder() *recorder {
@@ -398,6 +409,7 @@ func newRecorder() *recorder {
 		ops: map[runtime.Identity][]porcupine.Operation{}, ambiguous: map[runtime.Identity]string{},
 		epochOf: map[runtime.Identity]map[int64]int{}, epoch: map[runtime.Identity]int{},
 		lastMut: map[runtime.Identity]string{}, trail: map[runtime.Identity][]string{},
+		last: map[runtime.Identity]lastWrite{},
 	}
 }
 
@@ -440,6 +452,9 @@ func (r *recorder) record(id runtime.Identity, call int64, in histIn, out histOu
 	r.noteLocked(id, "store %s", describeOp(in, out))
 	if out.err != errNone {
 		return
+	}
+	if in.kind == opTransition || in.kind == opRelease || in.kind == opAcquire || (in.kind == opClaim && out.claimed) {
+		r.last[id] = lastWrite{desc: describeOp(in, out), call: in.call, tick: r.tick}
 	}
 	seen := func(v int64, produced bool) {
 		m := r.epochOf[id]
@@ -495,6 +510,13 @@ func (r *recorder) lifeOf(id runtime.Identity, version int64) int {
 		return e
 	}
 	return r.epoch[id]
+}
+
+func (r *recorder) lastWriteOf(id runtime.Identity) (lastWrite, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.last[id]
+	return w, ok
 }
 
 func (r *recorder) trailOf(id runtime.Identity) []string {

@@ -851,6 +851,17 @@ func (s *sim) appliedInLife(a runtime.Attempt, life int) bool {
 // already applied it in this record life.
 func (s *sim) effectStarts(c *call, a runtime.Attempt, life int) {
 	s.rec.note(a.ID, "effect starts: call %d (token %d, taken over %v, life %d, plan %s)", c.id, a.FencingToken, a.TakenOver, life, c.plan.mode)
+	// The attempt's own write (its claim, or its compare-and-set after the
+	// query) must be the last write on the record: anyone else's means the
+	// lease was lost before the effect started.
+	if w, ok := s.rec.lastWriteOf(a.ID); ok && w.call != c.id {
+		who := "the reconciler"
+		if w.call >= 0 {
+			who = fmt.Sprintf("call %d", w.call)
+		}
+		s.violate(Violation{Invariant: "lease held at effect start", Identity: a.ID,
+			Detail: fmt.Sprintf("call %d started the effect with token %d after %s wrote the record (%s, @%d): its lease was lost before the effect began; the runtime must keep renewing the lease while it queries and confirm it by compare-and-set right before the effect (a stall of the test machine longer than the lease between that write and the effect would also show here)", c.id, a.FencingToken, who, w.desc, w.tick)})
+	}
 	if c.req.op != opWithQuery {
 		return
 	}
