@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -882,7 +883,8 @@ func (s *sim) jumps(ctx context.Context) {
 		ats = append(ats, time.Duration(rng.Int64N(int64(s.cfg.Spread))))
 	}
 	start := time.Now()
-	for _, at := range sorted(ats) {
+	slices.Sort(ats)
+	for _, at := range ats {
 		if sleepCtx(ctx, time.Until(start.Add(at))) != nil {
 			return
 		}
@@ -905,18 +907,6 @@ func (s *sim) jumps(ctx context.Context) {
 		s.windows = append(s.windows, [2]int64{from, s.rec.now()})
 		s.mu.Unlock()
 	}
-}
-
-func sorted(ds []time.Duration) []time.Duration {
-	out := append([]time.Duration(nil), ds...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
 }
 
 func (s *sim) noteAll(line string) {
