@@ -11,9 +11,9 @@ import (
 
 // TestSimulation runs the fault-injecting simulation on memstore inside a
 // synctest bubble: time is virtual, so leases of seconds cost nothing and the
-// store's clock can jump.
+// store's clock can jump. Runs are cheap, so CI runs five seeds.
 func TestSimulation(t *testing.T) {
-	sim.Runs(t, func(t *testing.T, seed uint64) {
+	sim.Runs(t, 5, func(t *testing.T, seed uint64) {
 		synctest.Test(t, func(t *testing.T) {
 			clock := sim.NewClock()
 			sim.Run(t, sim.Config{

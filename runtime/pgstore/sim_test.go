@@ -12,7 +12,7 @@ import (
 // instead of jumping its clock.
 func TestSimulation(t *testing.T) {
 	p := testPool(t)
-	sim.Runs(t, func(t *testing.T, seed uint64) {
+	sim.Runs(t, 1, func(t *testing.T, seed uint64) {
 		const limit = 4096
 		sim.Run(t, sim.Config{
 			Name: "pgstore", Store: pgstore.New(p, pgstore.WithMaxRecordBytes(limit)), Seed: seed,

@@ -24,7 +24,7 @@ func TestSimulation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := tc.client(t)
-			sim.Runs(t, func(t *testing.T, seed uint64) {
+			sim.Runs(t, 1, func(t *testing.T, seed uint64) {
 				const limit = 4096
 				s := newStore(t, c, redisstore.WithPrefix(testPrefix(t)), redisstore.WithMaxRecordBytes(limit))
 				sim.Run(t, sim.Config{Name: "redisstore-" + tc.name, Store: s, Seed: seed, Requests: 140, RecordLimit: limit})

@@ -3,7 +3,7 @@
 // tests call [Run] (or [Runs], which adds the soak loop and seed replay):
 //
 //	func TestSimulation(t *testing.T) {
-//		sim.Runs(t, func(t *testing.T, seed uint64) {
+//		sim.Runs(t, 1, func(t *testing.T, seed uint64) {
 //			sim.Run(t, sim.Config{Name: "mystore", Store: newStore(t), Seed: seed})
 //		})
 //	}

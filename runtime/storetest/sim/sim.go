@@ -165,9 +165,10 @@ func (r Report) Summary() string {
 }
 
 // Runs runs the simulation once per seed: the seed of IDEM_SIM_SEED alone
-// when it is set, else random seeds, one run, or as many as fit in
-// IDEM_SIM_DURATION (a Go duration). Each run is a subtest named by its seed.
-func Runs(t *testing.T, run func(t *testing.T, seed uint64)) {
+// when it is set, else random seeds, n runs (at least one), or as many as
+// fit in IDEM_SIM_DURATION (a Go duration). Each run is a subtest named by
+// its seed.
+func Runs(t *testing.T, n int, run func(t *testing.T, seed uint64)) {
 	t.Helper()
 	if v := os.Getenv(SeedVar); v != "" {
 		seed, err := strconv.ParseUint(v, 10, 64)
@@ -185,10 +186,10 @@ func Runs(t *testing.T, run func(t *testing.T, seed uint64)) {
 		}
 	}
 	deadline := time.Now().Add(d)
-	for {
+	for i := 1; ; i++ {
 		seed := randomSeed()
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { run(t, seed) })
-		if time.Now().After(deadline) {
+		if d > 0 && time.Now().After(deadline) || d == 0 && i >= n {
 			return
 		}
 	}
