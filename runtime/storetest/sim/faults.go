@@ -257,7 +257,7 @@ func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams)
 		var ierr error
 		v, ierr = f.Store.Transition(ictx, p)
 		in := histIn{kind: opTransition, from: p.From, to: p.To, owner: p.Owner, version: p.Version, newOwner: p.NewOwner,
-			lease: p.Lease > 0, resp: string(p.Response), who: f.who(c), call: callID(c)}
+			lease: p.Lease > 0, resp: string(p.Response), omitted: p.ResponseOmitted, token: p.Token, who: f.who(c), call: callID(c)}
 		if p.To.Final() && p.Response == nil {
 			in.resp = ""
 		}

@@ -77,6 +77,8 @@ type histIn struct {
 	newOwner       string
 	lease          bool // Transition with a lease
 	resp           string
+	omitted        bool   // Transition: SUCCESS with the response not stored
+	token          string // Transition: the write's token (see runtime.TransitionParams.Token)
 	who            string // worker and call, for descriptions
 	call           int    // the delivery (-1: the reconciler)
 }
@@ -93,12 +95,15 @@ type recView struct {
 	expires   int64
 	now       int64
 	takeovers int32
+	omitted   bool
+	token     string
 }
 
 func viewOf(r runtime.Record) recView {
 	return recView{
 		found: true, st: r.State, owner: r.Owner, version: r.Version, fp: string(r.Fingerprint), resp: string(r.Response),
 		lease: nanos(r.LeaseExpiresAt), expires: nanos(r.ExpiresAt), now: nanos(r.StoreNow), takeovers: r.Takeovers,
+		omitted: r.ResponseOmitted, token: r.Token,
 	}
 }
 
@@ -132,6 +137,11 @@ type mstate struct {
 	leaseKnown   bool
 	expires      int64
 	expiresKnown bool
+	omitted      bool
+	// token is the token of the Transition that last wrote the record ("" after
+	// a claim or an acquisition): a retry of that very write is answered with
+	// the current version instead of ErrLeaseLost.
+	token string
 }
 
 func (s mstate) String() string {
@@ -161,7 +171,7 @@ func (s mstate) held(st runtime.State, owner string, version int64) bool {
 
 func (s mstate) matches(r recView) bool {
 	return s.exists && r.found && s.st == r.st && s.owner == r.owner && s.version == r.version && s.fp == r.fp &&
-		(!s.st.Final() || s.resp == r.resp)
+		s.token == r.token && (!s.st.Final() || (s.resp == r.resp && s.omitted == r.omitted))
 }
 
 func (s mstate) learn(r recView) mstate {
@@ -275,6 +285,11 @@ func step1(s mstate, in histIn, out histOut) (mstate, bool) {
 		return ns.learn(r), true
 	case opTransition:
 		held := s.held(in.from, in.owner, in.version)
+		if !held && in.token != "" && s.exists && s.token == in.token {
+			// A retry of the write that put the record where it is: the
+			// store recognises its token and answers with the version.
+			return s, out.err == errNone && out.v == s.version
+		}
 		switch out.err {
 		case errLeaseLost:
 			return s, !held
@@ -290,6 +305,7 @@ func step1(s mstate, in histIn, out histOut) (mstate, bool) {
 		ns := s
 		ns.st, ns.owner, ns.version, ns.maxVer = in.to, in.newOwner, out.v, out.v
 		ns.lease, ns.leaseKnown = 0, !in.lease
+		ns.token, ns.omitted = in.token, in.omitted
 		if in.to.Final() {
 			ns.resp, ns.expires, ns.expiresKnown = in.resp, 0, false
 		} else {

@@ -681,6 +681,12 @@ func (s *sim) setup() error {
 	if err := runtime.Register(rrt, s.ops[opWithQuery], s.query, runtime.QueryOptions{TTL: cfg.TTL}); err != nil {
 		return err
 	}
+	// The operation without a Query converges by its no-query policy: its
+	// UNKNOWN records are released a lease after their claim, so the final
+	// retry runs the effect again (the at-least-once window it measures).
+	if err := runtime.RegisterNoQuery(rrt, s.ops[opNoQuery], runtime.NoQueryPolicy{After: cfg.Lease, Resolve: runtime.NotHappenedRelease}); err != nil {
+		return err
+	}
 	s.reconciler, err = runtime.NewReconciler(rrt, runtime.ReconcileInterval(cfg.Lease/4), runtime.ReconcileLease(cfg.Lease),
 		runtime.ReconcileMaxAttempts(cfg.MaxAttempts), runtime.ReconcileBackoff(cfg.Lease/10, cfg.Lease/2), runtime.ReconcileBatch(16))
 	if err != nil {
