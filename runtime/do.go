@@ -256,7 +256,10 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	}
 	if cerr != nil {
 		if errors.Is(cerr, ErrLeaseLost) || leaseLost {
-			return zero, fmt.Errorf("%w: %s %q: another worker took over (version %d) before this attempt finished: %w",
+			// The other owner decides the outcome: the effect's own error is
+			// quoted, not wrapped, so that a permanent failure of this
+			// attempt is never read as the outcome of the call.
+			return zero, fmt.Errorf("%w: %s %q: another worker took over (version %d) before this attempt finished (this attempt: %v)",
 				ErrLeaseLost, ex.id.Operation, ex.id.Key, rec.Version, errors.Join(err, cerr))
 		}
 		if tp.To == StateSuccess {
@@ -491,7 +494,10 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	}
 	// UNKNOWN leaves no lease, so the next duplicate or reconciler may ask again.
 	if _, err := ex.transition(ctx, tp); err != nil {
-		return zero, errors.Join(err, qerr)
+		if qerr != nil { // quoted, not wrapped: the query's answer was not recorded
+			return zero, fmt.Errorf("%w (the query said: %v)", err, qerr)
+		}
+		return zero, err
 	}
 	switch tp.To {
 	case StateSuccess:

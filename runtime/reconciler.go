@@ -162,19 +162,37 @@ func (s *ReconcileStats) add(o ReconcileStats) {
 // record is left, and returns what it did. Use it from cron-style jobs.
 func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileStats, error) {
 	var total ReconcileStats
-	ops := r.rt.Operations()
-	if len(ops) == 0 {
-		return total, nil // nothing this runtime can query
-	}
-	for {
-		if err := ctx.Err(); err != nil {
+	queried, noQuery := r.rt.operationsByKind()
+	// Operations with a query give up after MaxAttempts; those resolved by
+	// a no-query policy have no attempts to give up on, however often a
+	// fault made the reconciler acquire them again: their records are
+	// acquired whatever their attempts, until the policy resolves them.
+	for _, kind := range []struct {
+		ops         []string
+		maxAttempts int32
+	}{{queried, r.cfg.maxAttempts}, {noQuery, 0}} {
+		if len(kind.ops) == 0 {
+			continue
+		}
+		if err := r.runOps(ctx, kind.ops, kind.maxAttempts, &total); err != nil {
 			return total, err
 		}
+	}
+	return total, nil
+}
+
+// runOps acquires and converges batches of records of ops until none is
+// left.
+func (r *Reconciler) runOps(ctx context.Context, ops []string, maxAttempts int32, total *ReconcileStats) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		recs, err := r.rt.store.AcquirePending(ctx, AcquireParams{
-			Owner: r.cfg.owner, Lease: r.cfg.lease, Limit: r.cfg.batch, MaxAttempts: r.cfg.maxAttempts, Operations: ops,
+			Owner: r.cfg.owner, Lease: r.cfg.lease, Limit: r.cfg.batch, MaxAttempts: maxAttempts, Operations: ops,
 		})
 		if err != nil {
-			return total, fmt.Errorf("idem: reconciler: acquiring records: %w", err)
+			return fmt.Errorf("idem: reconciler: acquiring records: %w", err)
 		}
 		var errs []error
 		for _, rec := range recs {
@@ -185,10 +203,10 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileStats, error) {
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
-			return total, err
+			return err
 		}
 		if len(recs) < r.cfg.batch {
-			return total, nil
+			return nil
 		}
 	}
 }

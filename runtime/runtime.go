@@ -228,7 +228,25 @@ func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req,
 	return nil
 }
 
-// Operations returns the operations with a registered query, sorted.
+// operationsByKind returns the registered operations with a query and
+// those with a no-query policy, each sorted.
+func (rt *Runtime) operationsByKind() (queried, noQuery []string) {
+	rt.mu.RLock()
+	for op, q := range rt.queries {
+		if q.run == nil {
+			noQuery = append(noQuery, op)
+		} else {
+			queried = append(queried, op)
+		}
+	}
+	rt.mu.RUnlock()
+	sort.Strings(queried)
+	sort.Strings(noQuery)
+	return queried, noQuery
+}
+
+// Operations returns the operations registered with a query or a no-query
+// policy (see [Register], [RegisterNoQuery]), sorted.
 func (rt *Runtime) Operations() []string {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()

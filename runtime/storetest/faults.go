@@ -25,6 +25,8 @@ func RunFaults(t *testing.T, newStore NewStore) {
 		{"LostCompletionAckIsRecognised", testLostCompletionAck},
 		{"LostUnknownAckIsRecognised", testLostUnknownAck},
 		{"InvalidUTF8IdentityIsInvalidKey", testInvalidUTF8},
+		{"LeaseLostIsNeverAPermanentFailure", testLeaseLostNotPermanent},
+		{"NoQueryPolicyIgnoresMaxAttempts", testNoQueryIgnoresMaxAttempts},
 	})
 }
 
@@ -412,5 +414,65 @@ func testInvalidUTF8(t *testing.T, s runtime.Store) {
 	}
 	if c.runs.Load() != 0 {
 		t.Fatal("the effect ran for an invalid identity")
+	}
+}
+
+// testLeaseLostNotPermanent: a worker whose lease was taken over and whose
+// own attempt then failed permanently must not tell its caller FAILED: the
+// worker that took over decides the outcome (here: it succeeded).
+func testLeaseLostNotPermanent(t *testing.T, s runtime.Store) {
+	ctx := scoped(t)
+	slow := newRuntime(t, dropRenewals{s}, runtime.WithLease(shortLease))
+	fast := newRuntime(t, s, runtime.WithMaxWait(10*time.Second))
+	tookOver := make(chan struct{})
+	var slowErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, slowErr = runtime.Do(ctx, slow, call("k", chargeReq{"a", 1}, func(ctx context.Context, r chargeReq) (receipt, error) {
+			<-tookOver
+			return receipt{}, runtime.Permanent(errors.New("card declined"))
+		}))
+	}()
+	time.Sleep(2 * shortLease) // the slow worker's lease expires
+	got, err := runtime.Do(ctx, fast, call("k", chargeReq{"a", 1}, func(ctx context.Context, r chargeReq) (receipt, error) {
+		return receipt{ID: "ch", Amount: r.Amount}, nil
+	}))
+	close(tookOver)
+	<-done
+	if err != nil || got.ID != "ch" {
+		t.Fatalf("the worker that took over: %+v, %v", got, err)
+	}
+	if !errors.Is(slowErr, runtime.ErrLeaseLost) || errors.Is(slowErr, runtime.ErrPermanent) {
+		t.Fatalf("the worker whose lease was taken over got %v: want ErrLeaseLost and not ErrPermanent (the call succeeded)", slowErr)
+	}
+}
+
+// testNoQueryIgnoresMaxAttempts: an UNKNOWN record of an operation with a
+// no-query policy, acquired so often (faults made its reconciler lose it)
+// that its attempts reached MaxAttempts, is still resolved by the policy.
+func testNoQueryIgnoresMaxAttempts(t *testing.T, s runtime.Store) {
+	ctx := scoped(t)
+	op := "Webhooks.Send." + uniqueScope(t)
+	rt := newRuntime(t, s)
+	if err := runtime.RegisterNoQuery(rt, op, runtime.NoQueryPolicy{After: 50 * time.Millisecond, Resolve: runtime.NotHappenedFail}); err != nil {
+		t.Fatal(err)
+	}
+	c := runtime.Call[chargeReq, receipt]{Operation: op, Key: "k", Request: chargeReq{"a", 1}, Effect: timesOut}
+	if _, err := runtime.Do(ctx, rt, c); !errors.Is(err, runtime.ErrOutcomeUnknown) {
+		t.Fatalf("want ErrOutcomeUnknown, got %v", err)
+	}
+	for range 3 { // acquisitions lost to faults: attempts grow
+		recs, err := s.AcquirePending(context.Background(), runtime.AcquireParams{Owner: "lost", Lease: 10 * time.Millisecond, Limit: 10, Operations: []string{op}})
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("acquire: %d, %v", len(recs), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := newReconciler(t, rt, runtime.ReconcileMaxAttempts(2))
+	time.Sleep(60 * time.Millisecond)
+	st, err := r.RunOnce(ctx)
+	if err != nil || st.Failed != 1 {
+		t.Fatalf("reconcile: %+v, %v; want the record resolved as FAILED by its policy", st, err)
 	}
 }
