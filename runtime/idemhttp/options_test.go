@@ -1,0 +1,133 @@
+package idemhttp_test
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/runtime/idemhttp"
+	"github.com/idemkit/idem/runtime/memstore"
+)
+
+func quiet() idemhttp.Option { return idemhttp.Logger(slog.New(slog.DiscardHandler)) }
+
+func TestHeaderPolicy(t *testing.T) {
+	handler := muxOf("/charges", func(w http.ResponseWriter, r *http.Request, n int32) {
+		w.Header().Set("Set-Cookie", "session=1")
+		w.Header().Set("X-Trace", "t1")
+		w.Header().Set("X-Keep", "k")
+		w.Header().Set(http.TrailerPrefix+"X-Checksum", "c")
+		charge(w, r, n)
+	})
+	tests := []struct {
+		name    string
+		opts    []idemhttp.Option
+		want    []string
+		notWant []string
+	}{
+		{"default denylist", nil, []string{"X-Trace", "X-Keep", "Content-Type"}, []string{"Set-Cookie", "X-Checksum"}},
+		{"DropHeaders", []idemhttp.Option{idemhttp.DropHeaders("x-trace")}, []string{"X-Keep", "Content-Type"}, []string{"Set-Cookie", "X-Trace"}},
+		{"AllowHeaders", []idemhttp.Option{idemhttp.AllowHeaders("X-Keep", "Set-Cookie")}, []string{"X-Keep", "Content-Type"}, []string{"Set-Cookie", "X-Trace"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			hs := newHarness(t, memstore.New(), nil, handler, append(tc.opts, quiet())...)
+			first := hs.do(t, req{keys: keys("k1"), tenant: "acme", body: "{}"})
+			replay := hs.do(t, req{keys: keys("k1"), tenant: "acme", body: "{}"})
+			if first.header.Get("Set-Cookie") == "" || first.header.Get("X-Trace") == "" {
+				t.Fatalf("the first client lost headers: %v", first.header)
+			}
+			for _, h := range tc.want {
+				if replay.header.Get(h) == "" {
+					t.Errorf("replay lacks %s: %v", h, replay.header)
+				}
+			}
+			for _, h := range tc.notWant {
+				if replay.header.Get(h) != "" {
+					t.Errorf("replay has %s: %v", h, replay.header)
+				}
+			}
+		})
+	}
+}
+
+func TestKeyForms(t *testing.T) {
+	tests := []struct {
+		name        string
+		first, then string
+		want        int
+	}{
+		{"sf-string and bare are one key", `"k-1"`, `k-1`, http.StatusCreated},
+		{"escapes", `"a\"b\\c"`, `a"b\c`, http.StatusBadRequest}, // a bare key must not contain quotes
+		{"escaped sf-string replayed", `"a\"b\\c"`, `"a\"b\\c"`, http.StatusCreated},
+		{"data after the sf-string", `"k"`, `"k";x`, http.StatusBadRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			hs := newHarness(t, memstore.New(), nil, muxOf("/charges", charge), quiet())
+			first := hs.do(t, req{keys: keys(tc.first), tenant: "acme", body: "{}"})
+			then := hs.do(t, req{keys: keys(tc.then), tenant: "acme", body: "{}"})
+			if first.status != http.StatusCreated || then.status != tc.want {
+				t.Fatalf("first %d %s, then %d %s; want 201, %d", first.status, first.body, then.status, then.body, tc.want)
+			}
+			if tc.want == http.StatusCreated && (then.body != first.body || hs.runs.Load() != 1) {
+				t.Fatalf("not replayed: %s / %s", first.body, then.body)
+			}
+		})
+	}
+}
+
+func TestProblemBase(t *testing.T) {
+	hs := newHarness(t, memstore.New(), nil, muxOf("/charges", charge), quiet(), idemhttp.Required(true), idemhttp.ProblemBase("https://api.example.com/problems/"))
+	got := hs.do(t, req{tenant: "acme", body: "{}"})
+	var p idemhttp.Problem
+	if err := json.Unmarshal([]byte(got.body), &p); err != nil || p.Type != "https://api.example.com/problems/key-missing" || p.Status != 400 {
+		t.Fatalf("%d %s (%v)", got.status, got.body, err)
+	}
+}
+
+// A streamed 5xx still releases the key; a hijacked connection counts as
+// streamed.
+func TestStreamedVariants(t *testing.T) {
+	hs := newHarness(t, memstore.New(), nil, func(hs *harness) http.Handler {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/flaky", func(w http.ResponseWriter, r *http.Request) {
+			if hs.runs.Add(1) == 1 {
+				w.WriteHeader(http.StatusBadGateway)
+				http.NewResponseController(w).Flush()
+				return
+			}
+			_, _ = io.WriteString(w, "ok")
+		})
+		mux.HandleFunc("/hijack", func(w http.ResponseWriter, r *http.Request) {
+			hs.runs.Add(1)
+			c, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusTeapot)
+				return
+			}
+			_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+			_ = buf.Flush()
+			_ = c.Close()
+		})
+		return mux
+	}, quiet())
+	if got := hs.do(t, req{path: "/flaky", keys: keys("f"), tenant: "a"}); got.status != http.StatusBadGateway {
+		t.Fatalf("streamed 502: %d", got.status)
+	}
+	if got := hs.do(t, req{path: "/flaky", keys: keys("f"), tenant: "a"}); got.status != http.StatusOK || got.body != "ok" {
+		t.Fatalf("retry after a streamed 502: %d %s", got.status, got.body)
+	}
+	if got := hs.do(t, req{path: "/hijack", keys: keys("h"), tenant: "a"}); got.status != http.StatusOK || got.body != "hi" {
+		t.Fatalf("hijacked: %d %s", got.status, got.body)
+	}
+	if got := hs.do(t, req{path: "/hijack", keys: keys("h"), tenant: "a"}); got.status != http.StatusGone || !strings.Contains(got.body, "streamed") {
+		t.Fatalf("duplicate of a hijacked response: %d %s", got.status, got.body)
+	}
+	if n := hs.runs.Load(); n != 3 {
+		t.Fatalf("runs %d; want 3", n)
+	}
+}
