@@ -99,8 +99,9 @@ func Required(required bool) Option { return func(c *config) { c.required = requ
 func Scope(f func(*http.Request) string) Option { return func(c *config) { c.scope = f } }
 
 // Operation sets how a request's operation is named; the default is the
-// method and the route pattern (see the package documentation). It must
-// return 1 to 255 bytes of UTF-8 without control bytes.
+// method and the route pattern (see the package documentation). A name over
+// 255 bytes, or not UTF-8, is replaced by a fixed-size digest of it; it must
+// not be empty nor contain control bytes.
 func Operation(f func(*http.Request) string) Option { return func(c *config) { c.operation = f } }
 
 // MaxBody limits the request body read for the fingerprint (default 1 MiB);
@@ -356,7 +357,7 @@ func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (p 
 // operationOf names the operation of r (see the package documentation).
 func (m *middleware) operationOf(r *http.Request) string {
 	if m.cfg.operation != nil {
-		return m.cfg.operation(r)
+		return digestIfLong(m.cfg.operation(r), runtime.MaxKeyLen)
 	}
 	pattern := r.Pattern
 	if pattern == "" {

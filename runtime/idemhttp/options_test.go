@@ -5,9 +5,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/idemhttp"
 	"github.com/idemkit/idem/runtime/memstore"
 )
@@ -130,4 +135,69 @@ func TestStreamedVariants(t *testing.T) {
 	if n := hs.runs.Load(); n != 3 {
 		t.Fatalf("runs %d; want 3", n)
 	}
+}
+
+// Inside a ServeMux (around one handler) the operation is r.Pattern; a long
+// custom operation name is digested, not refused.
+func TestOperationInsideMux(t *testing.T) {
+	rt := newRuntime(t)
+	var runs atomic.Int32
+	mw := idemhttp.Middleware(rt, quiet())
+	long := idemhttp.Middleware(rt, quiet(), idemhttp.Operation(func(r *http.Request) string { return strings.Repeat("op", 200) }))
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { charge(w, r, runs.Add(1)) })
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges/{id}", mw(h))
+	mux.Handle("POST /custom/{id}", long(h))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	hs := &harness{Server: srv}
+	tests := []struct {
+		path string
+		want int
+	}{
+		{"/charges/a", http.StatusCreated},
+		{"/charges/a", http.StatusCreated},             // replayed
+		{"/charges/b", http.StatusUnprocessableEntity}, // same route, another resource
+		{"/custom/a", http.StatusCreated},              // long custom operation, digested
+		{"/custom/a", http.StatusCreated},              // replayed
+	}
+	for _, tc := range tests {
+		if got := hs.do(t, req{path: tc.path, keys: keys("k1"), body: "{}"}); got.status != tc.want {
+			t.Fatalf("%s: %d %s; want %d", tc.path, got.status, got.body, tc.want)
+		}
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("handler ran %d times; want 2", n)
+	}
+}
+
+// Concurrent duplicates wait for the first and share its one run.
+func TestConcurrentDuplicates(t *testing.T) {
+	hs := newHarness(t, memstore.New(), nil, muxOf("/charges", func(w http.ResponseWriter, r *http.Request, n int32) {
+		time.Sleep(50 * time.Millisecond)
+		charge(w, r, n)
+	}), quiet())
+	var wg sync.WaitGroup
+	got := make([]result, 8)
+	for i := range got {
+		wg.Go(func() { got[i] = hs.do(t, req{keys: keys("k1"), tenant: "acme", body: "{}"}) })
+	}
+	wg.Wait()
+	for _, g := range got {
+		if g.status != http.StatusCreated || g.body != got[0].body {
+			t.Fatalf("%d %s / %s", g.status, g.body, got[0].body)
+		}
+	}
+	if n := hs.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+func newRuntime(t *testing.T) *runtime.Runtime {
+	t.Helper()
+	rt, err := runtime.New(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
 }
