@@ -18,9 +18,14 @@ while [ $# -gt 0 ]; do
 	*) echo "usage: $0 [-count N] [-benchtime D]" >&2; exit 2 ;;
 	esac
 done
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-go test -run '^$' -bench . -benchmem -count "$count" -benchtime "$benchtime" . | tee "$out"
+out=$(mktemp) bin=$(mktemp)
+trap 'rm -f "$out" "$bin"' EXIT
+go test -c -o "$bin" .
+# Rounds of all six, not six runs of each in turn: on a shared machine the
+# load drifts, and interleaving spreads the drift over every benchmark.
+for _ in $(seq "$count"); do
+	"$bin" -test.run '^$' -test.bench . -test.benchmem -test.benchtime "$benchtime" | grep '^Benchmark'
+done | tee "$out"
 awk '
 /^Benchmark/ {
 	name=$1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
@@ -33,7 +38,7 @@ function median(k,   m, i, j, t, a) {
 }
 END {
 	split("NetHTTP IdemFirst IdemReplay Fiber FiberIdemFirst FiberIdemReplay", ks, " ")
-	printf "\nmedian requests/s over %d runs:\n", n["NetHTTP"]
+	printf "\nmedian requests/s over %d rounds:\n", n["NetHTTP"]
 	for (i = 1; i <= 6; i++) { med[ks[i]] = median(ks[i]); printf "  %-16s %10.0f\n", ks[i], med[ks[i]] }
 	printf "\nmiddleware / its framework without it (1.00 = free):\n"
 	printf "  idemhttp first call %.2f, replay %.2f\n", med["IdemFirst"]/med["NetHTTP"], med["IdemReplay"]/med["NetHTTP"]
