@@ -3,9 +3,11 @@
 //
 // Regenerate the Go code after changing a .sql file with
 //
-//	go -C tools tool sqlc generate -f ../sqlc.yaml
+//	scripts/sqlc.sh
 //
-// (scripts/test.sh fails when the committed code drifts).
+// which runs the sqlc pinned in tools/go.mod and records the checksums of
+// its inputs and outputs (runtime/pgstore/internal/db/sqlc.sum);
+// scripts/test.sh fails when the committed code drifts.
 package queries
 
 import _ "embed"

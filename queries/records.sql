@@ -30,6 +30,9 @@ ins AS (
         clk.t + @lease::interval, NULL, @request::bytea, NULL, 0, 0,
         clk.t, clk.t, '', '', false
     FROM clk
+    -- A replay inserts nothing and so draws no version: the row exists.
+    WHERE NOT EXISTS (SELECT 1 FROM idem_records x
+                      WHERE x.scope = @scope AND x.operation = @operation AND x.key = @key)
     ON CONFLICT (scope, operation, key) DO NOTHING
     RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
         r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
@@ -200,3 +203,66 @@ WHERE state = ANY(@states::text[])
       > (@after_scope::text, @after_operation::text, @after_key::text)
 ORDER BY scope COLLATE "C", operation COLLATE "C", key COLLATE "C"
 LIMIT @max_records::integer;
+
+-- name: ClaimBatch :batchmany
+-- Claim, sent in a batch by the group-commit mode (pgstore.WithGroupCommit).
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+ins AS (
+    INSERT INTO idem_records AS r (
+        scope, operation, key, fingerprint, state, owner, version,
+        lease_expires_at, expires_at, request, response, takeovers, attempts,
+        created_at, updated_at, token, note, response_omitted
+    )
+    SELECT @scope::text, @operation::text, @key::text, @fingerprint::bytea, 'PROCESSING', @owner::text,
+        nextval('idem_records_version_seq'),
+        clk.t + @lease::interval, NULL, @request::bytea, NULL, 0, 0,
+        clk.t, clk.t, '', '', false
+    FROM clk
+    -- A replay inserts nothing and so draws no version: the row exists.
+    WHERE NOT EXISTS (SELECT 1 FROM idem_records x
+                      WHERE x.scope = @scope AND x.operation = @operation AND x.key = @key)
+    ON CONFLICT (scope, operation, key) DO NOTHING
+    RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
+        r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
+        r.created_at, r.updated_at, r.token, r.note, r.response_omitted
+)
+SELECT true AS claimed, i.scope, i.operation, i.key, i.fingerprint, i.state, i.owner, i.version,
+    i.lease_expires_at, i.expires_at, i.request, i.response, i.takeovers, i.attempts,
+    i.created_at, i.updated_at, i.token, i.note, i.response_omitted,
+    (SELECT t FROM clk)::timestamptz AS store_now
+FROM ins i
+UNION ALL
+SELECT false AS claimed, e.scope, e.operation, e.key, e.fingerprint, e.state, e.owner, e.version,
+    e.lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
+    e.created_at, e.updated_at, e.token, e.note, e.response_omitted,
+    (SELECT t FROM clk)::timestamptz AS store_now
+FROM idem_records e
+WHERE e.scope = @scope AND e.operation = @operation AND e.key = @key
+  AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: TransitionBatch :batchmany
+-- Transition, sent in a batch by the group-commit mode.
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+upd AS (
+    UPDATE idem_records r SET
+        state            = @to_state::text,
+        owner            = @new_owner::text,
+        version          = nextval('idem_records_version_seq'),
+        lease_expires_at = CASE WHEN @lease::interval > interval '0' THEN clk.t + @lease::interval END,
+        expires_at       = CASE WHEN @to_state::text IN ('SUCCESS', 'FAILED') THEN clk.t + @ttl::interval END,
+        response         = CASE WHEN @to_state::text IN ('SUCCESS', 'FAILED') THEN @response::bytea ELSE r.response END,
+        response_omitted = @response_omitted::boolean,
+        note             = @note::text,
+        token            = @token::text,
+        updated_at       = clk.t
+    FROM clk
+    WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key
+      AND r.state = @from_state::text AND r.owner = @owner::text AND r.version = @version::bigint
+    RETURNING r.version
+)
+SELECT u.version FROM upd u
+UNION ALL
+SELECT e.version FROM idem_records e
+WHERE e.scope = @scope AND e.operation = @operation AND e.key = @key
+  AND @token::text <> '' AND e.token = @token::text
+  AND NOT EXISTS (SELECT 1 FROM upd);

@@ -73,16 +73,16 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 	if fp == nil {
 		fp = Fingerprint(reqBytes)
 	}
-	ex := &execution[Req, Resp]{rt: rt, c: &c, id: id, lease: c.Lease, ttl: c.TTL}
-	if ex.lease <= 0 {
-		ex.lease = rt.cfg.lease
+	lease, ttl := c.Lease, c.TTL
+	if lease <= 0 {
+		lease = rt.cfg.lease
 	}
-	if ex.ttl <= 0 {
-		ex.ttl = rt.cfg.ttl
+	if ttl <= 0 {
+		ttl = rt.cfg.ttl
 	}
 	claim := ClaimParams{
 		ID: id, Fingerprint: fp, Request: reqBytes, Owner: rt.cfg.owner,
-		Lease: ex.lease, AcquireUnknown: c.Query != nil,
+		Lease: lease, AcquireUnknown: c.Query != nil,
 	}
 
 	var waitStart, waitUntil time.Time // set on the first wait
@@ -98,6 +98,8 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 			return zero, fmt.Errorf("idem: %s %q: claim: %w", id.Operation, id.Key, err)
 		}
 		if res.Claimed {
+			// Only a claim needs the execution: a replay allocates none.
+			ex := &execution[Req, Resp]{rt: rt, c: c, id: id, lease: lease, ttl: ttl}
 			rec := res.Record
 			if !waitUntil.IsZero() {
 				rt.phase(ctx, id.Operation, PhaseWait, waitStart)
@@ -185,7 +187,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // execution carries one call through its states.
 type execution[Req, Resp any] struct {
 	rt    *Runtime
-	c     *Call[Req, Resp]
+	c     Call[Req, Resp]
 	id    Identity
 	lease time.Duration
 	ttl   time.Duration
@@ -199,6 +201,15 @@ func (ex *execution[Req, Resp]) attemptCtx(ctx context.Context, rec Record) cont
 // records its outcome.
 func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, error) {
 	var zero Resp
+	if cerr := context.Cause(ctx); cerr != nil {
+		// The caller went away before the effect started: nothing happened,
+		// so the record is released rather than left UNKNOWN.
+		rerr := ex.complete(ctx, true, func(cctx context.Context) error {
+			return ex.rt.store.Release(cctx, ReleaseParams{ID: ex.id, State: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version})
+		})
+		ex.rt.emit(ctx, Event{Kind: EventReleased, Operation: ex.id.Operation, Err: cerr})
+		return zero, errors.Join(fmt.Errorf("idem: %s %q: the caller's context ended before the effect ran: %w", ex.id.Operation, ex.id.Key, cerr), rerr)
+	}
 	effCtx, cancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
 	defer cancel(nil)
 	// The lease is renewed until the outcome is recorded: a completion that
@@ -395,26 +406,36 @@ func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, cance
 
 // complete runs a store write that records an outcome on a context the
 // caller cannot cancel, bounded by the completion timeout, retrying
-// transient store errors with backoff. ErrLeaseLost is final. A Transition
-// carries a token, so a retry of a write that was applied but whose reply
-// was lost reports success (see [TransitionParams.Token]); a release
-// cannot be recognised once applied (the record is gone), so with release
-// set, ErrLeaseLost after a failed attempt counts as the release done.
+// transient store errors (see [retryWrite] and [TransitionParams.Token]).
 func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, write func(context.Context) error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ex.rt.cfg.completionTimeout)
 	defer cancel()
+	return retryWrite(cctx, release, write, func(err error) {
+		ex.rt.cfg.logger.WarnContext(ctx, "idem: recording outcome failed; retrying",
+			"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
+	})
+}
+
+// retryWrite runs write, retrying transient store errors with backoff for
+// as long as ctx allows (onRetry, when not nil, hears each). ErrLeaseLost
+// and ErrTooLarge are final. A transition carries a token, so a retry of a
+// write that was applied reports success; a release cannot be recognised
+// once applied (the record is gone), so with release set, ErrLeaseLost
+// after a failed attempt counts as the release done.
+func retryWrite(ctx context.Context, release bool, write func(context.Context) error, onRetry func(error)) error {
 	backoff := 10 * time.Millisecond
 	for tries := 1; ; tries++ {
-		err := write(cctx)
+		err := write(ctx)
 		if release && tries > 1 && errors.Is(err, ErrLeaseLost) {
 			return nil
 		}
 		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrTooLarge) {
 			return err
 		}
-		ex.rt.cfg.logger.WarnContext(ctx, "idem: recording outcome failed; retrying",
-			"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
-		if serr := sleepCtx(cctx, backoff); serr != nil {
+		if onRetry != nil {
+			onRetry(err)
+		}
+		if serr := sleepCtx(ctx, backoff); serr != nil {
 			return err
 		}
 		backoff = min(backoff*2, time.Second)

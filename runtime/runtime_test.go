@@ -491,3 +491,30 @@ func FuzzValidateKey(f *testing.F) {
 		}
 	})
 }
+
+// cancelAfterClaim cancels the caller's context once its claim is made.
+type cancelAfterClaim struct {
+	runtime.Store
+	cancel context.CancelFunc
+}
+
+func (s cancelAfterClaim) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, p)
+	s.cancel()
+	return res, err
+}
+
+func TestCallerGoneBeforeEffectReleases(t *testing.T) {
+	s := memstore.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	rt := newRT(t, cancelAfterClaim{Store: s, cancel: cancel})
+	ran := false
+	_, err := runtime.Do(ctx, rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Request: 1,
+		Effect: func(context.Context, int) (int, error) { ran = true; return 1, nil }})
+	if !errors.Is(err, context.Canceled) || ran {
+		t.Fatalf("Do on a context cancelled after the claim: %v, effect ran %v", err, ran)
+	}
+	if _, err := s.Get(context.Background(), runtime.Identity{Operation: "Op", Key: "k"}); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("record after a cancelled caller: %v, want it released", err)
+	}
+}

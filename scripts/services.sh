@@ -4,6 +4,8 @@
 #
 #   services_init            make the scratch directory, arm the cleanup trap
 #   start_postgres           PostgreSQL 15 -> exports IDEM_TEST_POSTGRES_URL
+#                            (fsync off for tests; PG_DURABLE=1 keeps fsync and
+#                            synchronous_commit on, as benchmarks need)
 #   start_redis              standalone Redis -> exports IDEM_TEST_REDIS_URL
 #   start_redis_cluster      3-master Redis Cluster -> exports IDEM_TEST_REDIS_CLUSTER_ADDRS
 #   services_stop            stop everything started (also on exit)
@@ -63,12 +65,13 @@ start_postgres() {
 	log "initializing PostgreSQL in $dir"
 	as_service_user "$PG_BIN/initdb" -D "$dir/data" -U idem --auth=trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 ||
 		{ cat "$dir/initdb.log" >&2; return 1; }
-	local try
+	local try durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	[ "${PG_DURABLE:-0}" = 1 ] && durability="-c fsync=on -c synchronous_commit=on"
 	for try in 1 2 3; do # a port found free can be taken before the server binds it
 		port=$(free_port)
-		log "starting PostgreSQL on 127.0.0.1:$port"
+		log "starting PostgreSQL on 127.0.0.1:$port ($durability)"
 		as_service_user "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
-			-o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+			-o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock $durability -c max_connections=300" \
 			>/dev/null && break
 		[ "$try" -eq 3 ] && { cat "$dir/server.log" >&2; return 1; }
 	done

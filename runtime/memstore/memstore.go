@@ -15,7 +15,8 @@ import (
 )
 
 // Store keeps records in memory. Its clock is the process clock (or the one
-// given with [WithClock]).
+// given with [WithClock]). The byte slices of the records it returns are
+// shared with the store and must not be modified.
 type Store struct {
 	mu      sync.Mutex
 	now     func() time.Time
@@ -50,11 +51,11 @@ func New(opts ...Option) *Store {
 
 var _ runtime.Store = (*Store)(nil)
 
+// snapshot returns a copy of r read at now. Its byte slices are shared with
+// the store, which never writes into a slice it holds (every write stores a
+// fresh copy): callers must not modify them, as the runtime never does.
 func (s *Store) snapshot(r *runtime.Record, now time.Time) runtime.Record {
 	c := *r
-	c.Fingerprint = slices.Clone(r.Fingerprint)
-	c.Request = slices.Clone(r.Request)
-	c.Response = slices.Clone(r.Response)
 	c.StoreNow = now
 	return c
 }

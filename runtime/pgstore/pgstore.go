@@ -34,6 +34,7 @@ type Store struct {
 	pool     *pgxpool.Pool
 	q        *db.Queries
 	maxBytes int
+	group    *groupCommit // nil unless WithGroupCommit
 }
 
 // Option configures a [Store].
@@ -136,14 +137,14 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 	if err := s.checkSize("request", p.Request); err != nil {
 		return runtime.ClaimResult{}, err
 	}
-	return claim(ctx, s.q, p)
+	return s.claim(ctx, s.q, p)
 }
 
 // claim runs the claim on q (the pool, or a transaction). The claim
 // statement inserts or returns the existing record without locking it; only
 // when that record may be taken (see [takeable]) does a second statement
 // take it by compare-and-set on the version read.
-func claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	arg := db.ClaimParams{
 		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
 		Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: interval(p.Lease), Request: p.Request,
@@ -153,7 +154,7 @@ func claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.C
 	// finds nothing when another writer moved the record first: the next
 	// run sees what they did.
 	for range 10 {
-		rows, err := q.Claim(ctx, arg)
+		rows, err := s.claimRows(ctx, q, arg)
 		if err != nil {
 			return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
 		}
@@ -219,12 +220,12 @@ func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int
 	if err := s.checkSize("response", p.Response); err != nil {
 		return 0, err
 	}
-	return transition(ctx, s.q, p)
+	return s.transition(ctx, s.q, p)
 }
 
 // transition runs a Transition on q (the pool, or a transaction).
-func transition(ctx context.Context, q *db.Queries, p runtime.TransitionParams) (int64, error) {
-	vs, err := q.Transition(ctx, db.TransitionParams{
+func (s *Store) transition(ctx context.Context, q *db.Queries, p runtime.TransitionParams) (int64, error) {
+	vs, err := s.transitionRows(ctx, q, db.TransitionParams{
 		ToState: string(p.To), NewOwner: p.NewOwner, Lease: interval(p.Lease), Ttl: interval(p.TTL),
 		Response: p.Response, ResponseOmitted: p.ResponseOmitted, Note: p.Note, Token: p.Token,
 		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,

@@ -120,7 +120,7 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	}
 	q := s.q.WithTx(sp)
 
-	res, err := claimWithLockTimeout(ctx, sp, q, rt.MaxWait(), runtime.ClaimParams{
+	res, err := s.claimWithLockTimeout(ctx, sp, q, rt.MaxWait(), runtime.ClaimParams{
 		ID: id, Fingerprint: fp, Request: reqBytes, Owner: rt.Owner(), Lease: rt.Lease(),
 	})
 	if err != nil {
@@ -157,7 +157,7 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	if err := s.checkSize("response", body); err != nil {
 		return fail(fmt.Errorf("pgstore: %s %q: the effect's writes were rolled back: %w", id.Operation, id.Key, err))
 	}
-	if _, err := transition(ctx, q, runtime.TransitionParams{
+	if _, err := s.transition(ctx, q, runtime.TransitionParams{
 		ID: id, From: runtime.StateProcessing, Owner: rt.Owner(), Version: rec.Version,
 		To: runtime.StateSuccess, TTL: ttl, Response: body,
 	}); err != nil {
@@ -173,14 +173,14 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 // claimWithLockTimeout claims inside the transaction with lock_timeout set to
 // maxWait for the claim statement only, so a duplicate waits on the first
 // transaction's row at most that long.
-func claimWithLockTimeout(ctx context.Context, tx pgx.Tx, q *db.Queries, maxWait time.Duration, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+func (s *Store) claimWithLockTimeout(ctx context.Context, tx pgx.Tx, q *db.Queries, maxWait time.Duration, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	ms := max(maxWait.Milliseconds(), 1)
 	var prev string
 	if err := tx.QueryRow(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)",
 		strconv.FormatInt(ms, 10)+"ms").Scan(&prev, new(string)); err != nil {
 		return runtime.ClaimResult{}, fmt.Errorf("pgstore: %s %q: setting lock_timeout: %w", p.ID.Operation, p.ID.Key, err)
 	}
-	res, err := claim(ctx, q, p)
+	res, err := s.claim(ctx, q, p)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
@@ -207,14 +207,14 @@ func (s *Store) recordFailure(ctx context.Context, rt *runtime.Runtime, id runti
 	defer cancel()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := s.q.WithTx(tx)
-		res, err := claimWithLockTimeout(ctx, tx, q, rt.MaxWait(), runtime.ClaimParams{ID: id, Fingerprint: fp, Request: req, Owner: rt.Owner(), Lease: rt.Lease()})
+		res, err := s.claimWithLockTimeout(ctx, tx, q, rt.MaxWait(), runtime.ClaimParams{ID: id, Fingerprint: fp, Request: req, Owner: rt.Owner(), Lease: rt.Lease()})
 		if err != nil {
 			return err
 		}
 		if !res.Claimed {
 			return nil // a duplicate recorded an outcome meanwhile: keep it
 		}
-		_, err = transition(ctx, q, runtime.TransitionParams{
+		_, err = s.transition(ctx, q, runtime.TransitionParams{
 			ID: id, From: runtime.StateProcessing, Owner: rt.Owner(), Version: res.Record.Version,
 			To: runtime.StateFailed, TTL: ttl, Response: runtime.EncodeFailure(cause),
 		})

@@ -66,7 +66,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	raw := func(i int64) error {
 		n := strconv.FormatInt(i, 10)
 		tag := prefix + "{" + strconv.FormatInt(i%DefaultBuckets, 10) + "}:"
-		keys := []string{tag + "r:bench:Bench.Op:k" + n, tag + "pending", tag + "expiry"}
+		keys := []string{tag + "r:bench:Bench.Op:k" + n, tag + "pending", tag + "expiry", tag + "version"}
 		vals, err := claimScript.Run(ctx, c, keys, fp, "owner-1", int64(30_000_000), req, "0",
 			"bench", "Bench.Op", "k"+n, "raw-c"+n, int64(0)).Slice()
 		if err != nil {
@@ -76,7 +76,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			return fmt.Errorf("k%s not claimed", n)
 		}
 		vals, err = transitionScript.Run(ctx, c, keys, "PROCESSING", "owner-1", vals[8], "SUCCESS", "",
-			int64(0), ttl.Microseconds(), resp, "1", int64(0), "raw-t"+n).Slice()
+			int64(0), ttl.Microseconds(), resp, "1", int64(0), "raw-t"+n, "", "0").Slice()
 		if err != nil {
 			return err
 		}

@@ -75,32 +75,39 @@ end
 //
 // Redis deletes finished records grace after ExpiresAt but cannot drop their
 // expiry-index entries. So that the index stays bounded when nobody calls
-// Sweep, every claim also clears up to two entries of its bucket that are
-// past ExpiresAt + grace (finished records come only from claims, so the
-// index drains at least as fast as it grows).
+// Sweep, every claim that creates a record also clears up to two entries of
+// its bucket that are past ExpiresAt + grace (finished records come only
+// from created records, so the index drains at least as fast as it grows).
+// A replay, or any claim that finds a record it cannot take, writes
+// nothing: Redis then neither replicates nor logs the script.
 var claimScript = redis.NewScript(prelude + `
 local key = KEYS[1]
 local now = now_us()
-local cutoff = now - tonumber(ARGV[10])
-for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(cutoff), 'LIMIT', 0, 2)) do
-  local c = nil
-  if k ~= key then c = peek(k, 'st', 'ex') end
-  if c then
-    local kex = tonumber(c[2]) or 0
-    if final(c[1]) and kex > cutoff then
-      redis.call('ZADD', KEYS[3], fmt(kex), k)
-    else
-      if final(c[1]) then redis.call('DEL', k) end
-      redis.call('ZREM', KEYS[3], k)
-    end
-  end
-end
-local cur = redis.call('HMGET', key, 'st', 'fp', 'v', 'le', 'ex', 'ow', 'cn')
+-- One read of the whole record (F, then the claim nonce): a replay, the
+-- common case, answers from it without a second read.
+local names = {unpack(F)}
+names[#names + 1] = 'cn'
+local all = redis.call('HMGET', key, unpack(names))
+local cur = {all[5], all[4], all[7], all[8], all[9], all[6], all[#F + 1]} -- st fp v le ex ow cn
 local st, fp = cur[1], cur[2]
 local le, ex = tonumber(cur[4]) or 0, tonumber(cur[5]) or 0
 local lease = now + tonumber(ARGV[3])
 local claimed = 1
 if not st or (final(st) and ex > 0 and ex <= now) then
+  local cutoff = now - tonumber(ARGV[10])
+  for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(cutoff), 'LIMIT', 0, 2)) do
+    local c = nil
+    if k ~= key then c = peek(k, 'st', 'ex') end
+    if c then
+      local kex = tonumber(c[2]) or 0
+      if final(c[1]) and kex > cutoff then
+        redis.call('ZADD', KEYS[3], fmt(kex), k)
+      else
+        if final(c[1]) then redis.call('DEL', k) end
+        redis.call('ZREM', KEYS[3], k)
+      end
+    end
+  end
   redis.call('DEL', key)
   redis.call('HSET', key, 'sc', ARGV[6], 'op', ARGV[7], 'ky', ARGV[8], 'fp', ARGV[1],
     'st', 'PROCESSING', 'ow', ARGV[2], 'v', fmt(nextv(KEYS[4], tonumber(cur[3]))), 'le', fmt(lease), 'ex', '0',
@@ -116,7 +123,9 @@ elseif ARGV[5] == '1' and st == 'UNKNOWN' and le <= now and fp == ARGV[1] then
   redis.call('HSET', key, 'v', fmt(nextv(KEYS[4], tonumber(cur[3]))), 'ow', ARGV[2], 'le', fmt(lease), 'ua', fmt(now), 'cn', ARGV[9], 'tn', '')
   index(key, KEYS[2], KEYS[3], st, lease, 0)
 elseif not (cur[7] == ARGV[9] and cur[6] == ARGV[2] and (st == 'PROCESSING' or st == 'UNKNOWN')) then
-  claimed = 0
+  local out = {0, fmt(now)}
+  for i = 1, #F do out[i + 2] = all[i] end
+  return out
 end
 return read(key, {claimed, fmt(now)})
 `)

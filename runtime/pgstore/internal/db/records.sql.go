@@ -133,6 +133,9 @@ ins AS (
         clk.t + $6::interval, NULL, $7::bytea, NULL, 0, 0,
         clk.t, clk.t, '', '', false
     FROM clk
+    -- A replay inserts nothing and so draws no version: the row exists.
+    WHERE NOT EXISTS (SELECT 1 FROM idem_records x
+                      WHERE x.scope = $1 AND x.operation = $2 AND x.key = $3)
     ON CONFLICT (scope, operation, key) DO NOTHING
     RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
         r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
