@@ -257,11 +257,12 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, cfg.maxBody+1))
-	if err != nil {
+	var tooLarge *http.MaxBytesError // an outer http.MaxBytesReader's limit
+	if err != nil && !errors.As(err, &tooLarge) {
 		m.problem(w, probBodyUnreadable, "The request body could not be read.")
 		return
 	}
-	if int64(len(body)) > cfg.maxBody {
+	if tooLarge != nil || int64(len(body)) > cfg.maxBody {
 		m.problem(w, probBodyTooLarge, fmt.Sprintf("The request body is over %d bytes.", cfg.maxBody))
 		return
 	}

@@ -201,3 +201,16 @@ func newRuntime(t *testing.T) *runtime.Runtime {
 	}
 	return rt
 }
+
+// An outer http.MaxBytesReader's limit is 413, like MaxBody's.
+func TestOuterMaxBytesReader(t *testing.T) {
+	hs := newHarness(t, memstore.New(), nil, muxOf("/charges", charge), quiet())
+	inner := hs.Config.Handler
+	hs.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 8)
+		inner.ServeHTTP(w, r)
+	})
+	if got := hs.do(t, req{keys: keys("k1"), tenant: "a", body: `{"cents":1000}`}); got.status != http.StatusRequestEntityTooLarge || hs.runs.Load() != 0 {
+		t.Fatalf("%d %s", got.status, got.body)
+	}
+}
