@@ -27,9 +27,9 @@ type Store struct {
 	New  func(t testing.TB) runtime.Store
 }
 
-// All returns memory, PostgreSQL and Redis (standalone).
+// All returns memory, PostgreSQL, Redis standalone and Redis Cluster.
 func All() []Store {
-	return []Store{{"memory", Memory}, {"postgres", Postgres}, {"redis", Redis}}
+	return []Store{{"memory", Memory}, {"postgres", Postgres}, {"redis", Redis}, {"redis-cluster", RedisCluster}}
 }
 
 // Memory returns a new memory store.
@@ -59,6 +59,19 @@ func Redis(t testing.TB) runtime.Store {
 		t.Fatalf("%s: %v", testenv.RedisURLVar, err)
 	}
 	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := redisstore.New(c, redisstore.WithPrefix("idemtest-"+Unique()+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// RedisCluster returns a store on the test Redis Cluster under a fresh
+// prefix.
+func RedisCluster(t testing.TB) runtime.Store {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
 	t.Cleanup(func() { _ = c.Close() })
 	s, err := redisstore.New(c, redisstore.WithPrefix("idemtest-"+Unique()+":"))
 	if err != nil {

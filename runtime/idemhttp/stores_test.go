@@ -10,7 +10,8 @@ import (
 	"github.com/idemkit/idem/internal/teststores"
 )
 
-// Items 3 and 9 on the real stores, whose record limit is 1 MiB: a response
+// Items 3 and 9 on the real stores (PostgreSQL, Redis, Redis Cluster), whose
+// record limit is 1 MiB: a response
 // over 1 MiB reaches its client once and duplicates get a stable 410, and a
 // 900 KiB request body (1.2 MB in base64) is accepted.
 func TestIssue12LargeOnStores(t *testing.T) {
