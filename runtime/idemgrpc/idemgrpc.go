@@ -215,7 +215,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 			ran = true
 			out, pnc, herr = callRecovering(ctx, handler, req)
 			if pnc != nil {
-				return record{}, runtime.Retryable(errHandlerPanicked)
+				return record{}, runtime.Retryable(handlerPanicked{})
 			}
 			return cfg.outcome(out, herr)
 		},
@@ -337,7 +337,11 @@ type codeError struct{ code codes.Code }
 
 func (e *codeError) Error() string { return "handler answered " + e.code.String() }
 
-var errHandlerPanicked = errors.New("idemgrpc: handler panicked")
+// handlerPanicked is the effect's error when the handler panicked: the
+// key is released, and the panic re-raised once the record is.
+type handlerPanicked struct{}
+
+func (handlerPanicked) Error() string { return "idemgrpc: handler panicked" }
 
 type panicked struct {
 	value any

@@ -286,7 +286,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r2 := r.WithContext(ctx)
 			r2.Body = io.NopCloser(bytes.NewReader(body))
 			if handlerPanic = serveRecovering(m.next, rw, r2); handlerPanic != nil {
-				return Response{}, runtime.Retryable(errHandlerPanicked)
+				return Response{}, runtime.Retryable(handlerPanicked{})
 			}
 			resp := rw.response(cfg)
 			if cfg.retryable(resp.Status) {
@@ -338,7 +338,11 @@ func (m *middleware) finish(w http.ResponseWriter, r *http.Request, rw *writer, 
 	rw.commit()
 }
 
-var errHandlerPanicked = errors.New("idemhttp: handler panicked")
+// handlerPanicked is the effect's error when the handler panicked: the
+// key is released, and the panic re-raised once the record is.
+type handlerPanicked struct{}
+
+func (handlerPanicked) Error() string { return "idemhttp: handler panicked" }
 
 type panicked struct {
 	value any
