@@ -1,0 +1,160 @@
+package idemhttp
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// writer is the ResponseWriter the handler gets. It buffers the response for
+// the record and hands it to the client once the handler returned, passes
+// 1xx responses through at once (the final status is the one recorded), and
+// switches to pass-through when the handler flushes or hijacks the
+// connection: the response is then streamed, and recorded as such (status
+// and headers only; duplicates get 410). It implements [http.Flusher],
+// [http.Hijacker] and Unwrap, so [http.ResponseController] works through it.
+type writer struct {
+	w           http.ResponseWriter
+	header      http.Header
+	status      int
+	wroteHeader bool
+	body        bytes.Buffer
+	// streamed: the status, headers and body so far went to w; what
+	// follows goes straight through.
+	streamed bool
+	hijacked bool
+}
+
+func (w *writer) Header() http.Header { return w.header }
+
+func (w *writer) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code)) // as net/http does
+	}
+	if w.wroteHeader {
+		return
+	}
+	if code <= 199 && code != http.StatusSwitchingProtocols {
+		copyHeader(w.w.Header(), w.header)
+		w.w.WriteHeader(code)
+		return
+	}
+	w.status, w.wroteHeader = code, true
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	switch {
+	case w.hijacked:
+		return 0, http.ErrHijacked
+	case !bodyAllowed(w.status):
+		return 0, http.ErrBodyNotAllowed
+	case w.streamed:
+		return w.w.Write(p)
+	}
+	return w.body.Write(p)
+}
+
+// FlushError starts streaming: what was buffered goes to the client, and so
+// does everything written after.
+func (w *writer) FlushError() error {
+	if w.hijacked {
+		return http.ErrHijacked
+	}
+	if err := w.stream(); err != nil {
+		return err
+	}
+	return http.NewResponseController(w.w).Flush()
+}
+
+// Flush implements [http.Flusher] (see FlushError).
+func (w *writer) Flush() { _ = w.FlushError() }
+
+// Hijack hands the connection to the handler; the response counts as
+// streamed.
+func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, b, err := http.NewResponseController(w.w).Hijack()
+	if err == nil {
+		w.hijacked, w.streamed, w.wroteHeader = true, true, true
+	}
+	return c, b, err
+}
+
+// Unwrap returns the client's writer, for [http.ResponseController].
+func (w *writer) Unwrap() http.ResponseWriter { return w.w }
+
+func (w *writer) stream() error {
+	if w.streamed {
+		return nil
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.streamed = true
+	copyHeader(w.w.Header(), w.header)
+	w.w.WriteHeader(w.status)
+	_, err := w.w.Write(w.body.Bytes())
+	w.body = bytes.Buffer{}
+	return err
+}
+
+// commit sends the buffered response to the client, or the trailers of a
+// streamed one.
+func (w *writer) commit() {
+	switch {
+	case w.hijacked:
+		return
+	case w.streamed:
+		dst := w.w.Header()
+		declared := map[string]bool{}
+		for _, v := range w.header.Values("Trailer") {
+			for n := range strings.SplitSeq(v, ",") {
+				declared[http.CanonicalHeaderKey(strings.TrimSpace(n))] = true
+			}
+		}
+		for k, vs := range w.header {
+			if strings.HasPrefix(k, http.TrailerPrefix) || declared[http.CanonicalHeaderKey(k)] {
+				dst[k] = vs
+			}
+		}
+		return
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	copyHeader(w.w.Header(), w.header)
+	w.w.WriteHeader(w.status)
+	_, _ = w.w.Write(w.body.Bytes())
+}
+
+// response is what is recorded: the headers that may be stored, and the
+// body unless it was streamed.
+func (w *writer) response(cfg *config) Response {
+	h := http.Header{}
+	for k, vs := range w.header {
+		if cfg.stored(http.CanonicalHeaderKey(k)) {
+			h[k] = slices.Clone(vs)
+		}
+	}
+	resp := Response{Status: w.status, Header: h, Streamed: w.streamed}
+	if !w.streamed {
+		resp.Body = w.body.Bytes()
+	}
+	return resp
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = vs
+	}
+}
+
+func bodyAllowed(status int) bool {
+	return !(status >= 100 && status <= 199) && status != http.StatusNoContent && status != http.StatusNotModified
+}
