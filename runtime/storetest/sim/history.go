@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -402,11 +403,12 @@ type recorder struct {
 	tick      int64
 	ops       map[runtime.Identity][]porcupine.Operation
 	ambiguous map[runtime.Identity]string
-	// lives: epoch of each version, the current epoch, the last mutation.
-	epochOf map[runtime.Identity]map[int64]int
-	epoch   map[runtime.Identity]int
-	lastMut map[runtime.Identity]string
-	trail   map[runtime.Identity][]string
+	// Record lives, by version (versions grow with time per identity, so
+	// their order is the order the store applied the writes in, whatever
+	// order the workers' goroutines recorded them in): the versions of
+	// claims that created a record, and of transitions to SUCCESS or FAILED.
+	fresh, finals map[runtime.Identity][]int64
+	trail         map[runtime.Identity][]string
 	// last is the last write that changed the identity's version or
 	// deleted it (renewals aside).
 	last     map[runtime.Identity]lastWrite
@@ -415,16 +417,16 @@ type recorder struct {
 
 // lastWrite is a write that changed a record's version or deleted it.
 type lastWrite struct {
-	desc string
-	call int
-	tick int64
+	desc  string
+	call  int
+	tick  int64
+	order int64 // 2 × the version it produced, 2 × the version released + 1
 }
 
 func newRecorder() *recorder {
 	return &recorder{
 		ops: map[runtime.Identity][]porcupine.Operation{}, ambiguous: map[runtime.Identity]string{},
-		epochOf: map[runtime.Identity]map[int64]int{}, epoch: map[runtime.Identity]int{},
-		lastMut: map[runtime.Identity]string{}, trail: map[runtime.Identity][]string{},
+		fresh: map[runtime.Identity][]int64{}, finals: map[runtime.Identity][]int64{}, trail: map[runtime.Identity][]string{},
 		last: map[runtime.Identity]lastWrite{},
 	}
 }
@@ -469,42 +471,27 @@ func (r *recorder) record(id runtime.Identity, call int64, in histIn, out histOu
 	if out.err != errNone {
 		return
 	}
-	if in.kind == opTransition || in.kind == opRelease || in.kind == opAcquire || (in.kind == opClaim && out.claimed) {
-		r.last[id] = lastWrite{desc: describeOp(in, out), call: in.call, tick: r.tick}
+	// The last write is the one with the highest version, not the last one
+	// recorded: a worker may record its write after another worker's later
+	// one. A release of version v comes after the write that produced v and
+	// before any that produces a higher one (order 2v+1 against 2v).
+	var order int64 = -1
+	switch {
+	case in.kind == opTransition:
+		order = 2 * out.v
+	case in.kind == opAcquire || (in.kind == opClaim && out.claimed):
+		order = 2 * out.rec.version
+	case in.kind == opRelease:
+		order = 2*in.version + 1
 	}
-	seen := func(v int64, produced bool) {
-		m := r.epochOf[id]
-		if m == nil {
-			m = map[int64]int{}
-			r.epochOf[id] = m
-		}
-		if _, ok := m[v]; !ok || produced {
-			m[v] = r.epoch[id] // the latest write that produced v (a buggy store may reuse versions)
-		}
+	if w, ok := r.last[id]; order >= 0 && (!ok || order >= w.order) {
+		r.last[id] = lastWrite{desc: describeOp(in, out), call: in.call, tick: r.tick, order: order}
 	}
-	switch in.kind {
-	case opClaim:
-		fresh := out.claimed && out.rec.st == runtime.StateProcessing && out.rec.takeovers == 0
-		if fresh {
-			if r.lastMut[id] == "final" {
-				r.epoch[id]++ // a finished record's TTL passed: a new life
-			}
-			r.lastMut[id] = "claim"
-		}
-		seen(out.rec.version, out.claimed)
-	case opGet:
-		seen(out.rec.version, false)
-	case opAcquire:
-		seen(out.rec.version, true)
-	case opTransition:
-		seen(out.v, true)
-		if in.to.Final() {
-			r.lastMut[id] = "final"
-		} else {
-			r.lastMut[id] = "other"
-		}
-	case opRelease:
-		r.lastMut[id] = "release"
+	switch {
+	case in.kind == opClaim && out.claimed && out.rec.st == runtime.StateProcessing && out.rec.takeovers == 0:
+		r.fresh[id] = append(r.fresh[id], out.rec.version)
+	case in.kind == opTransition && in.to.Final():
+		r.finals[id] = append(r.finals[id], out.v)
 	}
 }
 
@@ -518,14 +505,28 @@ func (r *recorder) markAmbiguous(id runtime.Identity, why string) {
 	}
 }
 
-// lifeOf returns the record life (epoch) of a version.
+// lifeOf returns the record life (epoch) of a version: a new life begins
+// with a claim that created a record after the previous life finished
+// (SUCCESS or FAILED, then replaced or swept once its TTL passed); a release
+// does not begin a new life, since the released attempt did not act.
 func (r *recorder) lifeOf(id runtime.Identity, version int64) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e, ok := r.epochOf[id][version]; ok {
-		return e
+	fresh, finals := slices.Sorted(slices.Values(r.fresh[id])), slices.Sorted(slices.Values(r.finals[id]))
+	life, prev, f := 0, int64(-1), 0
+	for _, c := range fresh {
+		if c > version {
+			break
+		}
+		for f < len(finals) && finals[f] <= prev {
+			f++
+		}
+		if f < len(finals) && finals[f] < c {
+			life++
+		}
+		prev = c
 	}
-	return r.epoch[id]
+	return life
 }
 
 func (r *recorder) lastWriteOf(id runtime.Identity) (lastWrite, bool) {
