@@ -10,14 +10,18 @@ import (
 )
 
 const (
-	pkgSQL    = "database/sql"
-	pkgPgx    = "github.com/jackc/pgx/v5"
-	pkgGRPC   = "google.golang.org/grpc"
-	pkgCodes  = "google.golang.org/grpc/codes"
-	pkgRedis  = "github.com/redis/go-redis/v9"
-	pkgIdem   = "github.com/idemkit/idem"
-	codeDeadl = 4  // codes.DeadlineExceeded
-	codeUnav  = 14 // codes.Unavailable
+	pkgSQL       = "database/sql"
+	pkgPgx       = "github.com/jackc/pgx/v5"
+	pkgGRPC      = "google.golang.org/grpc"
+	pkgCodes     = "google.golang.org/grpc/codes"
+	pkgRedis     = "github.com/redis/go-redis/v9"
+	pkgIdem      = "github.com/idemkit/idem"
+	pkgGorm      = "gorm.io/gorm"
+	pkgBun       = "github.com/uptrace/bun"
+	pkgSqlx      = "github.com/jmoiron/sqlx"
+	pkgFirestore = "cloud.google.com/go/firestore"
+	codeDeadl    = 4  // codes.DeadlineExceeded
+	codeUnav     = 14 // codes.Unavailable
 )
 
 // FuncName is the short display name of fn: "http.Get", "(*http.Client).Do",
@@ -200,12 +204,6 @@ func redisCmd(c *ssa.CallCommon) string {
 	return fn.Name()
 }
 
-// IsTxType reports whether t is *sql.Tx or pgx.Tx.
-func IsTxType(t types.Type) bool {
-	p, n := namedOf(t)
-	return n == "Tx" && (p == pkgSQL || p == pkgPgx)
-}
-
 // CalleeObj returns the declared function or method called by c, if known:
 // the interface method for invokes, the static callee's object otherwise
 // (method values resolve to their method).
@@ -234,73 +232,6 @@ func StaticFn(c *ssa.CallCommon) *ssa.Function {
 		fn = fn.Origin()
 	}
 	return fn
-}
-
-// IsBegin reports whether c begins a transaction: a Begin* call returning
-// (tx, error).
-func IsBegin(c *ssa.CallCommon) bool {
-	sig := c.Signature()
-	if sig == nil || sig.Results().Len() != 2 || !IsTxType(sig.Results().At(0).Type()) {
-		return false
-	}
-	fn := CalleeObj(c)
-	if fn == nil {
-		return false
-	}
-	return strings.HasPrefix(strings.ToLower(fn.Name()), "begin")
-}
-
-// TxEnd returns the transaction value that c commits or rolls back.
-func TxEnd(c *ssa.CallCommon) (ssa.Value, bool) {
-	fn := CalleeObj(c)
-	if fn == nil || (fn.Name() != "Commit" && fn.Name() != "Rollback") {
-		return nil, false
-	}
-	if c.IsInvoke() {
-		if IsTxType(c.Value.Type()) {
-			return c.Value, true
-		}
-		return nil, false
-	}
-	if len(c.Args) > 0 && IsTxType(c.Args[0].Type()) {
-		return c.Args[0], true
-	}
-	return nil, false
-}
-
-// IsRollback reports whether c is a Rollback of a transaction.
-func IsRollback(c *ssa.CallCommon) bool {
-	_, ok := TxEnd(c)
-	return ok && CalleeObj(c).Name() == "Rollback"
-}
-
-// knownRunnerArg returns the index in c.Args of the callback run inside a
-// transaction by a built-in runner (pgx.BeginFunc, pgx.BeginTxFunc).
-func knownRunnerArg(fn *types.Func) int {
-	if pkgPath(fn) == pkgPgx {
-		switch fn.Name() {
-		case "BeginFunc":
-			return 2
-		case "BeginTxFunc":
-			return 3
-		}
-	}
-	return -1
-}
-
-// takesTx reports whether t is a func type with a transaction parameter:
-// a callback given a transaction is run inside it.
-func takesTx(t types.Type) bool {
-	sig, ok := t.Underlying().(*types.Signature)
-	if !ok {
-		return false
-	}
-	for i := 0; i < sig.Params().Len(); i++ {
-		if IsTxType(sig.Params().At(i).Type()) {
-			return true
-		}
-	}
-	return false
 }
 
 // ConstString returns the string value of v if it is a constant string or a

@@ -114,6 +114,15 @@ type Config struct {
 	// records. Tables whose name contains "idempot", "token" or "dedup" are
 	// always recognized.
 	TokenTables []string
+	// TxTypes are extra transaction types, spelled "example.com/store.Tx"
+	// (a pointer to it is a transaction too).
+	TxTypes []string
+	// FailFuncs are extra functions that take a definite-failure action
+	// (mark an operation failed, compensate), spelled like NetFuncs.
+	FailFuncs []string
+	// TokenDels are extra functions that delete an idempotency token or
+	// record, spelled like NetFuncs.
+	TokenDels []string
 }
 
 // Facts is one facts analyzer together with the configuration it reads.
@@ -130,6 +139,9 @@ func New(cfg Config) *Facts {
 		NetFuncs:    append([]string(nil), cfg.NetFuncs...),
 		TxRunners:   append([]string(nil), cfg.TxRunners...),
 		TokenTables: append([]string(nil), cfg.TokenTables...),
+		TxTypes:     append([]string(nil), cfg.TxTypes...),
+		FailFuncs:   append([]string(nil), cfg.FailFuncs...),
+		TokenDels:   append([]string(nil), cfg.TokenDels...),
 	}
 	f := &Facts{Config: c}
 	a := &analysis.Analyzer{
@@ -147,6 +159,9 @@ func New(cfg Config) *Facts {
 	a.Flags.Var(ListFlag(&c.NetFuncs), "netfuncs", "extra network functions, comma-separated (e.g. (*example.com/pay.Client).Do)")
 	a.Flags.Var(ListFlag(&c.TxRunners), "txrunners", "extra transaction runners, comma-separated")
 	a.Flags.Var(ListFlag(&c.TokenTables), "tables", "idempotency token/record tables, comma-separated")
+	a.Flags.Var(ListFlag(&c.TxTypes), "txtypes", "extra transaction types, comma-separated (e.g. example.com/store.Tx)")
+	a.Flags.Var(ListFlag(&c.FailFuncs), "failfuncs", "extra definite-failure functions, comma-separated")
+	a.Flags.Var(ListFlag(&c.TokenDels), "tokendels", "extra idempotency token delete functions, comma-separated")
 	f.Analyzer = a
 	return f
 }

@@ -245,14 +245,9 @@ func (r *Result) callbackNet(c *ssa.CallCommon) *Path {
 // inside a transaction, or -1.
 func (r *Result) RunnerArg(c *ssa.CallCommon) int {
 	if fn := CalleeObj(c); fn != nil {
-		if k := knownRunnerArg(fn); k >= 0 && k < len(c.Args) {
-			return k
-		}
-		if matchList(fn, r.cfg.TxRunners) {
-			for i := len(c.Args) - 1; i >= 0; i-- {
-				if _, ok := c.Args[i].Type().Underlying().(*types.Signature); ok {
-					return i
-				}
+		if knownRunner(fn) || matchList(fn, r.cfg.TxRunners) {
+			if k := lastFuncArg(c); k >= 0 {
+				return k
 			}
 		}
 	}
@@ -269,7 +264,7 @@ func (r *Result) RunnerArg(c *ssa.CallCommon) int {
 		}
 	}
 	for i, a := range c.Args {
-		if takesTx(a.Type()) {
+		if r.takesTx(a.Type()) {
 			return i
 		}
 	}
@@ -618,7 +613,7 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 				s.Claim, changed = true, true
 			}
 			if _, isCall := instr.(*ssa.Call); isCall {
-				if v, ok := TxEnd(c); ok {
+				if v, ok := r.TxEnd(c); ok {
 					if !s.ClosesAny {
 						s.ClosesAny, changed = true, true
 					}
@@ -735,13 +730,22 @@ func (r *Result) inferRunners() bool {
 					continue
 				}
 				c := &call.Call
-				if i := paramIndex(fn, c.Value); i >= 0 && !c.IsInvoke() && fl.OpenAt(instr) != 0 {
-					s.Runner, changed = i, true
+				if c.IsInvoke() {
+					continue
+				}
+				if fl.OpenAt(instr) != 0 {
+					// fn calls its func parameter (or one captured from
+					// an enclosing function's parameters: the closure
+					// given to RunTransaction calls the caller's fn)
+					// while a transaction is open.
+					if owner, i := r.capturedParam(fn, c.Value); owner != nil && r.sums[owner].Runner < 0 {
+						r.sums[owner].Runner, changed = i, true
+					}
 				}
 				if k := r.RunnerArg(c); k >= 0 {
-					if i := paramIndex(fn, c.Args[k]); i >= 0 {
-						if _, isFunc := fn.Params[i].Type().Underlying().(*types.Signature); isFunc {
-							s.Runner, changed = i, true
+					if owner, i := r.capturedParam(fn, c.Args[k]); owner != nil && r.sums[owner].Runner < 0 {
+						if _, isFunc := owner.Params[i].Type().Underlying().(*types.Signature); isFunc {
+							r.sums[owner].Runner, changed = i, true
 						}
 					}
 				}
@@ -749,6 +753,72 @@ func (r *Result) inferRunners() bool {
 		}
 	}
 	return changed
+}
+
+// capturedParam resolves v, a value of fn, to a parameter of fn or of a
+// function enclosing fn (through the free variables of closures), and
+// returns that function and the parameter's index, or nil.
+func (r *Result) capturedParam(fn *ssa.Function, v ssa.Value) (*ssa.Function, int) {
+	for depth := 0; depth < 8 && fn != nil; depth++ {
+		v = unwrap(v)
+		if i := paramIndex(fn, v); i >= 0 {
+			if r.sums[fn] == nil {
+				return nil, -1
+			}
+			return fn, i
+		}
+		byRef := false
+		if u, ok := v.(*ssa.UnOp); ok && u.Op == token.MUL {
+			v, byRef = u.X, true // captured variables are cells
+		}
+		fv, ok := v.(*ssa.FreeVar)
+		if !ok || fn.Parent() == nil {
+			return nil, -1
+		}
+		idx := -1
+		for i, f := range fn.FreeVars {
+			if f == fv {
+				idx = i
+			}
+		}
+		var bound ssa.Value
+		for _, b := range fn.Parent().Blocks {
+			for _, instr := range b.Instrs {
+				if mc, ok := instr.(*ssa.MakeClosure); ok && mc.Fn == fn && idx < len(mc.Bindings) {
+					if bound != nil && bound != mc.Bindings[idx] {
+						return nil, -1
+					}
+					bound = mc.Bindings[idx]
+				}
+			}
+		}
+		if bound == nil {
+			return nil, -1
+		}
+		if al, ok := bound.(*ssa.Alloc); ok && byRef {
+			bound = nil
+			for _, ref := range *al.Referrers() {
+				if st, ok := ref.(*ssa.Store); ok && st.Addr == al {
+					if bound != nil {
+						return nil, -1 // assigned more than once
+					}
+					bound = st.Val
+				}
+			}
+			if bound == nil {
+				return nil, -1
+			}
+		} else if byRef {
+			// a cell captured from further out: load it there
+			if fv2, ok := bound.(*ssa.FreeVar); ok {
+				fn, v = fn.Parent(), &ssa.UnOp{Op: token.MUL, X: fv2}
+				continue
+			}
+			return nil, -1
+		}
+		fn, v = fn.Parent(), bound
+	}
+	return nil, -1
 }
 
 func (r *Result) export() {

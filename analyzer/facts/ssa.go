@@ -34,7 +34,10 @@ func isStd(pass *analysis.Pass) bool {
 
 // modeled are the libraries whose network and transaction entry points the
 // rules know by name; their bodies are not analyzed either.
-var modeled = []string{pkgPgx, pkgRedis, pkgGRPC, "google.golang.org/protobuf", "google.golang.org/genproto"}
+// Firestore, Datastore and Spanner are databases with transactions of their
+// own: their calls are not remote effects.
+var modeled = []string{pkgPgx, pkgRedis, pkgGRPC, "google.golang.org/protobuf", "google.golang.org/genproto",
+	pkgFirestore, "cloud.google.com/go/datastore", "cloud.google.com/go/spanner"}
 
 func isModeled(path string) bool {
 	for _, m := range modeled {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"go/token"
 	"go/types"
-	"regexp"
-	"strings"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/ssa"
@@ -185,8 +183,8 @@ func check(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, fn *
 	hasDeferredRollback := map[int]bool{}
 	for _, b := range fn.Blocks {
 		for _, instr := range b.Instrs {
-			if d, ok := instr.(*ssa.Defer); ok && facts.IsRollback(&d.Call) {
-				v, _ := facts.TxEnd(&d.Call)
+			if d, ok := instr.(*ssa.Defer); ok && res.IsRollback(&d.Call) {
+				v, _ := res.TxEnd(&d.Call)
 				for _, i := range fl.SitesOf(v) {
 					hasDeferredRollback[i] = true
 				}
@@ -195,7 +193,7 @@ func check(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, fn *
 	}
 	// Only a transaction that writes holds an intent: rolling back a
 	// read-only one loses nothing.
-	openAtCall &= writtenSites(fl, fn)
+	openAtCall &= writtenSites(res, fl, fn)
 	for _, b := range fn.Blocks {
 		iff, ok := b.Instrs[len(b.Instrs)-1].(*ssa.If)
 		if !ok {
@@ -228,8 +226,9 @@ func check(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, fn *
 }
 
 // writtenSites returns the transactions of fl that fn writes through
-// (INSERT, UPDATE or DELETE; or an Exec with SQL that is not constant).
-func writtenSites(fl *facts.TxFlow, fn *ssa.Function) uint64 {
+// (SQL INSERT/UPDATE/DELETE, an Exec with SQL that is not constant, an ORM
+// create, save, update or delete).
+func writtenSites(res *facts.Result, fl *facts.TxFlow, fn *ssa.Function) uint64 {
 	var set uint64
 	for _, b := range fn.Blocks {
 		for _, instr := range b.Instrs {
@@ -237,23 +236,8 @@ func writtenSites(fl *facts.TxFlow, fn *ssa.Function) uint64 {
 			if !ok {
 				continue
 			}
-			c := ci.Common()
-			fo := facts.CalleeObj(c)
-			if fo == nil || !strings.HasPrefix(fo.Name(), "Exec") && !strings.HasPrefix(fo.Name(), "Query") {
-				continue
-			}
-			q, isConst := facts.SQLOf(c)
-			if isConst && !reWrite.MatchString(q) {
-				continue
-			}
-			if !isConst && !strings.HasPrefix(fo.Name(), "Exec") {
-				continue
-			}
-			recv := c.Value
-			if !c.IsInvoke() && len(c.Args) > 0 {
-				recv = c.Args[0]
-			}
-			if !facts.IsTxType(recv.Type()) {
+			recv := res.TxWrite(ci.Common())
+			if recv == nil {
 				continue
 			}
 			for _, i := range fl.SitesOf(recv) {
@@ -264,13 +248,11 @@ func writtenSites(fl *facts.TxFlow, fn *ssa.Function) uint64 {
 	return set
 }
 
-var reWrite = regexp.MustCompile(`(?i)\b(insert|update|delete|merge|upsert)\b`)
-
 // action describes the definite-failure action taken by instr, or "".
 func action(res *facts.Result, fl *facts.TxFlow, instr ssa.Instruction, openAtCall uint64, deferred map[int]bool) string {
 	switch in := instr.(type) {
 	case *ssa.Call:
-		if v, ok := facts.TxEnd(&in.Call); ok && facts.IsRollback(&in.Call) {
+		if v, ok := res.TxEnd(&in.Call); ok && res.IsRollback(&in.Call) {
 			for _, i := range fl.SitesOf(v) {
 				if openAtCall&(1<<uint(i)) != 0 {
 					return "rolls back the transaction holding the intent"
