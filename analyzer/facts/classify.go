@@ -256,15 +256,33 @@ func ConstString(v ssa.Value) (string, bool) {
 	return "", false
 }
 
-// SQLOf returns the SQL text of an Exec/Query-shaped call: a method named
-// Exec*/Query* whose first string argument is a constant.
+// sqlMethod: a method taking SQL text: Exec*, Query*, sqlx MustExec*,
+// NamedExec*, NamedQuery*, Get*/Select*, pop RawQuery, gorm Raw.
+func sqlMethod(fn *types.Func) bool {
+	n := fn.Name()
+	for _, p := range []string{"Exec", "Query", "MustExec", "NamedExec", "NamedQuery", "RawQuery"} {
+		if strings.HasPrefix(n, p) {
+			return true
+		}
+	}
+	p, _ := recvNamed(fn)
+	switch {
+	case p == pkgGorm:
+		return n == "Raw"
+	case p == pkgSqlx:
+		return strings.HasPrefix(n, "Get") || strings.HasPrefix(n, "Select")
+	}
+	return false
+}
+
+// SQLOf returns the SQL text of an Exec/Query-shaped call (see sqlMethod)
+// whose first string argument is a constant.
 func SQLOf(c *ssa.CallCommon) (string, bool) {
 	fn := CalleeObj(c)
 	if fn == nil {
 		return "", false
 	}
-	n := fn.Name()
-	if !strings.HasPrefix(n, "Exec") && !strings.HasPrefix(n, "Query") {
+	if !sqlMethod(fn) {
 		return "", false
 	}
 	args := c.Args
@@ -282,12 +300,13 @@ var (
 	reInsert    = regexp.MustCompile(`(?is)^\s*insert\s+into\s+"?([\w.]+)"?`)
 	reUpdate    = regexp.MustCompile(`(?is)^\s*update\s+"?([\w.]+)"?`)
 	reForUpdate = regexp.MustCompile(`(?i)\bfor\s+(no\s+key\s+)?update\b`)
-	reStrongTok = regexp.MustCompile(`(?i)idempot|dedup|nonce|idem[_:.-]`)
+	reStrongTok = regexp.MustCompile(`(?i)idempot|dedup|nonce|idem[_:.-]|idem(key|token|record)`)
 	reWeakTok   = regexp.MustCompile(`(?i)token`)
 	// words that make "token" an authentication token, not an idempotency token
 	reAuthTok = regexp.MustCompile(`(?i)access|refresh|auth|oauth|session|jwt|bearer|api_?(key|token)|csrf|login|id_?token`)
-	reFailed  = regexp.MustCompile(`(?i)^(state_|status_)?fail(ed|ure)?$`)
-	reFailSQL = regexp.MustCompile(`(?i)'fail(ed|ure)?'`)
+	// failed-like states: FAILED, failed, error, cancelled, reversed, refunded, ...
+	reFailed  = regexp.MustCompile(`(?i)^(state_|status_)?(fail(ed|ure)?|errored|error|cancel+ed|reversed|refunded|declined|rejected|voided)$`)
+	reFailSQL = regexp.MustCompile(`(?i)'(fail(ed|ure)?|errored|error|cancel+ed|reversed|refunded|declined|rejected|voided)'`)
 )
 
 func (r *Result) tokenTable(name string) bool {
@@ -469,10 +488,14 @@ func isFailedConst(v ssa.Value) bool {
 
 var (
 	reStatusSetter = regexp.MustCompile(`(?i)^(set|update|save|mark|write|record|transition|finish|complete|persist|store)\w*(state|status)$|^(state|status)$`)
-	reMarkFailed   = regexp.MustCompile(`^(?i:mark|set|save|record|persist)(As)?Fail(ed|ure)?\w*$|^(?i:fail)(Intent|Payment|Charge|Order|Record|Request|Operation|Op)$`)
-	reRefund       = regexp.MustCompile(`^(?i:issue|create|do|start|make|send)?(?i:refund)`)
-	rePermanent    = regexp.MustCompile(`(?i)permanent`)
-	reStatusParam  = regexp.MustCompile(`(?i)state|status`)
+	// markPaymentFailed, HandleFailedPayment, onChargeFailure, failPayment,
+	// cancelOrder, reverseTransfer, releaseReservation, ...
+	reMarkFailed = regexp.MustCompile(`^(?i:mark|set|save|record|persist|flag|handle|process|on|update|move|transition)\w*(Fail(ed|ure)?|Cancel+ed|Declined|Rejected|Revers(ed|al))\w*$` +
+		`|^(?i:mark|set|handle|on)(As)?(fail|cancel|declin|reject)\w*$` +
+		`|^(?i:fail|cancel|reverse|void|revert|compensate|release|undo)(Intent|Payment|Charge|Order|Record|Request|Operation|Op|Transfer|Transaction|Tx|Invoice|Withdrawal|Deposit|Reservation|Hold|Booking|Subscription|Funds|Balance|Ledger|Entry|Job|Task)s?\w*$`)
+	reRefund      = regexp.MustCompile(`^(?i:issue|create|do|start|make|send)?(?i:refund)`)
+	rePermanent   = regexp.MustCompile(`(?i)permanent`)
+	reStatusParam = regexp.MustCompile(`(?i)state|status`)
 )
 
 // ReadOnlyLeaf reports whether the leaf network call of a chain cannot have

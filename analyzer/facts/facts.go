@@ -123,6 +123,21 @@ type Config struct {
 	// TokenDels are extra functions that delete an idempotency token or
 	// record, spelled like NetFuncs.
 	TokenDels []string
+
+	// Program, set by the standalone command, resolves interface calls
+	// to their implementations in the whole loaded program. While
+	// Recording, the analyzer records the summaries of concrete methods
+	// into it instead (the command's first pass).
+	Program   *Program
+	Recording bool
+	// Roots, when set, lists the packages whose results the rules read;
+	// the SSA form of other packages is dropped once their facts are
+	// exported.
+	Roots map[string]bool
+	// Consumers is how many rules read each root's result; when each
+	// has called [Result.Done], the result's SSA form is dropped. Zero
+	// keeps it (drivers that may run other analyzers on it).
+	Consumers int
 }
 
 // Facts is one facts analyzer together with the configuration it reads.
@@ -142,6 +157,10 @@ func New(cfg Config) *Facts {
 		TxTypes:     append([]string(nil), cfg.TxTypes...),
 		FailFuncs:   append([]string(nil), cfg.FailFuncs...),
 		TokenDels:   append([]string(nil), cfg.TokenDels...),
+		Program:     cfg.Program,
+		Recording:   cfg.Recording,
+		Roots:       cfg.Roots,
+		Consumers:   cfg.Consumers,
 	}
 	f := &Facts{Config: c}
 	a := &analysis.Analyzer{

@@ -7,6 +7,7 @@ import (
 	"go/types"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/ssa"
@@ -57,6 +58,7 @@ type Result struct {
 	sums     map[*ssa.Function]*Summary
 	flows    map[*ssa.Function]*TxFlow
 	runnerOf map[*ssa.Function]*ssa.Call
+	pending  atomic.Int32
 }
 
 func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
@@ -78,7 +80,27 @@ func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
 		}
 	}
 	r.export()
+	if cfg.Recording || cfg.Roots != nil && !cfg.Roots[pass.Pkg.Path()] {
+		r.release() // no rule reads it
+	} else {
+		r.pending.Store(int32(cfg.Consumers))
+	}
 	return r, nil
+}
+
+// Done tells the result that one rule is done with it; when all the
+// configured consumers are, its SSA form and summaries are dropped.
+func (r *Result) Done() {
+	if r.cfg.Consumers > 0 && r.pending.Add(-1) == 0 {
+		r.release()
+	}
+}
+
+func (r *Result) release() {
+	r.SSA = &SSA{}
+	r.sums = map[*ssa.Function]*Summary{}
+	r.flows = map[*ssa.Function]*TxFlow{}
+	r.runnerOf = map[*ssa.Function]*ssa.Call{}
 }
 
 // Summary returns the summary of a function of the analyzed package, or nil.
@@ -173,6 +195,9 @@ func (r *Result) NetCall(c *ssa.CallCommon) *Path {
 	if fn := CalleeObj(c); fn != nil && (builtinNet(fn) || matchList(fn, r.cfg.NetFuncs)) {
 		return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(c.Pos()), LeafPos: c.Pos(), Decl: fn.Pos()}
 	}
+	if p := r.invokeNet(c); p != nil {
+		return p
+	}
 	var cands []*ssa.Function
 	if sf := StaticFn(c); sf != nil {
 		cands = []*ssa.Function{sf}
@@ -197,6 +222,33 @@ func (r *Result) NetCall(c *ssa.CallCommon) *Path {
 		}
 	}
 	return r.callbackNet(c)
+}
+
+// resolving reports whether interface calls are resolved through the
+// whole program.
+func (r *Result) resolving() bool { return r.cfg.Program != nil && !r.cfg.Recording }
+
+func ifaceOf(c *ssa.CallCommon) *types.Interface {
+	if !c.IsInvoke() {
+		return nil
+	}
+	it, _ := c.Value.Type().Underlying().(*types.Interface)
+	return it
+}
+
+// invokeNet: an interface call whose every implementation in the program
+// does network I/O.
+func (r *Result) invokeNet(c *ssa.CallCommon) *Path {
+	it := ifaceOf(c)
+	if it == nil || !r.resolving() {
+		return nil
+	}
+	impl, f := r.cfg.Program.invokeNet(it, c.Method)
+	if impl == nil {
+		return nil
+	}
+	chain := append([]string{FuncName(c.Method), FuncName(impl)}, f.Chain...)
+	return &Path{Chain: chain, Leaf: f.Leaf, Decl: impl.Pos()}
 }
 
 // callbackNet: a call that runs a func argument (a transaction runner or a
@@ -249,6 +301,12 @@ func (r *Result) RunnerArg(c *ssa.CallCommon) int {
 			if k := lastFuncArg(c); k >= 0 {
 				return k
 			}
+		}
+	}
+	if it := ifaceOf(c); it != nil && r.resolving() {
+		// the index counts the concrete method's receiver
+		if k := r.cfg.Program.invokeRunner(it, c.Method) - 1; k >= 0 && k < len(c.Args) {
+			return k
 		}
 	}
 	if sf := StaticFn(c); sf != nil {
@@ -408,6 +466,12 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 	if p := r.TokenDeleteCall(c); p != nil {
 		return &Action{What: "deletes the idempotency token", Chain: p.Chain}
 	}
+	if fn != nil && matchList(fn, r.cfg.FailFuncs) {
+		return &Action{What: "takes a failure action", Chain: []string{name}}
+	}
+	if what := r.OrmFailWrite(c); what != "" {
+		return &Action{What: what, Chain: []string{name}}
+	}
 	args := flatArgs(c)
 	failedArg := -1
 	for i, a := range args {
@@ -418,6 +482,9 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 	if q, ok := SQLOf(c); ok {
 		if (reInsert.MatchString(q) || reUpdate.MatchString(q)) && (reFailSQL.MatchString(q) || failedArg >= 0) {
 			return &Action{What: "writes a FAILED status", Chain: []string{name}}
+		}
+		if sqlReversal(q, args) {
+			return &Action{What: "inserts a refund or reversal entry", Chain: []string{name}}
 		}
 		return nil
 	}
@@ -489,8 +556,13 @@ func IsIdemPermanent(v ssa.Value) bool {
 
 // TokenDeleteCall reports whether c deletes an idempotency token or record.
 func (r *Result) TokenDeleteCall(c *ssa.CallCommon) *Path {
-	if RedisTokenOp(c) == "delete" || r.SQLTokenOp(c) == "delete" {
+	if RedisTokenOp(c) == "delete" || r.SQLTokenOp(c) == "delete" || r.GenericTokenOp(c) == "delete" {
 		return &Path{Chain: []string{FuncName(CalleeObj(c))}, Leaf: r.PosString(c.Pos()), LeafPos: c.Pos()}
+	}
+	if it := ifaceOf(c); it != nil && r.resolving() {
+		if impl, f := r.cfg.Program.invokeTokenDel(it, c.Method); impl != nil {
+			return &Path{Chain: append([]string{FuncName(c.Method), FuncName(impl)}, f.Chain...), Decl: impl.Pos()}
+		}
 	}
 	sf := StaticFn(c)
 	if sf == nil {
@@ -514,7 +586,7 @@ func (r *Result) TokenDeleteCall(c *ssa.CallCommon) *Path {
 // ClaimCall reports whether c claims an idempotency token atomically,
 // directly or through a helper.
 func (r *Result) ClaimCall(c *ssa.CallCommon) bool {
-	if RedisTokenOp(c) == "claim" {
+	if RedisTokenOp(c) == "claim" || r.GenericTokenOp(c) == "claim" {
 		return true
 	}
 	switch r.SQLTokenOp(c) {
@@ -828,6 +900,16 @@ func (r *Result) export() {
 			continue
 		}
 		s := r.sums[fn]
+		if r.cfg.Recording && r.cfg.Program != nil && fn.Signature.Recv() != nil {
+			ms := &MethodSummary{Runner: s.Runner}
+			if s.Net != nil {
+				ms.Net = &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf}
+			}
+			if s.TokenDel != nil {
+				ms.TokenDel = &TokenDelete{Chain: s.TokenDel.Chain}
+			}
+			r.cfg.Program.record(obj, ms)
+		}
 		if s.Net != nil {
 			r.Pass.ExportObjectFact(obj, &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf})
 		}

@@ -302,7 +302,7 @@ func (r *Result) TxWrite(c *ssa.CallCommon) ssa.Value {
 		return nil
 	}
 	n := fo.Name()
-	if strings.HasPrefix(n, "Exec") || strings.HasPrefix(n, "Query") {
+	if sqlMethod(fo) {
 		q, isConst := SQLOf(c)
 		if isConst && !reWriteSQL.MatchString(q) || !isConst && !strings.HasPrefix(n, "Exec") {
 			return nil

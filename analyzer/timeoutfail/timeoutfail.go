@@ -61,11 +61,15 @@ func New(cfg Config) *analysis.Analyzer {
 		URL:      "https://github.com/idemkit/idem/blob/main/docs/idemlint.md#timeoutfail",
 		Requires: []*analysis.Analyzer{f.Analyzer},
 		Run: func(pass *analysis.Pass) (any, error) {
-			run(pass, pass.ResultOf[f.Analyzer].(*facts.Result))
+			res := pass.ResultOf[f.Analyzer].(*facts.Result)
+			defer res.Done()
+			run(pass, res)
 			return nil, nil
 		},
 	}
 	a.Flags.Var(facts.ListFlag(&f.Config.NetFuncs), "netfuncs", "extra network functions, comma-separated")
+	a.Flags.Var(facts.ListFlag(&f.Config.FailFuncs), "failfuncs", "extra functions that take a definite-failure action, comma-separated, e.g. (*example.com/pay.Store).MarkLost")
+	a.Flags.Var(facts.ListFlag(&f.Config.TokenDels), "tokendels", "extra functions that delete an idempotency token, comma-separated")
 	return a
 }
 
@@ -295,7 +299,7 @@ func reaches(res *facts.Result, from, to ssa.Instruction) bool {
 		if in == to {
 			return true
 		}
-		if res.IsTimeoutCheck(in) {
+		if informed(res, in) {
 			return false
 		}
 	}
@@ -304,7 +308,7 @@ func reaches(res *facts.Result, from, to ssa.Instruction) bool {
 			if b == tb && in == to {
 				return true
 			}
-			if res.IsTimeoutCheck(in) {
+			if informed(res, in) {
 				return false
 			}
 		}
@@ -326,6 +330,19 @@ func reaches(res *facts.Result, from, to ssa.Instruction) bool {
 			return true
 		}
 		work = append(work, b.Succs...)
+	}
+	return false
+}
+
+// informed: in tells a timeout apart, or asks the downstream whether the
+// call happened (GetPaymentStatus, LookupInvoice): what follows is
+// informed, not a guess.
+func informed(res *facts.Result, in ssa.Instruction) bool {
+	if res.IsTimeoutCheck(in) {
+		return true
+	}
+	if c, ok := in.(*ssa.Call); ok {
+		return res.IsDownstreamQuery(&c.Call)
 	}
 	return false
 }

@@ -58,11 +58,14 @@ func New(cfg Config) *analysis.Analyzer {
 		URL:      "https://github.com/idemkit/idem/blob/main/docs/idemlint.md#tokenorder",
 		Requires: []*analysis.Analyzer{f.Analyzer},
 		Run: func(pass *analysis.Pass) (any, error) {
-			run(pass, pass.ResultOf[f.Analyzer].(*facts.Result))
+			res := pass.ResultOf[f.Analyzer].(*facts.Result)
+			defer res.Done()
+			run(pass, res)
 			return nil, nil
 		},
 	}
 	a.Flags.Var(facts.ListFlag(&f.Config.TokenTables), "tables", "SQL tables holding idempotency tokens or records, comma-separated")
+	a.Flags.Var(facts.ListFlag(&f.Config.TokenDels), "tokendels", "extra functions that delete an idempotency token, comma-separated, e.g. (example.com/store.Keys).Forget")
 	return a
 }
 
@@ -84,6 +87,9 @@ func run(pass *analysis.Pass, res *facts.Result) {
 				c := &call.Call
 				name := calleeName(c)
 				redisOp, sqlOp := facts.RedisTokenOp(c), res.SQLTokenOp(c)
+				if redisOp == "" && sqlOp == "" {
+					redisOp = res.GenericTokenOp(c) // same vocabulary: check, write, claim, delete
+				}
 				switch {
 				case res.TokenDeleteCall(c) != nil:
 					p := res.TokenDeleteCall(c)

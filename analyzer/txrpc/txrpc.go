@@ -59,12 +59,15 @@ func New(cfg Config) *analysis.Analyzer {
 		URL:      "https://github.com/idemkit/idem/blob/main/docs/idemlint.md#txrpc",
 		Requires: []*analysis.Analyzer{f.Analyzer},
 		Run: func(pass *analysis.Pass) (any, error) {
-			run(pass, pass.ResultOf[f.Analyzer].(*facts.Result))
+			res := pass.ResultOf[f.Analyzer].(*facts.Result)
+			defer res.Done()
+			run(pass, res)
 			return nil, nil
 		},
 	}
 	a.Flags.Var(facts.ListFlag(&f.Config.NetFuncs), "netfuncs", "extra network functions, comma-separated, e.g. (*example.com/pay.Client).Charge")
 	a.Flags.Var(facts.ListFlag(&f.Config.TxRunners), "txrunners", "extra functions that run their func argument inside a transaction, comma-separated")
+	a.Flags.Var(facts.ListFlag(&f.Config.TxTypes), "txtypes", "extra transaction types, comma-separated, e.g. example.com/store.Tx")
 	return a
 }
 

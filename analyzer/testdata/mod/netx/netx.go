@@ -19,3 +19,8 @@ func Notify(ctx context.Context, id string) error {
 	}
 	return resp.Body.Close()
 }
+
+// Charge asks the payment provider to charge.
+func Charge(ctx context.Context, id string, amount int64) error {
+	return Notify(ctx, "charge/"+id)
+}
