@@ -87,6 +87,14 @@ func LoadConfig(dir string) (Settings, string, error) {
 // New returns the enabled rules of a suite configured by s; they share one
 // facts analyzer.
 func New(s Settings) ([]*analysis.Analyzer, error) {
+	as, _, err := NewSuite(s, facts.Config{})
+	return as, err
+}
+
+// NewSuite is New for drivers: base supplies the facts analyzer's
+// whole-program fields (Program, Recording, Roots, Consumers); the lists
+// come from s. It also returns the shared facts analyzer.
+func NewSuite(s Settings, base facts.Config) ([]*analysis.Analyzer, *facts.Facts, error) {
 	off := map[string]bool{}
 	for _, d := range s.Disable {
 		known := false
@@ -94,12 +102,13 @@ func New(s Settings) ([]*analysis.Analyzer, error) {
 			known = known || r == d
 		}
 		if !known {
-			return nil, fmt.Errorf("idemlint: unknown rule %q in disable (rules: %v)", d, Rules)
+			return nil, nil, fmt.Errorf("idemlint: unknown rule %q in disable (rules: %v)", d, Rules)
 		}
 		off[d] = true
 	}
-	f := facts.New(facts.Config{NetFuncs: s.NetFuncs, TxRunners: s.TxRunners, TokenTables: s.TokenTables,
-		TxTypes: s.TxTypes, FailFuncs: s.FailFuncs, TokenDels: s.TokenDels})
+	base.NetFuncs, base.TxRunners, base.TokenTables = s.NetFuncs, s.TxRunners, s.TokenTables
+	base.TxTypes, base.FailFuncs, base.TokenDels = s.TxTypes, s.FailFuncs, s.TokenDels
+	f := facts.New(base)
 	var out []*analysis.Analyzer
 	if !off[txrpc.Name] {
 		out = append(out, txrpc.New(txrpc.Config{Facts: f}))
@@ -110,7 +119,7 @@ func New(s Settings) ([]*analysis.Analyzer, error) {
 	if !off[tokenorder.Name] {
 		out = append(out, tokenorder.New(tokenorder.Config{Facts: f}))
 	}
-	return out, nil
+	return out, f, nil
 }
 
 // Analyzers returns the default analyzers (txrpc.Analyzer,

@@ -143,12 +143,24 @@ var (
 	genericWrite = regexp.MustCompile(`^(Set\w*|Put\w*|Save\w*|Store\w*|Mark\w*|Update\w*|Upsert\w*|Complete\w*|Finish\w*|Record\w*)$`)
 )
 
+// strongTokenWords: the words say idempotency, idem, dedup or nonce.
+// Repositories and ORM models named only "token" are mostly one-time,
+// refresh or session tokens, so a plain "token" is not enough here.
+func strongTokenWords(ws []string) bool {
+	for _, w := range ws {
+		if reStrongTok.MatchString(w) && !reAuthTok.MatchString(w) {
+			return true
+		}
+	}
+	return false
+}
+
 // tokenArgs reports whether a call's receiver-less arguments, or the
 // method's own name, name an idempotency token: the words of the key
 // (constants, parameter, field and helper names) and the type names of
 // model arguments (&IdempotencyKey{}).
 func tokenArgs(fo *types.Func, c *ssa.CallCommon) bool {
-	if tokenWords([]string{fo.Name()}) {
+	if strongTokenWords([]string{fo.Name()}) {
 		return true
 	}
 	args := flatArgs(c)
@@ -166,7 +178,7 @@ func tokenArgs(fo *types.Func, c *ssa.CallCommon) bool {
 			ws = append(ws, n)
 		}
 	}
-	if tokenWords(ws) {
+	if strongTokenWords(ws) {
 		return true
 	}
 	// bun: db.NewDelete().Model((*IdempotencyKey)(nil)): the receiver

@@ -303,7 +303,7 @@ var (
 	reStrongTok = regexp.MustCompile(`(?i)idempot|dedup|nonce|idem[_:.-]|idem(key|token|record)`)
 	reWeakTok   = regexp.MustCompile(`(?i)token`)
 	// words that make "token" an authentication token, not an idempotency token
-	reAuthTok = regexp.MustCompile(`(?i)access|refresh|auth|oauth|session|jwt|bearer|api_?(key|token)|csrf|login|id_?token`)
+	reAuthTok = regexp.MustCompile(`(?i)access|refresh|auth|oauth|session|jwt|bearer|api_?(key|token)|csrf|login|id_?token|one_?time|otp|confirm|recover|reset|invite|verif|magic|password|reauth|device|push|fcm|csrf`)
 	// failed-like states: FAILED, failed, error, cancelled, reversed, refunded, ...
 	reFailed  = regexp.MustCompile(`(?i)^(state_|status_)?(fail(ed|ure)?|errored|error|cancel+ed|reversed|refunded|declined|rejected|voided)$`)
 	reFailSQL = regexp.MustCompile(`(?i)'(fail(ed|ure)?|errored|error|cancel+ed|reversed|refunded|declined|rejected|voided)'`)

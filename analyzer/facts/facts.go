@@ -138,6 +138,10 @@ type Config struct {
 	// has called [Result.Done], the result's SSA form is dropped. Zero
 	// keeps it (drivers that may run other analyzers on it).
 	Consumers int
+	// NoRelated drops the related positions of diagnostics (their
+	// messages name every position): golangci-lint turns each related
+	// position into an issue of its own.
+	NoRelated bool
 }
 
 // Facts is one facts analyzer together with the configuration it reads.
@@ -161,6 +165,7 @@ func New(cfg Config) *Facts {
 		Recording:   cfg.Recording,
 		Roots:       cfg.Roots,
 		Consumers:   cfg.Consumers,
+		NoRelated:   cfg.NoRelated,
 	}
 	f := &Facts{Config: c}
 	a := &analysis.Analyzer{

@@ -2,11 +2,13 @@ package facts
 
 import (
 	"fmt"
+	"go/ast"
 	"go/constant"
 	"go/token"
 	"go/types"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/tools/go/analysis"
@@ -59,6 +61,10 @@ type Result struct {
 	flows    map[*ssa.Function]*TxFlow
 	runnerOf map[*ssa.Function]*ssa.Call
 	pending  atomic.Int32
+	lpMu     sync.Mutex
+	lparens  map[token.Pos]token.Pos
+	txMu     sync.Mutex
+	txTypes  map[types.Type]bool
 }
 
 func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
@@ -103,8 +109,33 @@ func (r *Result) release() {
 	r.runnerOf = map[*ssa.Function]*ssa.Call{}
 }
 
+// Config returns the configuration the result was computed with.
+func (r *Result) Config() *Config { return r.cfg }
+
 // Summary returns the summary of a function of the analyzed package, or nil.
 func (r *Result) Summary(fn *ssa.Function) *Summary { return r.sums[fn] }
+
+// CallStart returns the start of the call expression whose Lparen is at
+// pos (where SSA puts a call), or pos.
+func (r *Result) CallStart(pos token.Pos) token.Pos {
+	r.lpMu.Lock()
+	defer r.lpMu.Unlock()
+	if r.lparens == nil {
+		r.lparens = map[token.Pos]token.Pos{}
+		for _, f := range r.Pass.Files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					r.lparens[c.Lparen] = c.Pos()
+				}
+				return true
+			})
+		}
+	}
+	if p, ok := r.lparens[pos]; ok {
+		return p
+	}
+	return pos
+}
 
 // PosString formats pos as file:line:col (base name of the file).
 func (r *Result) PosString(pos token.Pos) string {
@@ -193,7 +224,7 @@ func pathVia(name string, p *Path, decl token.Pos, local bool) *Path {
 // chain (starting with the callee).
 func (r *Result) NetCall(c *ssa.CallCommon) *Path {
 	if fn := CalleeObj(c); fn != nil && (builtinNet(fn) || matchList(fn, r.cfg.NetFuncs)) {
-		return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(c.Pos()), LeafPos: c.Pos(), Decl: fn.Pos()}
+		return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos(), Decl: fn.Pos()}
 	}
 	if p := r.invokeNet(c); p != nil {
 		return p
@@ -557,7 +588,7 @@ func IsIdemPermanent(v ssa.Value) bool {
 // TokenDeleteCall reports whether c deletes an idempotency token or record.
 func (r *Result) TokenDeleteCall(c *ssa.CallCommon) *Path {
 	if RedisTokenOp(c) == "delete" || r.SQLTokenOp(c) == "delete" || r.GenericTokenOp(c) == "delete" {
-		return &Path{Chain: []string{FuncName(CalleeObj(c))}, Leaf: r.PosString(c.Pos()), LeafPos: c.Pos()}
+		return &Path{Chain: []string{FuncName(CalleeObj(c))}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos()}
 	}
 	if it := ifaceOf(c); it != nil && r.resolving() {
 		if impl, f := r.cfg.Program.invokeTokenDel(it, c.Method); impl != nil {
@@ -944,4 +975,32 @@ func (r *Result) export() {
 			r.Pass.ExportObjectFact(obj, &CallsParams{Params: ps})
 		}
 	}
+}
+
+// Effect names, neutrally, what the remote call of a chain may be: "an
+// email", "an SMS", "a charge", "a webhook", "a push notification", "a
+// gRPC call", "a Redis command" or "a remote call".
+func Effect(p *Path) string {
+	all := strings.ToLower(strings.Join(p.Chain, " "))
+	leaf := strings.ToLower(p.Chain[len(p.Chain)-1])
+	switch {
+	case strings.Contains(leaf, "smtp") || strings.Contains(all, "mail"):
+		return "an email"
+	case strings.Contains(all, "sms") || strings.Contains(all, "twilio") || strings.Contains(all, "otp") || strings.Contains(all, "phone"):
+		return "an SMS"
+	case strings.Contains(all, "charge") || strings.Contains(all, "payment") || strings.Contains(all, "capture") ||
+		strings.Contains(all, "refund") || strings.Contains(all, "payout") || strings.Contains(all, "transfer") || strings.Contains(all, "invoice"):
+		return "a charge"
+	case strings.Contains(all, "hook"):
+		return "a webhook"
+	case strings.Contains(all, "push") || strings.Contains(all, "notif"):
+		return "a notification"
+	case strings.Contains(leaf, "redis."):
+		return "a Redis command"
+	case strings.Contains(all, "grpc") || strings.HasSuffix(leaf, ").invoke") || strings.HasSuffix(leaf, ").newstream"):
+		return "a gRPC call"
+	case strings.Contains(leaf, "http."):
+		return "an HTTP request"
+	}
+	return "a remote call"
 }

@@ -12,7 +12,19 @@ import (
 // service's own), *firestore.Transaction, a type listed in -txtypes, or a
 // named type whose methods Commit and Rollback take at most a context and
 // return only an error (ent's generated Tx, go-pg's Tx).
-func (r *Result) IsTxType(t types.Type) bool { return txType(t, r.cfg.TxTypes, 0) }
+func (r *Result) IsTxType(t types.Type) bool {
+	r.txMu.Lock()
+	defer r.txMu.Unlock()
+	if v, ok := r.txTypes[t]; ok {
+		return v
+	}
+	v := txType(t, r.cfg.TxTypes, 0)
+	if r.txTypes == nil {
+		r.txTypes = map[types.Type]bool{}
+	}
+	r.txTypes[t] = v
+	return v
+}
 
 // IsTxType is [Result.IsTxType] with no configured types.
 func IsTxType(t types.Type) bool { return txType(t, nil, 0) }
@@ -107,6 +119,15 @@ func (r *Result) TxOrConn(t types.Type) bool { return r.IsTxType(t) || IsConnTx(
 // sqlx Beginx/BeginTxx/MustBegin/MustBeginTx, bun BeginTx, gorm Begin, pop
 // NewTransaction, ent Client.Tx/BeginTx.
 func (r *Result) IsBegin(c *ssa.CallCommon) bool {
+	fn := CalleeObj(c)
+	if fn == nil {
+		return false
+	}
+	n := fn.Name()
+	if !(strings.HasPrefix(n, "Begin") || strings.HasPrefix(n, "begin") || strings.HasPrefix(n, "MustBegin") ||
+		strings.HasPrefix(n, "NewTransaction") || n == "Tx") {
+		return false
+	}
 	sig := c.Signature()
 	if sig == nil || sig.Results().Len() < 1 || sig.Results().Len() > 2 {
 		return false
@@ -114,16 +135,7 @@ func (r *Result) IsBegin(c *ssa.CallCommon) bool {
 	if sig.Results().Len() == 2 && !types.Identical(sig.Results().At(1).Type(), errorType) {
 		return false
 	}
-	if !r.TxOrConn(sig.Results().At(0).Type()) {
-		return false
-	}
-	fn := CalleeObj(c)
-	if fn == nil {
-		return false
-	}
-	n := fn.Name()
-	return strings.HasPrefix(n, "Begin") || strings.HasPrefix(n, "begin") || strings.HasPrefix(n, "MustBegin") ||
-		strings.HasPrefix(n, "NewTransaction") || n == "Tx"
+	return r.TxOrConn(sig.Results().At(0).Type())
 }
 
 // TxEnd returns the transaction value that c commits or rolls back.

@@ -26,10 +26,14 @@ package) returns an error, the error may be a timeout: the remote side may
 have done the work. Reaching a definite-failure action on that error - a
 write of a FAILED status (also through a helper given the status, such as
 setState(ctx, id, StateFailed)), a rollback of the transaction holding the
-intent, a refund, deleting the idempotency token or record, returning a
-permanent failure of the idem runtime (Permanent, ErrPermanent) or releasing
-the record (Retryable) - on a path that never tells a timeout
-apart (errors.Is(err, context.DeadlineExceeded), os.IsTimeout, a net.Error's
+intent, a refund, an ORM write of a failed-like state (FAILED, error,
+cancelled, reversed, refunded) to a state/status field, an insert of a
+refund or reversal entry, a helper named like markPaymentFailed or
+releaseReservation (or listed with -failfuncs), deleting the idempotency
+token or record (also through a repository interface or an ORM), returning
+a permanent failure of the idem runtime (Permanent, ErrPermanent) or
+releasing the record (Retryable) - on a path that never tells a timeout
+apart, nor asks the remote side what happened (GetChargeStatus) (errors.Is(err, context.DeadlineExceeded), os.IsTimeout, a net.Error's
 Timeout(), gRPC codes.DeadlineExceeded/Unavailable, or a helper known to do
 one of these) turns "unknown" into "failed": the client retries or the money
 is refunded while the charge went through. Record UNKNOWN on a timeout and
@@ -75,6 +79,7 @@ func New(cfg Config) *analysis.Analyzer {
 
 func run(pass *analysis.Pass, res *facts.Result) {
 	rep := directive.New(pass, Name)
+	rep.NoRelated = res.Config().NoRelated
 	for _, fn := range res.SSA.SrcFuncs {
 		for _, b := range fn.Blocks {
 			for _, instr := range b.Instrs {
@@ -354,13 +359,14 @@ func report(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, at 
 	}
 	chain := ""
 	if len(p.Chain) > 1 {
-		chain = " (" + p.String() + ")"
+		chain = fmt.Sprintf("; %s, leaf call at %s", p.String(), p.Leaf)
 	}
-	msg := fmt.Sprintf("the error of %s%s, a call that may do network I/O, reaches an action that %s without telling a timeout apart: "+
-		"after a timeout the remote side may have done the work, so treating it as a failure refunds, retries or releases an operation that went through "+
-		"(a double charge or lost money); check errors.Is(err, context.DeadlineExceeded) (or os.IsTimeout, net.Error.Timeout, gRPC DeadlineExceeded) first, "+
-		"record UNKNOWN and let the reconciler query the remote side",
-		p.Chain[0], chain, what)
+	effect := facts.Effect(p)
+	msg := fmt.Sprintf("the error of %s (called at %s%s), a call that may do network I/O (%s), reaches an action at %s that %s without telling a timeout apart: "+
+		"after a timeout the remote side may have done the work, so treating it as a failure repeats or undoes %s that happened; "+
+		"check errors.Is(err, context.DeadlineExceeded) (or os.IsTimeout, net.Error.Timeout, gRPC DeadlineExceeded) first, "+
+		"or ask the remote side what happened, record UNKNOWN and let the reconciler settle it",
+		p.Chain[0], res.PosString(rep.Start(call.Pos())), chain, effect, res.PosString(rep.Start(pos)), what, effect)
 	d := analysis.Diagnostic{Pos: pos, Message: msg}
 	d.Related = append(d.Related, analysis.RelatedInformation{Pos: call.Pos(), Message: "the network call whose error this is: " + p.String()})
 	if p.LeafPos.IsValid() && p.LeafPos != call.Pos() {
