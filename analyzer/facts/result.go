@@ -207,8 +207,45 @@ func funcsOf(v ssa.Value, seen map[ssa.Value]bool) []*ssa.Function {
 			}
 			return out
 		}
+		if fv, ok := v.X.(*ssa.FreeVar); ok && v.Op == token.MUL {
+			// a variable of the enclosing function, captured by reference
+			if b := binding(fv); b != nil {
+				return funcsOf(&ssa.UnOp{Op: token.MUL, X: b}, seen)
+			}
+		}
+	case *ssa.FreeVar:
+		if b := binding(v); b != nil {
+			return funcsOf(b, seen)
+		}
 	}
 	return nil
+}
+
+// binding returns the value the enclosing function binds to fv, when the
+// closure is made in one place.
+func binding(fv *ssa.FreeVar) ssa.Value {
+	fn := fv.Parent()
+	if fn == nil || fn.Parent() == nil {
+		return nil
+	}
+	idx := -1
+	for i, f := range fn.FreeVars {
+		if f == fv {
+			idx = i
+		}
+	}
+	var bound ssa.Value
+	for _, b := range fn.Parent().Blocks {
+		for _, instr := range b.Instrs {
+			if mc, ok := instr.(*ssa.MakeClosure); ok && mc.Fn == fn && idx >= 0 && idx < len(mc.Bindings) {
+				if bound != nil && bound != mc.Bindings[idx] {
+					return nil
+				}
+				bound = mc.Bindings[idx]
+			}
+		}
+	}
+	return bound
 }
 
 // pathVia prefixes p with the callee name.
@@ -226,7 +263,7 @@ func (r *Result) NetCall(c *ssa.CallCommon) *Path {
 	if fn := CalleeObj(c); fn != nil && (builtinNet(fn) || matchList(fn, r.cfg.NetFuncs)) {
 		return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos(), Decl: fn.Pos()}
 	}
-	if p := r.invokeNet(c); p != nil {
+	if p := r.invokeNet(c, ifaceOf(c)); p != nil {
 		return p
 	}
 	var cands []*ssa.Function
@@ -250,6 +287,17 @@ func (r *Result) NetCall(c *ssa.CallCommon) *Path {
 			if r.Pass.ImportObjectFact(fn, &f) {
 				return &Path{Chain: append([]string{FuncName(fn)}, f.Chain...), Leaf: f.Leaf, Decl: fn.Pos()}
 			}
+			// pay := s.LN.PayInvoice: the bound method of an interface
+			if builtinNet(fn) || matchList(fn, r.cfg.NetFuncs) {
+				return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos(), Decl: fn.Pos()}
+			}
+			if sig := fn.Type().(*types.Signature); sig.Recv() != nil && r.resolving() {
+				if it, ok := sig.Recv().Type().Underlying().(*types.Interface); ok {
+					if p := r.invokeNet(&ssa.CallCommon{Value: &ssa.Const{}, Method: fn}, it); p != nil {
+						return p
+					}
+				}
+			}
 		}
 	}
 	return r.callbackNet(c)
@@ -269,8 +317,7 @@ func ifaceOf(c *ssa.CallCommon) *types.Interface {
 
 // invokeNet: an interface call whose every implementation in the program
 // does network I/O.
-func (r *Result) invokeNet(c *ssa.CallCommon) *Path {
-	it := ifaceOf(c)
+func (r *Result) invokeNet(c *ssa.CallCommon, it *types.Interface) *Path {
 	if it == nil || !r.resolving() {
 		return nil
 	}

@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/tools/go/analysis/analysistest"
 
-	"github.com/idemkit/idem/analyzer/internal/modtest"
 	"github.com/idemkit/idem/analyzer/timeoutfail"
+	"github.com/idemkit/idem/internal/modtest"
 )
 
 // testdata is the GOPATH shared by the analyzers' tests (stubs once).

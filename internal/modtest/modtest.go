@@ -26,7 +26,7 @@ var (
 func Dir(t testing.TB) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "mod")
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "analyzer", "testdata", "mod")
 	once.Do(func() {
 		cmd := exec.Command("go", "mod", "download")
 		cmd.Dir = dir
