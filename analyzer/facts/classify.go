@@ -492,7 +492,8 @@ var (
 	// cancelOrder, reverseTransfer, releaseReservation, ...
 	reMarkFailed = regexp.MustCompile(`^(?i:mark|set|save|record|persist|flag|handle|process|on|update|move|transition)\w*(Fail(ed|ure)?|Cancel+ed|Declined|Rejected|Revers(ed|al))\w*$` +
 		`|^(?i:mark|set|handle|on)(As)?(fail|cancel|declin|reject)\w*$` +
-		`|^(?i:fail|cancel|reverse|void|revert|compensate|release|undo)(Intent|Payment|Charge|Order|Record|Request|Operation|Op|Transfer|Transaction|Tx|Invoice|Withdrawal|Deposit|Reservation|Hold|Booking|Subscription|Funds|Balance|Ledger|Entry|Job|Task)s?\w*$`)
+		`|^(?i:fail|cancel|reverse|void|revert|compensate|undo)(Intent|Payment|Charge|Order|Operation|Transfer|Transaction|Invoice|Withdrawal|Deposit|Reservation|Booking|Subscription|Payout)s?\w*$` +
+		`|^(?i:release)(Reservation|Hold|Funds|Stock|Inventory|Balance)s?\w*$|^(?i:reverse|revert)(Ledger|Entry|Entries|Balance|Fee)\w*$`)
 	reRefund      = regexp.MustCompile(`^(?i:issue|create|do|start|make|send)?(?i:refund)`)
 	rePermanent   = regexp.MustCompile(`(?i)permanent`)
 	reStatusParam = regexp.MustCompile(`(?i)state|status`)

@@ -584,11 +584,13 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 				return &Action{What: "returns a permanent failure (wraps the idem runtime's ErrPermanent)", Chain: []string{name}}
 			}
 		}
-		if reRefund.MatchString(fn.Name()) {
-			return &Action{What: "refunds", Chain: []string{name}}
-		}
-		if reMarkFailed.MatchString(fn.Name()) {
-			return &Action{What: "marks the operation failed", Chain: []string{name}}
+		if r.sameModule(fn) {
+			if reRefund.MatchString(fn.Name()) {
+				return &Action{What: "refunds", Chain: []string{name}}
+			}
+			if reMarkFailed.MatchString(fn.Name()) {
+				return &Action{What: "marks the operation failed", Chain: []string{name}}
+			}
 		}
 		if failedArg >= 0 && reStatusSetter.MatchString(fn.Name()) {
 			return &Action{What: "writes a FAILED status", Chain: []string{name}}
@@ -619,6 +621,18 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 		return &Action{What: fa.What, Chain: append([]string{name}, fa.Chain...)}
 	}
 	return nil
+}
+
+// sameModule: names are trusted for the service's own functions (and
+// interfaces), not for a library's (logrus's releaseEntry releases a pool
+// entry). Without module information (GOPATH) every package counts.
+func (r *Result) sameModule(fn *types.Func) bool {
+	m := r.Pass.Module
+	if m == nil || m.Path == "" || fn.Pkg() == nil {
+		return true
+	}
+	p := fn.Pkg().Path()
+	return p == m.Path || strings.HasPrefix(p, m.Path+"/")
 }
 
 // IsIdemPermanent reports whether v is the idem runtime's ErrPermanent.
