@@ -92,7 +92,7 @@ func New(s Settings) ([]*analysis.Analyzer, error) {
 }
 
 // NewSuite is New for drivers: base supplies the facts analyzer's
-// whole-program fields (Program, Recording, Roots, Consumers); the lists
+// whole-program fields (Program, Recording, Consumers, NoRelated); the lists
 // come from s. It also returns the shared facts analyzer.
 func NewSuite(s Settings, base facts.Config) ([]*analysis.Analyzer, *facts.Facts, error) {
 	off := map[string]bool{}

@@ -130,10 +130,6 @@ type Config struct {
 	// into it instead (the command's first pass).
 	Program   *Program
 	Recording bool
-	// Roots, when set, lists the packages whose results the rules read;
-	// the SSA form of other packages is dropped once their facts are
-	// exported.
-	Roots map[string]bool
 	// Consumers is how many rules read each root's result; when each
 	// has called [Result.Done], the result's SSA form is dropped. Zero
 	// keeps it (drivers that may run other analyzers on it).
@@ -163,7 +159,6 @@ func New(cfg Config) *Facts {
 		TokenDels:   append([]string(nil), cfg.TokenDels...),
 		Program:     cfg.Program,
 		Recording:   cfg.Recording,
-		Roots:       cfg.Roots,
 		Consumers:   cfg.Consumers,
 		NoRelated:   cfg.NoRelated,
 	}

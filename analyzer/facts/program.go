@@ -3,27 +3,41 @@ package facts
 import (
 	"go/types"
 	"sort"
+	"strings"
 	"sync"
 )
 
 // Program is a whole-program view for the standalone command: the concrete
-// named types of every loaded package and what the facts analyzer learned
-// about their methods in a first pass. With it, a call through an
-// interface (UserService.Notify) is resolved to the implementations in
-// the loaded packages, even one in a package the caller does not import.
-// A call is known to do network I/O (or to run a callback in a
-// transaction) only when every implementation agrees: an outbox publisher
-// that writes into the same transaction keeps a Publisher interface
-// silent, even though another implementation does HTTP.
+// named types of every loaded package of the module and what the facts
+// analyzer learned about their methods in a first pass. With it, a call
+// through an interface (UserService.NotifyUser) is resolved to the
+// implementations in the loaded packages, even one in a package the
+// caller does not import. A call is known to do network I/O (or to run a
+// callback in a transaction, or to delete a token) only when every
+// implementation agrees: an outbox publisher that writes into the same
+// transaction keeps a Publisher interface silent, even though another
+// implementation does HTTP.
+//
+// Types and methods are keyed by their path-qualified names and
+// signatures as text, so that a driver may type-check each package on its
+// own (from export data) and still share one Program.
 //
 // The modular drivers (go vet -vettool, golangci-lint, editors) have no
 // Program and see only what per-package facts say.
 type Program struct {
-	named []*types.Named
-
 	mu      sync.Mutex
-	methods map[*types.Func]*MethodSummary
-	impls   map[implKey][]*types.Func
+	named   map[string]*namedInfo
+	methods map[string]*MethodSummary
+	impls   map[string][]*namedMethod
+}
+
+type namedInfo struct {
+	display string            // "*smtpmail.Mailer"
+	methods map[string]string // method set of *T: name -> signature text
+}
+
+type namedMethod struct {
+	key, display string
 }
 
 // MethodSummary is what the first pass learned about one concrete method.
@@ -33,110 +47,147 @@ type MethodSummary struct {
 	TokenDel *TokenDelete
 }
 
-type implKey struct {
-	iface *types.Interface
-	name  string
+// NewProgram returns an empty Program.
+func NewProgram() *Program {
+	return &Program{named: map[string]*namedInfo{}, methods: map[string]*MethodSummary{}, impls: map[string][]*namedMethod{}}
 }
 
-// NewProgram indexes the concrete named types declared in pkgs, less
-// those skip reports (the command skips types declared in test files and
-// mocks, fakes and stubs, which are not what production binds).
-func NewProgram(pkgs []*types.Package, skip func(*types.TypeName) bool) *Program {
-	p := &Program{methods: map[*types.Func]*MethodSummary{}, impls: map[implKey][]*types.Func{}}
-	for _, pkg := range pkgs {
-		scope := pkg.Scope()
-		for _, name := range scope.Names() {
-			tn, ok := scope.Lookup(name).(*types.TypeName)
-			if !ok || tn.IsAlias() || skip != nil && skip(tn) {
-				continue
-			}
-			n, ok := tn.Type().(*types.Named)
-			if !ok || n.TypeParams().Len() > 0 {
-				continue
-			}
-			if _, isIface := n.Underlying().(*types.Interface); isIface {
-				continue
-			}
-			p.named = append(p.named, n)
+func qual(p *types.Package) string { return p.Path() }
+
+// sigText is a method's signature without its receiver.
+func sigText(sig *types.Signature) string {
+	return types.TypeString(types.NewSignatureType(nil, nil, nil, sig.Params(), sig.Results(), sig.Variadic()), qual)
+}
+
+// AddTypes indexes the concrete named types declared in pkg, less those
+// skip reports (the command skips types declared in test files and mocks,
+// fakes and stubs, which are not what production binds).
+func (p *Program) AddTypes(pkg *types.Package, skip func(*types.TypeName) bool) {
+	scope := pkg.Scope()
+	for _, name := range scope.Names() {
+		tn, ok := scope.Lookup(name).(*types.TypeName)
+		if !ok || tn.IsAlias() || skip != nil && skip(tn) {
+			continue
 		}
+		n, ok := tn.Type().(*types.Named)
+		if !ok || n.TypeParams().Len() > 0 {
+			continue
+		}
+		if _, isIface := n.Underlying().(*types.Interface); isIface {
+			continue
+		}
+		info := &namedInfo{display: "*" + pkg.Name() + "." + name, methods: map[string]string{}}
+		ms := types.NewMethodSet(types.NewPointer(n))
+		for i := 0; i < ms.Len(); i++ {
+			f := ms.At(i).Obj().(*types.Func)
+			info.methods[f.Name()] = sigText(f.Type().(*types.Signature))
+		}
+		p.mu.Lock()
+		p.named[pkg.Path()+"."+name] = info
+		p.mu.Unlock()
 	}
-	return p
+}
+
+// methodKey names a concrete method: "example.com/mail.SMTP.Send". Methods
+// promoted from an embedded type are keyed by the type that declares them.
+func methodKey(fn *types.Func) string {
+	sig, _ := fn.Type().(*types.Signature)
+	if sig == nil || sig.Recv() == nil {
+		return ""
+	}
+	p, n := namedOf(sig.Recv().Type())
+	if p == "" {
+		return ""
+	}
+	return p + "." + n + "." + fn.Name()
 }
 
 // record stores the summary of a concrete method (first pass).
 func (p *Program) record(fn *types.Func, s *MethodSummary) {
+	k := methodKey(fn)
+	if k == "" {
+		return
+	}
 	p.mu.Lock()
-	p.methods[fn] = s
+	p.methods[k] = s
 	p.mu.Unlock()
 }
 
-// Implementations returns the methods named m.Name() of the loaded
-// concrete types that implement iface, sorted by name, or nil.
-func (p *Program) Implementations(iface *types.Interface, m *types.Func) []*types.Func {
-	k := implKey{iface, m.Name()}
+// implementations returns the methods named m.Name() of the indexed types
+// whose pointer method set implements iface, sorted, or nil. A promoted
+// method resolves to the declaring type's key through the lookup below.
+func (p *Program) implementations(iface *types.Interface, m *types.Func) []*namedMethod {
+	want := map[string]string{}
+	for i := 0; i < iface.NumMethods(); i++ {
+		f := iface.Method(i)
+		want[f.Name()] = sigText(f.Type().(*types.Signature))
+	}
+	var ks []string
+	for name, sig := range want {
+		ks = append(ks, name+sig)
+	}
+	sort.Strings(ks)
+	key := strings.Join(ks, ";") + "|" + m.Name()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if out, ok := p.impls[k]; ok {
+	if out, ok := p.impls[key]; ok {
 		return out
 	}
-	var out []*types.Func
-	for _, n := range p.named {
-		var t types.Type = n
-		if !types.Implements(t, iface) {
-			t = types.NewPointer(n)
-			if !types.Implements(t, iface) {
-				continue
+	var out []*namedMethod
+	for tk, info := range p.named {
+		ok := len(want) > 0
+		for name, sig := range want {
+			if info.methods[name] != sig {
+				ok = false
+				break
 			}
 		}
-		obj, _, _ := types.LookupFieldOrMethod(t, false, m.Pkg(), m.Name())
-		if f, ok := obj.(*types.Func); ok {
-			out = append(out, f)
+		if ok {
+			out = append(out, &namedMethod{key: tk + "." + m.Name(), display: "(" + info.display + ")." + m.Name()})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return FullName(out[i]) < FullName(out[j]) })
-	p.impls[k] = out
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	p.impls[key] = out
 	return out
 }
 
-// summary returns the first pass's summary of a concrete method.
-func (p *Program) summary(fn *types.Func) *MethodSummary {
+func (p *Program) summary(key string) *MethodSummary {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.methods[fn]
+	return p.methods[key]
 }
 
 // invokeNet resolves an interface call: every implementation does network
-// I/O. It returns the implementation's name and its fact (of the first
-// one), or nil.
-func (p *Program) invokeNet(iface *types.Interface, m *types.Func) (*types.Func, *NetIO) {
-	impls := p.Implementations(iface, m)
+// I/O. It returns the first implementation's name and fact, or "".
+func (p *Program) invokeNet(iface *types.Interface, m *types.Func) (string, *NetIO) {
+	impls := p.implementations(iface, m)
 	if len(impls) == 0 {
-		return nil, nil
+		return "", nil
 	}
 	var first *NetIO
 	for _, f := range impls {
-		s := p.summary(f)
+		s := p.summary(f.key)
 		if s == nil || s.Net == nil {
-			return nil, nil // an implementation that does not: silent
+			return "", nil // an implementation that does not: silent
 		}
 		if first == nil {
 			first = s.Net
 		}
 	}
-	return impls[0], first
+	return impls[0].display, first
 }
 
 // invokeRunner: every implementation runs the same func parameter inside a
 // transaction; the index is in the concrete method's SSA parameters
 // (receiver first).
 func (p *Program) invokeRunner(iface *types.Interface, m *types.Func) int {
-	impls := p.Implementations(iface, m)
+	impls := p.implementations(iface, m)
 	if len(impls) == 0 {
 		return -1
 	}
 	idx := -1
 	for _, f := range impls {
-		s := p.summary(f)
+		s := p.summary(f.key)
 		if s == nil || s.Runner < 0 || idx >= 0 && s.Runner != idx {
 			return -1
 		}
@@ -146,20 +197,20 @@ func (p *Program) invokeRunner(iface *types.Interface, m *types.Func) int {
 }
 
 // invokeTokenDel: every implementation deletes an idempotency token.
-func (p *Program) invokeTokenDel(iface *types.Interface, m *types.Func) (*types.Func, *TokenDelete) {
-	impls := p.Implementations(iface, m)
+func (p *Program) invokeTokenDel(iface *types.Interface, m *types.Func) (string, *TokenDelete) {
+	impls := p.implementations(iface, m)
 	if len(impls) == 0 {
-		return nil, nil
+		return "", nil
 	}
 	var first *TokenDelete
 	for _, f := range impls {
-		s := p.summary(f)
+		s := p.summary(f.key)
 		if s == nil || s.TokenDel == nil {
-			return nil, nil
+			return "", nil
 		}
 		if first == nil {
 			first = s.TokenDel
 		}
 	}
-	return impls[0], first
+	return impls[0].display, first
 }

@@ -86,7 +86,7 @@ func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
 		}
 	}
 	r.export()
-	if cfg.Recording || cfg.Roots != nil && !cfg.Roots[pass.Pkg.Path()] {
+	if cfg.Recording {
 		r.release() // no rule reads it
 	} else {
 		r.pending.Store(int32(cfg.Consumers))
@@ -322,11 +322,11 @@ func (r *Result) invokeNet(c *ssa.CallCommon, it *types.Interface) *Path {
 		return nil
 	}
 	impl, f := r.cfg.Program.invokeNet(it, c.Method)
-	if impl == nil {
+	if impl == "" {
 		return nil
 	}
-	chain := append([]string{FuncName(c.Method), FuncName(impl)}, f.Chain...)
-	return &Path{Chain: chain, Leaf: f.Leaf, Decl: impl.Pos()}
+	chain := append([]string{FuncName(c.Method), impl}, f.Chain...)
+	return &Path{Chain: chain, Leaf: f.Leaf}
 }
 
 // callbackNet: a call that runs a func argument (a transaction runner or a
@@ -652,8 +652,8 @@ func (r *Result) TokenDeleteCall(c *ssa.CallCommon) *Path {
 		return &Path{Chain: []string{FuncName(CalleeObj(c))}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos()}
 	}
 	if it := ifaceOf(c); it != nil && r.resolving() {
-		if impl, f := r.cfg.Program.invokeTokenDel(it, c.Method); impl != nil {
-			return &Path{Chain: append([]string{FuncName(c.Method), FuncName(impl)}, f.Chain...), Decl: impl.Pos()}
+		if impl, f := r.cfg.Program.invokeTokenDel(it, c.Method); impl != "" {
+			return &Path{Chain: append([]string{FuncName(c.Method), impl}, f.Chain...)}
 		}
 	}
 	sf := StaticFn(c)

@@ -4,9 +4,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"go/ast"
-	"go/build"
-	"go/parser"
 	"go/token"
 	"go/types"
 	"io"
@@ -15,14 +12,11 @@ import (
 	"regexp"
 	"runtime/debug"
 	"runtime/pprof"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/tools/go/analysis"
-	"golang.org/x/tools/go/analysis/checker"
-	"golang.org/x/tools/go/packages"
 
 	"github.com/idemkit/idem/analyzer"
 	"github.com/idemkit/idem/analyzer/facts"
@@ -58,7 +52,7 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
 	}
-	prog := new(facts.Program)
+	prog := facts.NewProgram()
 	rules, f, err := analyzer.NewSuite(settings, facts.Config{Program: prog})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -108,56 +102,55 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 			defer pprof.StopCPUProfile()
 		}
 	}
-	pkgs, err := load(patterns, *tests)
-	lap("load")
-	if os.Getenv("IDEMLINT_LOADONLY") != "" {
-		return 0
-	}
+	pkgs, err := goList(patterns, *tests)
 	if err != nil {
 		fmt.Fprintln(stderr, "idemlint:", err)
 		return 1
 	}
-	if debug {
-		packages.Visit(pkgs, nil, func(p *packages.Package) {
-			for _, e := range p.Errors {
-				fmt.Fprintln(stderr, p.ID, e)
-			}
-		})
-	}
-	if n := packages.PrintErrors(pkgs); n > 0 {
+	if listErrors(pkgs, stderr) {
 		return 1
 	}
-
-	rootPaths := map[string]bool{}
-	var typs []*types.Package
+	roots := 0
 	for _, p := range pkgs {
-		rootPaths[p.PkgPath] = true
-		typs = append(typs, p.Types)
+		if !p.DepOnly {
+			roots++
+		}
 	}
-	*prog = *facts.NewProgram(typs, func(tn *types.TypeName) bool { return skipType(pkgs[0].Fset, tn) })
+	if roots == 0 {
+		fmt.Fprintf(stderr, "idemlint: no packages matched %v\n", patterns)
+		return 1
+	}
+	lap("go list")
 
-	// First pass: the facts alone, recording concrete methods.
+	// First pass: the facts alone, recording the roots' concrete types
+	// and what their methods do.
 	first := facts.New(facts.Config{
 		NetFuncs: f.Config.NetFuncs, TxRunners: f.Config.TxRunners, TokenTables: f.Config.TokenTables,
 		TxTypes: f.Config.TxTypes, FailFuncs: f.Config.FailFuncs, TokenDels: f.Config.TokenDels,
 		Program: prog, Recording: true,
 	})
-	if _, err := checker.Analyze([]*analysis.Analyzer{first.Analyzer}, pkgs, nil); err != nil {
-		fmt.Fprintln(stderr, "idemlint:", err)
+	d := newUnitDriver(pkgs)
+	d.pass(first.Analyzer, nil, func(pkg *types.Package, fset *token.FileSet) {
+		prog.AddTypes(pkg, func(tn *types.TypeName) bool { return skipType(fset, tn) })
+	})
+	lap("first pass")
+	if len(d.errs) > 0 {
+		for _, e := range d.errs {
+			fmt.Fprintln(stderr, e)
+		}
 		return 1
 	}
 
-	lap("first pass")
-	// Second pass: the rules.
-	f.Config.Roots = rootPaths
+	// Second pass: the rules, with interface calls resolved.
 	f.Config.Consumers = len(rules)
-	g, err := checker.Analyze(rules, pkgs, nil)
-	if err != nil {
-		fmt.Fprintln(stderr, "idemlint:", err)
-		return 1
-	}
+	d2 := newUnitDriver(pkgs)
+	d2.pass(f.Analyzer, rules, nil)
 	lap("second pass")
-	findings, failed := collect(g, stderr)
+	failed := len(d2.errs) > 0
+	for _, e := range d2.errs {
+		fmt.Fprintln(stderr, e)
+	}
+	findings := d2.findings()
 	if *asJSON {
 		if err := printJSON(stdout, findings); err != nil {
 			fmt.Fprintln(stderr, "idemlint:", err)
@@ -215,83 +208,6 @@ func skipType(fset *token.FileSet, tn *types.TypeName) bool {
 	return false
 }
 
-var goroot = filepath.Clean(build.Default.GOROOT) + string(filepath.Separator)
-
-// load loads the packages and, from source, their dependencies. The bodies
-// of the standard library and of the libraries the rules model by name are
-// dropped while parsing: the rules never read them, and they are most of
-// the memory a whole-program load takes.
-func load(patterns []string, tests bool) ([]*packages.Package, error) {
-	cfg := &packages.Config{
-		Mode: packages.NeedName | packages.NeedFiles | packages.NeedCompiledGoFiles | packages.NeedImports |
-			packages.NeedTypes | packages.NeedTypesSizes | packages.NeedSyntax | packages.NeedTypesInfo |
-			packages.NeedDeps | packages.NeedModule,
-		Tests: tests,
-		ParseFile: func(fset *token.FileSet, filename string, src []byte) (*ast.File, error) {
-			mode := parser.AllErrors | parser.ParseComments | parser.SkipObjectResolution
-			if !bodiesNeeded(filename) {
-				f, err := parser.ParseFile(fset, filename, src, parser.SkipObjectResolution)
-				if f != nil {
-					for _, d := range f.Decls {
-						if fd, ok := d.(*ast.FuncDecl); ok {
-							fd.Body = nil
-						}
-					}
-				}
-				return f, err
-			}
-			return parser.ParseFile(fset, filename, src, mode)
-		},
-	}
-	pkgs, err := packages.Load(cfg, patterns...)
-	if err != nil {
-		return nil, err
-	}
-	// Dropped bodies leave imports unused and the like: those packages'
-	// type errors are ours, not the code's.
-	packages.Visit(pkgs, nil, func(p *packages.Package) {
-		if len(p.GoFiles) > 0 && !bodiesNeeded(p.GoFiles[0]) {
-			var keep []packages.Error
-			for _, e := range p.Errors {
-				if e.Kind != packages.TypeError {
-					keep = append(keep, e)
-				}
-			}
-			p.Errors = keep
-		}
-		// IllTyped covers the dependencies too
-		p.IllTyped = len(p.Errors) > 0
-		for _, imp := range p.Imports {
-			p.IllTyped = p.IllTyped || imp.IllTyped
-		}
-	})
-	if len(pkgs) == 0 {
-		return nil, fmt.Errorf("no packages matched %v", patterns)
-	}
-	return pkgs, nil
-}
-
-// bodiesNeeded reports whether a file's function bodies are analyzed: not
-// for the standard library nor for the modeled libraries in the module
-// cache.
-func bodiesNeeded(filename string) bool {
-	filename = filepath.Clean(filename)
-	if strings.HasPrefix(filename, goroot) {
-		return false
-	}
-	const mod = string(filepath.Separator) + "pkg" + string(filepath.Separator) + "mod" + string(filepath.Separator)
-	i := strings.Index(filename, mod)
-	if i < 0 {
-		return true
-	}
-	rest := filepath.ToSlash(filename[i+len(mod):])
-	at := strings.Index(rest, "@")
-	if at < 0 {
-		return true
-	}
-	return !facts.IsModeled(rest[:at])
-}
-
 // finding is one diagnostic, listed once even when the package and its
 // test variant both report it.
 type finding struct {
@@ -304,65 +220,6 @@ type finding struct {
 }
 
 type related struct{ posn, msg string }
-
-func collect(g *checker.Graph, stderr io.Writer) ([]finding, bool) {
-	seen := map[string]bool{}
-	var out []finding
-	failed := false
-	acts := append([]*checker.Action(nil), g.Roots...)
-	// "p" before "p [p.test]": a finding is listed under the plain package.
-	sort.SliceStable(acts, func(i, j int) bool { return acts[i].Package.ID < acts[j].Package.ID })
-	reported := map[string]bool{}
-	for act := range g.All() {
-		if act.Err != nil && !strings.HasPrefix(act.Err.Error(), "failed prerequisites") && !reported[act.Package.ID] {
-			reported[act.Package.ID] = true
-			fmt.Fprintf(stderr, "%s: %v\n", act.Package.ID, act.Err)
-			failed = true
-		}
-	}
-	for _, act := range acts {
-		if act.Err != nil {
-			failed = true
-			continue
-		}
-		fset := act.Package.Fset
-		for _, d := range act.Diagnostics {
-			p := fset.Position(d.Pos)
-			key := act.Analyzer.Name + "\x00" + p.String() + "\x00" + d.Message
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			fd := finding{pkg: pkgPathOf(act.Package), rule: act.Analyzer.Name, posn: rel(p), file: p.Filename, line: p.Line, col: p.Column, msg: d.Message}
-			if d.End.IsValid() {
-				fd.end = rel(fset.Position(d.End))
-			}
-			for _, r := range d.Related {
-				fd.related = append(fd.related, related{rel(fset.Position(r.Pos)), r.Message})
-			}
-			out = append(out, fd)
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.file != b.file {
-			return a.file < b.file
-		}
-		if a.line != b.line {
-			return a.line < b.line
-		}
-		return a.col < b.col
-	})
-	return out, failed
-}
-
-// pkgPathOf names a package without its test-variant suffix.
-func pkgPathOf(p *packages.Package) string {
-	if p.PkgPath != "" {
-		return strings.TrimSuffix(p.PkgPath, "_test")
-	}
-	return p.ID
-}
 
 var cwd, _ = os.Getwd()
 
