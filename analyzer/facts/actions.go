@@ -203,7 +203,7 @@ func (r *Result) GenericTokenOp(c *ssa.CallCommon) string {
 	if fo == nil || isRedis(fo) {
 		return ""
 	}
-	if matchList(fo, r.cfg.TokenDels) {
+	if r.listed(fo, r.cfg.TokenDels) {
 		return "delete"
 	}
 	sig := fo.Type().(*types.Signature)

@@ -74,19 +74,6 @@ func normName(s string) string {
 	return strings.NewReplacer("(", "", ")", "", "*", "").Replace(strings.TrimSpace(s))
 }
 
-func matchList(fn *types.Func, list []string) bool {
-	if len(list) == 0 {
-		return false
-	}
-	n := normName(FullName(fn))
-	for _, l := range list {
-		if normName(l) == n {
-			return true
-		}
-	}
-	return false
-}
-
 // recvNamed returns the package path and type name of fn's receiver.
 func recvNamed(fn *types.Func) (pkg, name string) {
 	sig, _ := fn.Type().(*types.Signature)

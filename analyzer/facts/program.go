@@ -54,9 +54,34 @@ func NewProgram() *Program {
 
 func qual(p *types.Package) string { return p.Path() }
 
-// sigText is a method's signature without its receiver.
+// sigText is a method's signature without its receiver and without
+// parameter names (an implementation names them as it likes), with the
+// empty interface spelled one way whether it came from source or export
+// data.
 func sigText(sig *types.Signature) string {
-	return types.TypeString(types.NewSignatureType(nil, nil, nil, sig.Params(), sig.Results(), sig.Variadic()), qual)
+	var b strings.Builder
+	tuple := func(t *types.Tuple, variadic bool) {
+		b.WriteByte('(')
+		for i := 0; i < t.Len(); i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if variadic && i == t.Len()-1 {
+				b.WriteString("...")
+				b.WriteString(typeText(t.At(i).Type().(*types.Slice).Elem()))
+				continue
+			}
+			b.WriteString(typeText(t.At(i).Type()))
+		}
+		b.WriteByte(')')
+	}
+	tuple(sig.Params(), sig.Variadic())
+	tuple(sig.Results(), false)
+	return b.String()
+}
+
+func typeText(t types.Type) string {
+	return strings.ReplaceAll(types.TypeString(t, qual), "interface{}", "any")
 }
 
 // AddTypes indexes the concrete named types declared in pkg, less those

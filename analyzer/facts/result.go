@@ -54,17 +54,20 @@ type Summary struct {
 
 // Result is the facts analyzer's result for one package.
 type Result struct {
-	Pass     *analysis.Pass
-	SSA      *SSA
-	cfg      *Config
-	sums     map[*ssa.Function]*Summary
-	flows    map[*ssa.Function]*TxFlow
-	runnerOf map[*ssa.Function]*ssa.Call
-	pending  atomic.Int32
-	lpMu     sync.Mutex
-	lparens  map[token.Pos]token.Pos
-	txMu     sync.Mutex
-	txTypes  map[types.Type]bool
+	Pass      *analysis.Pass
+	SSA       *SSA
+	cfg       *Config
+	sums      map[*ssa.Function]*Summary
+	flows     map[*ssa.Function]*TxFlow
+	runnerOf  map[*ssa.Function]*ssa.Call
+	pending   atomic.Int32
+	listMu    sync.Mutex
+	listSets  map[*string]map[string]bool
+	normNames map[*types.Func]string
+	lpMu      sync.Mutex
+	lparens   map[token.Pos]token.Pos
+	txMu      sync.Mutex
+	txTypes   map[types.Type]bool
 }
 
 func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
@@ -107,6 +110,35 @@ func (r *Result) release() {
 	r.sums = map[*ssa.Function]*Summary{}
 	r.flows = map[*ssa.Function]*TxFlow{}
 	r.runnerOf = map[*ssa.Function]*ssa.Call{}
+}
+
+// listed reports whether fn is in a configured list. The lists are turned
+// into sets, and each function's normalized name computed, once per
+// package: names are compared on every call of every function.
+func (r *Result) listed(fn *types.Func, list []string) bool {
+	if len(list) == 0 {
+		return false
+	}
+	r.listMu.Lock()
+	defer r.listMu.Unlock()
+	if r.listSets == nil {
+		r.listSets = map[*string]map[string]bool{}
+		r.normNames = map[*types.Func]string{}
+	}
+	set := r.listSets[&list[0]]
+	if set == nil {
+		set = map[string]bool{}
+		for _, l := range list {
+			set[normName(l)] = true
+		}
+		r.listSets[&list[0]] = set
+	}
+	n, ok := r.normNames[fn]
+	if !ok {
+		n = normName(FullName(fn))
+		r.normNames[fn] = n
+	}
+	return set[n]
 }
 
 // Config returns the configuration the result was computed with.
@@ -260,7 +292,7 @@ func pathVia(name string, p *Path, decl token.Pos, local bool) *Path {
 // NetCall reports whether the call may do network I/O, and through which
 // chain (starting with the callee).
 func (r *Result) NetCall(c *ssa.CallCommon) *Path {
-	if fn := CalleeObj(c); fn != nil && (builtinNet(fn) || matchList(fn, r.cfg.NetFuncs)) {
+	if fn := CalleeObj(c); fn != nil && (builtinNet(fn) || r.listed(fn, r.cfg.NetFuncs)) {
 		return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos(), Decl: fn.Pos()}
 	}
 	if p := r.invokeNet(c, ifaceOf(c)); p != nil {
@@ -288,7 +320,7 @@ func (r *Result) NetCall(c *ssa.CallCommon) *Path {
 				return &Path{Chain: append([]string{FuncName(fn)}, f.Chain...), Leaf: f.Leaf, Decl: fn.Pos()}
 			}
 			// pay := s.LN.PayInvoice: the bound method of an interface
-			if builtinNet(fn) || matchList(fn, r.cfg.NetFuncs) {
+			if builtinNet(fn) || r.listed(fn, r.cfg.NetFuncs) {
 				return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos(), Decl: fn.Pos()}
 			}
 			if sig := fn.Type().(*types.Signature); sig.Recv() != nil && r.resolving() {
@@ -375,7 +407,7 @@ func (r *Result) callbackNet(c *ssa.CallCommon) *Path {
 // inside a transaction, or -1.
 func (r *Result) RunnerArg(c *ssa.CallCommon) int {
 	if fn := CalleeObj(c); fn != nil {
-		if knownRunner(fn) || matchList(fn, r.cfg.TxRunners) {
+		if knownRunner(fn) || r.listed(fn, r.cfg.TxRunners) {
 			if k := lastFuncArg(c); k >= 0 {
 				return k
 			}
@@ -544,7 +576,7 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 	if p := r.TokenDeleteCall(c); p != nil {
 		return &Action{What: "deletes the idempotency token", Chain: p.Chain}
 	}
-	if fn != nil && matchList(fn, r.cfg.FailFuncs) {
+	if fn != nil && r.listed(fn, r.cfg.FailFuncs) {
 		return &Action{What: "takes a failure action", Chain: []string{name}}
 	}
 	if what := r.OrmFailWrite(c); what != "" {

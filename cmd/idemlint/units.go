@@ -90,6 +90,8 @@ type unitDriver struct {
 	diagMu sync.Mutex
 	errs   []string
 	errMu  sync.Mutex
+	// rootsOnly: analyze only the packages named on the command line.
+	rootsOnly bool
 }
 
 type factKey struct {
@@ -107,9 +109,31 @@ func newUnitDriver(pkgs []*listed) *unitDriver {
 }
 
 // analyzed reports whether a package's bodies are analyzed at all: not the
-// standard library, the modeled libraries, nor generated test mains.
-func analyzed(l *listed) bool {
-	return !l.Standard && !facts.IsModeled(l.path()) && !strings.HasSuffix(l.ImportPath, ".test") && len(l.CompiledGoFiles) > 0
+// standard library, the modeled libraries, nor generated test mains; and
+// of the dependencies, only those that import (directly or not) a package
+// through which a network call, a transaction or a token operation can
+// happen: the net packages, database/sql, or a modeled library. The others
+// can have no such fact; what is lost is their timeout-check and
+// callback-running helpers (documented under Limits).
+func (d *unitDriver) analyzed(l *listed) bool {
+	if l.Standard || facts.IsModeled(l.path()) || strings.HasSuffix(l.ImportPath, ".test") || len(l.CompiledGoFiles) == 0 {
+		return false
+	}
+	if !l.DepOnly {
+		return true
+	}
+	for _, dep := range l.Deps {
+		if dep == "net" || dep == "database/sql" || facts.IsModeled(dep) {
+			return true
+		}
+		if i := strings.Index(dep, " ["); i >= 0 {
+			dep = dep[:i]
+		}
+		if facts.IsModeled(dep) || strings.HasPrefix(dep, "github.com/idemkit/idem") {
+			return true
+		}
+	}
+	return false
 }
 
 // pass runs the analyzers over every analyzed package in dependency
@@ -120,7 +144,17 @@ func (d *unitDriver) pass(factsA *analysis.Analyzer, rules []*analysis.Analyzer,
 	for _, p := range d.pkgs {
 		done[p.ImportPath] = make(chan struct{})
 	}
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	// Up to GOMAXPROCS packages at once, but no more than the largest
+	// import closure's worth of them: a package's memory is mostly the
+	// export data of what it imports, so two large ones run one after the
+	// other and small ones side by side.
+	capacity := 1
+	for _, p := range d.pkgs {
+		if d.analyzed(p) && len(p.Deps) > capacity {
+			capacity = len(p.Deps)
+		}
+	}
+	sem := newWeighted(capacity, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
 	for _, p := range d.pkgs {
 		wg.Add(1)
@@ -132,11 +166,12 @@ func (d *unitDriver) pass(factsA *analysis.Analyzer, rules []*analysis.Analyzer,
 					<-ch
 				}
 			}
-			if !analyzed(p) {
+			if !d.analyzed(p) || d.rootsOnly && p.DepOnly {
 				return
 			}
-			sem <- struct{}{}
-			defer func() { <-sem }()
+			w := max(len(p.Deps), 1)
+			sem.acquire(w)
+			defer sem.release(w)
 			as := []*analysis.Analyzer{factsA}
 			if !p.DepOnly {
 				as = append(as, rules...)
@@ -157,6 +192,7 @@ func (d *unitDriver) fail(format string, args ...any) {
 // data and runs the analyzers on it.
 func (d *unitDriver) unit(p *listed, as []*analysis.Analyzer, onRoot func(*types.Package, *token.FileSet)) {
 	fset := token.NewFileSet()
+	imports := map[string]*types.Package{}
 	var files []*ast.File
 	for _, name := range p.CompiledGoFiles {
 		if !filepath.IsAbs(name) {
@@ -181,7 +217,6 @@ func (d *unitDriver) unit(p *listed, as []*analysis.Analyzer, onRoot func(*types
 			}
 		}
 	}
-	imports := map[string]*types.Package{}
 	imp := importerFunc(func(path string) (*types.Package, error) {
 		if path == "unsafe" {
 			return types.Unsafe, nil
@@ -308,6 +343,41 @@ func (d *unitDriver) unit(p *listed, as []*analysis.Analyzer, onRoot func(*types
 		}
 		results[a] = res
 	}
+}
+
+// weighted is a semaphore of capacity units of weight, and at most n
+// holders.
+type weighted struct {
+	mu        sync.Mutex
+	cond      *sync.Cond
+	free, cap int
+	n, held   int
+}
+
+func newWeighted(capacity, n int) *weighted {
+	w := &weighted{free: capacity, cap: capacity, n: n}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+func (w *weighted) acquire(k int) {
+	k = min(k, w.cap)
+	w.mu.Lock()
+	for w.free < k || w.held >= w.n {
+		w.cond.Wait()
+	}
+	w.free -= k
+	w.held++
+	w.mu.Unlock()
+}
+
+func (w *weighted) release(k int) {
+	k = min(k, w.cap)
+	w.mu.Lock()
+	w.free += k
+	w.held--
+	w.mu.Unlock()
+	w.cond.Broadcast()
 }
 
 type importerFunc func(path string) (*types.Package, error)
