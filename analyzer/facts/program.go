@@ -29,6 +29,12 @@ type Program struct {
 	named   map[string]*namedInfo
 	methods map[string]*MethodSummary
 	impls   map[string][]*namedMethod
+	calls   map[string][]invokedMethod // package path -> interface methods it calls
+}
+
+type invokedMethod struct {
+	iface *types.Interface
+	m     *types.Func
 }
 
 type namedInfo struct {
@@ -49,7 +55,8 @@ type MethodSummary struct {
 
 // NewProgram returns an empty Program.
 func NewProgram() *Program {
-	return &Program{named: map[string]*namedInfo{}, methods: map[string]*MethodSummary{}, impls: map[string][]*namedMethod{}}
+	return &Program{named: map[string]*namedInfo{}, methods: map[string]*MethodSummary{}, impls: map[string][]*namedMethod{},
+		calls: map[string][]invokedMethod{}}
 }
 
 func qual(p *types.Package) string { return p.Path() }
@@ -125,6 +132,34 @@ func methodKey(fn *types.Func) string {
 		return ""
 	}
 	return p + "." + n + "." + fn.Name()
+}
+
+// invoked records that package pkg calls interface method m (first pass).
+func (p *Program) invoked(pkg string, iface *types.Interface, m *types.Func) {
+	p.mu.Lock()
+	p.calls[pkg] = append(p.calls[pkg], invokedMethod{iface, m})
+	p.mu.Unlock()
+}
+
+// Resolves reports whether the second pass could see more in package pkg
+// than the first: it calls an interface method that resolves to network
+// I/O, a transaction runner or a token delete.
+func (p *Program) Resolves(pkg string) bool {
+	p.mu.Lock()
+	calls := p.calls[pkg]
+	p.mu.Unlock()
+	for _, c := range calls {
+		if impl, _ := p.invokeNet(c.iface, c.m); impl != "" {
+			return true
+		}
+		if p.invokeRunner(c.iface, c.m) >= 0 {
+			return true
+		}
+		if impl, _ := p.invokeTokenDel(c.iface, c.m); impl != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // record stores the summary of a concrete method (first pass).

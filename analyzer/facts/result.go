@@ -89,7 +89,10 @@ func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
 		}
 	}
 	r.export()
-	if cfg.Recording {
+	if cfg.Recording && cfg.Program != nil {
+		r.recordInvokes()
+	}
+	if cfg.Recording && cfg.Consumers == 0 {
 		r.release() // no rule reads it
 	} else {
 		r.pending.Store(int32(cfg.Consumers))
@@ -333,6 +336,34 @@ func (r *Result) NetCall(c *ssa.CallCommon) *Path {
 		}
 	}
 	return r.callbackNet(c)
+}
+
+// recordInvokes tells the Program which interface methods the package
+// calls (and hands method values of), so that the command knows which
+// packages a second pass could change.
+func (r *Result) recordInvokes() {
+	for _, fn := range r.SSA.SrcFuncs {
+		for _, b := range fn.Blocks {
+			for _, instr := range b.Instrs {
+				switch in := instr.(type) {
+				case ssa.CallInstruction:
+					if it := ifaceOf(in.Common()); it != nil {
+						r.cfg.Program.invoked(r.Pass.Pkg.Path(), it, in.Common().Method)
+					}
+				case *ssa.MakeClosure:
+					if f, ok := in.Fn.(*ssa.Function); ok {
+						if m, ok := f.Object().(*types.Func); ok {
+							if sig := m.Type().(*types.Signature); sig.Recv() != nil {
+								if it, ok := sig.Recv().Type().Underlying().(*types.Interface); ok {
+									r.cfg.Program.invoked(r.Pass.Pkg.Path(), it, m)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
 }
 
 // resolving reports whether interface calls are resolved through the

@@ -121,15 +121,28 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 	}
 	lap("go list")
 
-	// First pass: the facts alone, recording the roots' concrete types
-	// and what their methods do.
-	first := facts.New(facts.Config{
-		NetFuncs: f.Config.NetFuncs, TxRunners: f.Config.TxRunners, TokenTables: f.Config.TokenTables,
-		TxTypes: f.Config.TxTypes, FailFuncs: f.Config.FailFuncs, TokenDels: f.Config.TokenDels,
-		Program: prog, Recording: true,
-	})
+	// First pass: every package, the rules on the named ones, recording
+	// the named packages' concrete types, what their methods do and which
+	// interface methods they call.
+	s1 := settings
+	s1.NetFuncs, s1.TxRunners, s1.TokenTables = f.Config.NetFuncs, f.Config.TxRunners, f.Config.TokenTables
+	s1.TxTypes, s1.FailFuncs, s1.TokenDels = f.Config.TxTypes, f.Config.FailFuncs, f.Config.TokenDels
+	all1, first, err := analyzer.NewSuite(s1, facts.Config{Program: prog, Recording: true})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	var rules1 []*analysis.Analyzer
+	for _, a := range all1 {
+		for _, r := range rules {
+			if r.Name == a.Name {
+				rules1 = append(rules1, a)
+			}
+		}
+	}
+	first.Config.Consumers = len(rules1)
 	d := newUnitDriver(pkgs)
-	d.pass(first.Analyzer, nil, func(pkg *types.Package, fset *token.FileSet) {
+	d.pass(first.Analyzer, rules1, func(pkg *types.Package, fset *token.FileSet) {
 		prog.AddTypes(pkg, func(tn *types.TypeName) bool { return skipType(fset, tn) })
 	})
 	lap("first pass")
@@ -140,20 +153,33 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 
-	// Second pass, over the packages named on the command line only: the
-	// rules, with interface calls resolved. The dependencies keep their
-	// first-pass facts (a library's interface calls are not resolved to
-	// the service's types).
+	// Second pass, over the named packages that call an interface method
+	// the whole program resolves, and those that import one of them: the
+	// facts with interface calls resolved, and the rules, whose findings
+	// replace the first pass's. The dependencies keep their first-pass
+	// facts (a library's interface calls are not resolved to the
+	// service's types).
+	again := map[string]bool{}
+	for _, p := range pkgs {
+		if p.DepOnly || !d.analyzed(p) {
+			continue
+		}
+		again[p.ImportPath] = prog.Resolves(p.path()) || os.Getenv("IDEMLINT_ALL") != ""
+		for _, dep := range p.Deps {
+			again[p.ImportPath] = again[p.ImportPath] || again[dep]
+		}
+	}
 	f.Config.Consumers = len(rules)
-	d2 := d
-	d2.errs = nil
-	d2.rootsOnly = os.Getenv("IDEMLINT_ALL") == ""
-	d2.pass(f.Analyzer, rules, nil)
+	d.errs = nil
+	d.only = again
+	d.drop(again)
+	d.pass(f.Analyzer, rules, nil)
 	lap("second pass")
-	failed := len(d2.errs) > 0
-	for _, e := range d2.errs {
+	failed := len(d.errs) > 0
+	for _, e := range d.errs {
 		fmt.Fprintln(stderr, e)
 	}
+	d2 := d
 	findings := d2.findings()
 	if *asJSON {
 		if err := printJSON(stdout, findings); err != nil {
@@ -215,6 +241,7 @@ func skipType(fset *token.FileSet, tn *types.TypeName) bool {
 // finding is one diagnostic, listed once even when the package and its
 // test variant both report it.
 type finding struct {
+	id        string // package ID
 	pkg, rule string
 	posn, end string
 	file      string

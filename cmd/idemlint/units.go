@@ -90,8 +90,8 @@ type unitDriver struct {
 	diagMu sync.Mutex
 	errs   []string
 	errMu  sync.Mutex
-	// rootsOnly: analyze only the packages named on the command line.
-	rootsOnly bool
+	// only, when set, lists the package IDs to analyze.
+	only map[string]bool
 }
 
 type factKey struct {
@@ -166,7 +166,7 @@ func (d *unitDriver) pass(factsA *analysis.Analyzer, rules []*analysis.Analyzer,
 					<-ch
 				}
 			}
-			if !d.analyzed(p) || d.rootsOnly && p.DepOnly {
+			if !d.analyzed(p) || d.only != nil && !d.only[p.ImportPath] {
 				return
 			}
 			w := max(len(p.Deps), 1)
@@ -389,7 +389,7 @@ func (f importerFunc) Import(path string) (*types.Package, error) { return f(pat
 
 func (d *unitDriver) report(p *listed, a *analysis.Analyzer, fset *token.FileSet, diag analysis.Diagnostic) {
 	pos := fset.Position(diag.Pos)
-	fd := finding{pkg: strings.TrimSuffix(p.path(), "_test"), rule: a.Name, posn: rel(pos), file: pos.Filename, line: pos.Line, col: pos.Column, msg: diag.Message}
+	fd := finding{id: p.ImportPath, pkg: strings.TrimSuffix(p.path(), "_test"), rule: a.Name, posn: rel(pos), file: pos.Filename, line: pos.Line, col: pos.Column, msg: diag.Message}
 	if diag.End.IsValid() {
 		fd.end = rel(fset.Position(diag.End))
 	}
@@ -399,6 +399,17 @@ func (d *unitDriver) report(p *listed, a *analysis.Analyzer, fset *token.FileSet
 	d.diagMu.Lock()
 	d.diags = append(d.diags, fd)
 	d.diagMu.Unlock()
+}
+
+// drop forgets the diagnostics of the given packages.
+func (d *unitDriver) drop(ids map[string]bool) {
+	keep := d.diags[:0]
+	for _, f := range d.diags {
+		if !ids[f.id] {
+			keep = append(keep, f)
+		}
+	}
+	d.diags = keep
 }
 
 // findings returns the diagnostics, each once (a package and its test
