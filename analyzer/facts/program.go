@@ -29,12 +29,15 @@ type Program struct {
 	named   map[string]*namedInfo
 	methods map[string]*MethodSummary
 	impls   map[string][]*namedMethod
-	calls   map[string][]invokedMethod // package path -> interface methods it calls
+	calls   map[string]map[string]invokedMethod // package path -> interface methods it calls, by text
+	roots   map[string]bool
 }
 
+// invokedMethod is an interface method a package calls, as text (the
+// types themselves would keep every package's imports alive).
 type invokedMethod struct {
-	iface *types.Interface
-	m     *types.Func
+	want map[string]string // the interface's methods: name -> signature text
+	name string
 }
 
 type namedInfo struct {
@@ -56,7 +59,7 @@ type MethodSummary struct {
 // NewProgram returns an empty Program.
 func NewProgram() *Program {
 	return &Program{named: map[string]*namedInfo{}, methods: map[string]*MethodSummary{}, impls: map[string][]*namedMethod{},
-		calls: map[string][]invokedMethod{}}
+		calls: map[string]map[string]invokedMethod{}}
 }
 
 func qual(p *types.Package) string { return p.Path() }
@@ -137,8 +140,38 @@ func methodKey(fn *types.Func) string {
 // invoked records that package pkg calls interface method m (first pass).
 func (p *Program) invoked(pkg string, iface *types.Interface, m *types.Func) {
 	p.mu.Lock()
-	p.calls[pkg] = append(p.calls[pkg], invokedMethod{iface, m})
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	if p.roots != nil && !p.roots[pkg] {
+		return
+	}
+	want := ifaceText(iface)
+	k := wantKey(want) + "|" + m.Name()
+	if p.calls[pkg] == nil {
+		p.calls[pkg] = map[string]invokedMethod{}
+	}
+	if _, ok := p.calls[pkg][k]; !ok {
+		p.calls[pkg][k] = invokedMethod{want, m.Name()}
+	}
+}
+
+// SetRoots names the packages whose interface calls are recorded (the
+// others are never asked about).
+func (p *Program) SetRoots(paths []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.roots = map[string]bool{}
+	for _, path := range paths {
+		p.roots[path] = true
+	}
+}
+
+func wantKey(want map[string]string) string {
+	var ks []string
+	for name, sig := range want {
+		ks = append(ks, name+sig)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ";")
 }
 
 // Resolves reports whether the second pass could see more in package pkg
@@ -149,14 +182,10 @@ func (p *Program) Resolves(pkg string) bool {
 	calls := p.calls[pkg]
 	p.mu.Unlock()
 	for _, c := range calls {
-		if impl, _ := p.invokeNet(c.iface, c.m); impl != "" {
-			return true
-		}
-		if p.invokeRunner(c.iface, c.m) >= 0 {
-			return true
-		}
-		if impl, _ := p.invokeTokenDel(c.iface, c.m); impl != "" {
-			return true
+		for _, impl := range p.implementationsOf(c.want, c.name) {
+			if s := p.summary(impl.key); s != nil && (s.Net != nil || s.Runner >= 0 || s.TokenDel != nil) {
+				return true
+			}
 		}
 	}
 	return false
@@ -177,17 +206,21 @@ func (p *Program) record(fn *types.Func, s *MethodSummary) {
 // whose pointer method set implements iface, sorted, or nil. A promoted
 // method resolves to the declaring type's key through the lookup below.
 func (p *Program) implementations(iface *types.Interface, m *types.Func) []*namedMethod {
+	return p.implementationsOf(ifaceText(iface), m.Name())
+}
+
+// ifaceText is an interface's method set as text: name -> signature.
+func ifaceText(iface *types.Interface) map[string]string {
 	want := map[string]string{}
 	for i := 0; i < iface.NumMethods(); i++ {
 		f := iface.Method(i)
 		want[f.Name()] = sigText(f.Type().(*types.Signature))
 	}
-	var ks []string
-	for name, sig := range want {
-		ks = append(ks, name+sig)
-	}
-	sort.Strings(ks)
-	key := strings.Join(ks, ";") + "|" + m.Name()
+	return want
+}
+
+func (p *Program) implementationsOf(want map[string]string, method string) []*namedMethod {
+	key := wantKey(want) + "|" + method
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if out, ok := p.impls[key]; ok {
@@ -203,7 +236,7 @@ func (p *Program) implementations(iface *types.Interface, m *types.Func) []*name
 			}
 		}
 		if ok {
-			out = append(out, &namedMethod{key: tk + "." + m.Name(), display: "(" + info.display + ")." + m.Name()})
+			out = append(out, &namedMethod{key: tk + "." + method, display: "(" + info.display + ")." + method})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })

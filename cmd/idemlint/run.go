@@ -141,6 +141,13 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 		}
 	}
 	first.Config.Consumers = len(rules1)
+	var rootPaths []string
+	for _, p := range pkgs {
+		if !p.DepOnly {
+			rootPaths = append(rootPaths, p.path())
+		}
+	}
+	prog.SetRoots(rootPaths)
 	d := newUnitDriver(pkgs)
 	d.pass(first.Analyzer, rules1, func(pkg *types.Package, fset *token.FileSet) {
 		prog.AddTypes(pkg, func(tn *types.TypeName) bool { return skipType(fset, tn) })
