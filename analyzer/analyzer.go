@@ -3,7 +3,13 @@
 package analyzer
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"golang.org/x/tools/go/analysis"
 
@@ -27,11 +33,68 @@ type Settings struct {
 	TxRunners []string `json:"txrunners,omitempty"`
 	// TokenTables are SQL tables holding idempotency tokens or records.
 	TokenTables []string `json:"tables,omitempty"`
+	// TxTypes are extra transaction types, e.g. "example.com/store.Tx".
+	TxTypes []string `json:"txtypes,omitempty"`
+	// FailFuncs are extra functions that take a definite-failure action.
+	FailFuncs []string `json:"failfuncs,omitempty"`
+	// TokenDels are extra functions that delete an idempotency token.
+	TokenDels []string `json:"tokendels,omitempty"`
+}
+
+// ConfigFile is the name of the configuration file read from the module
+// root by the idemlint command. It holds a JSON object with the keys of
+// [Settings] (the golangci-lint plugin's settings take the same keys).
+const ConfigFile = ".idemlint.json"
+
+// LoadConfig finds the module root at or above dir (the directory with
+// go.mod) and reads its ConfigFile. It returns the zero Settings and an
+// empty path when there is no module root or no file.
+func LoadConfig(dir string) (Settings, string, error) {
+	var s Settings
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return s, "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return s, "", nil
+		}
+		dir = up
+	}
+	path := filepath.Join(dir, ConfigFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, "", nil
+	}
+	if err != nil {
+		return s, path, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return s, path, fmt.Errorf("%s: %v", path, err)
+	}
+	if _, err := New(s); err != nil {
+		return s, path, fmt.Errorf("%s: %v", path, err)
+	}
+	return s, path, nil
 }
 
 // New returns the enabled rules of a suite configured by s; they share one
 // facts analyzer.
 func New(s Settings) ([]*analysis.Analyzer, error) {
+	as, _, err := NewSuite(s, facts.Config{})
+	return as, err
+}
+
+// NewSuite is New for drivers: base supplies the facts analyzer's
+// whole-program fields (Program, Recording, Consumers, NoRelated); the lists
+// come from s. It also returns the shared facts analyzer.
+func NewSuite(s Settings, base facts.Config) ([]*analysis.Analyzer, *facts.Facts, error) {
 	off := map[string]bool{}
 	for _, d := range s.Disable {
 		known := false
@@ -39,11 +102,13 @@ func New(s Settings) ([]*analysis.Analyzer, error) {
 			known = known || r == d
 		}
 		if !known {
-			return nil, fmt.Errorf("idemlint: unknown rule %q in disable (rules: %v)", d, Rules)
+			return nil, nil, fmt.Errorf("idemlint: unknown rule %q in disable (rules: %v)", d, Rules)
 		}
 		off[d] = true
 	}
-	f := facts.New(facts.Config{NetFuncs: s.NetFuncs, TxRunners: s.TxRunners, TokenTables: s.TokenTables})
+	base.NetFuncs, base.TxRunners, base.TokenTables = s.NetFuncs, s.TxRunners, s.TokenTables
+	base.TxTypes, base.FailFuncs, base.TokenDels = s.TxTypes, s.FailFuncs, s.TokenDels
+	f := facts.New(base)
 	var out []*analysis.Analyzer
 	if !off[txrpc.Name] {
 		out = append(out, txrpc.New(txrpc.Config{Facts: f}))
@@ -54,7 +119,7 @@ func New(s Settings) ([]*analysis.Analyzer, error) {
 	if !off[tokenorder.Name] {
 		out = append(out, tokenorder.New(tokenorder.Config{Facts: f}))
 	}
-	return out, nil
+	return out, f, nil
 }
 
 // Analyzers returns the default analyzers (txrpc.Analyzer,

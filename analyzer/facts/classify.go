@@ -10,14 +10,18 @@ import (
 )
 
 const (
-	pkgSQL    = "database/sql"
-	pkgPgx    = "github.com/jackc/pgx/v5"
-	pkgGRPC   = "google.golang.org/grpc"
-	pkgCodes  = "google.golang.org/grpc/codes"
-	pkgRedis  = "github.com/redis/go-redis/v9"
-	pkgIdem   = "github.com/idemkit/idem"
-	codeDeadl = 4  // codes.DeadlineExceeded
-	codeUnav  = 14 // codes.Unavailable
+	pkgSQL       = "database/sql"
+	pkgPgx       = "github.com/jackc/pgx/v5"
+	pkgGRPC      = "google.golang.org/grpc"
+	pkgCodes     = "google.golang.org/grpc/codes"
+	pkgRedis     = "github.com/redis/go-redis/v9"
+	pkgIdem      = "github.com/idemkit/idem"
+	pkgGorm      = "gorm.io/gorm"
+	pkgBun       = "github.com/uptrace/bun"
+	pkgSqlx      = "github.com/jmoiron/sqlx"
+	pkgFirestore = "cloud.google.com/go/firestore"
+	codeDeadl    = 4  // codes.DeadlineExceeded
+	codeUnav     = 14 // codes.Unavailable
 )
 
 // FuncName is the short display name of fn: "http.Get", "(*http.Client).Do",
@@ -68,19 +72,6 @@ func typeName(t types.Type, full bool) string {
 // normName makes "(*a/b.T).M", "(a/b.T).M" and "a/b.T.M" compare equal.
 func normName(s string) string {
 	return strings.NewReplacer("(", "", ")", "", "*", "").Replace(strings.TrimSpace(s))
-}
-
-func matchList(fn *types.Func, list []string) bool {
-	if len(list) == 0 {
-		return false
-	}
-	n := normName(FullName(fn))
-	for _, l := range list {
-		if normName(l) == n {
-			return true
-		}
-	}
-	return false
 }
 
 // recvNamed returns the package path and type name of fn's receiver.
@@ -200,12 +191,6 @@ func redisCmd(c *ssa.CallCommon) string {
 	return fn.Name()
 }
 
-// IsTxType reports whether t is *sql.Tx or pgx.Tx.
-func IsTxType(t types.Type) bool {
-	p, n := namedOf(t)
-	return n == "Tx" && (p == pkgSQL || p == pkgPgx)
-}
-
 // CalleeObj returns the declared function or method called by c, if known:
 // the interface method for invokes, the static callee's object otherwise
 // (method values resolve to their method).
@@ -236,73 +221,6 @@ func StaticFn(c *ssa.CallCommon) *ssa.Function {
 	return fn
 }
 
-// IsBegin reports whether c begins a transaction: a Begin* call returning
-// (tx, error).
-func IsBegin(c *ssa.CallCommon) bool {
-	sig := c.Signature()
-	if sig == nil || sig.Results().Len() != 2 || !IsTxType(sig.Results().At(0).Type()) {
-		return false
-	}
-	fn := CalleeObj(c)
-	if fn == nil {
-		return false
-	}
-	return strings.HasPrefix(strings.ToLower(fn.Name()), "begin")
-}
-
-// TxEnd returns the transaction value that c commits or rolls back.
-func TxEnd(c *ssa.CallCommon) (ssa.Value, bool) {
-	fn := CalleeObj(c)
-	if fn == nil || (fn.Name() != "Commit" && fn.Name() != "Rollback") {
-		return nil, false
-	}
-	if c.IsInvoke() {
-		if IsTxType(c.Value.Type()) {
-			return c.Value, true
-		}
-		return nil, false
-	}
-	if len(c.Args) > 0 && IsTxType(c.Args[0].Type()) {
-		return c.Args[0], true
-	}
-	return nil, false
-}
-
-// IsRollback reports whether c is a Rollback of a transaction.
-func IsRollback(c *ssa.CallCommon) bool {
-	_, ok := TxEnd(c)
-	return ok && CalleeObj(c).Name() == "Rollback"
-}
-
-// knownRunnerArg returns the index in c.Args of the callback run inside a
-// transaction by a built-in runner (pgx.BeginFunc, pgx.BeginTxFunc).
-func knownRunnerArg(fn *types.Func) int {
-	if pkgPath(fn) == pkgPgx {
-		switch fn.Name() {
-		case "BeginFunc":
-			return 2
-		case "BeginTxFunc":
-			return 3
-		}
-	}
-	return -1
-}
-
-// takesTx reports whether t is a func type with a transaction parameter:
-// a callback given a transaction is run inside it.
-func takesTx(t types.Type) bool {
-	sig, ok := t.Underlying().(*types.Signature)
-	if !ok {
-		return false
-	}
-	for i := 0; i < sig.Params().Len(); i++ {
-		if IsTxType(sig.Params().At(i).Type()) {
-			return true
-		}
-	}
-	return false
-}
-
 // ConstString returns the string value of v if it is a constant string or a
 // concatenation of them.
 func ConstString(v ssa.Value) (string, bool) {
@@ -325,15 +243,33 @@ func ConstString(v ssa.Value) (string, bool) {
 	return "", false
 }
 
-// SQLOf returns the SQL text of an Exec/Query-shaped call: a method named
-// Exec*/Query* whose first string argument is a constant.
+// sqlMethod: a method taking SQL text: Exec*, Query*, sqlx MustExec*,
+// NamedExec*, NamedQuery*, Get*/Select*, pop RawQuery, gorm Raw.
+func sqlMethod(fn *types.Func) bool {
+	n := fn.Name()
+	for _, p := range []string{"Exec", "Query", "MustExec", "NamedExec", "NamedQuery", "RawQuery"} {
+		if strings.HasPrefix(n, p) {
+			return true
+		}
+	}
+	p, _ := recvNamed(fn)
+	switch {
+	case p == pkgGorm:
+		return n == "Raw"
+	case p == pkgSqlx:
+		return strings.HasPrefix(n, "Get") || strings.HasPrefix(n, "Select")
+	}
+	return false
+}
+
+// SQLOf returns the SQL text of an Exec/Query-shaped call (see sqlMethod)
+// whose first string argument is a constant.
 func SQLOf(c *ssa.CallCommon) (string, bool) {
 	fn := CalleeObj(c)
 	if fn == nil {
 		return "", false
 	}
-	n := fn.Name()
-	if !strings.HasPrefix(n, "Exec") && !strings.HasPrefix(n, "Query") {
+	if !sqlMethod(fn) {
 		return "", false
 	}
 	args := c.Args
@@ -351,12 +287,13 @@ var (
 	reInsert    = regexp.MustCompile(`(?is)^\s*insert\s+into\s+"?([\w.]+)"?`)
 	reUpdate    = regexp.MustCompile(`(?is)^\s*update\s+"?([\w.]+)"?`)
 	reForUpdate = regexp.MustCompile(`(?i)\bfor\s+(no\s+key\s+)?update\b`)
-	reStrongTok = regexp.MustCompile(`(?i)idempot|dedup|nonce|idem[_:.-]`)
+	reStrongTok = regexp.MustCompile(`(?i)idempot|dedup|nonce|idem[_:.-]|idem(key|token|record)`)
 	reWeakTok   = regexp.MustCompile(`(?i)token`)
 	// words that make "token" an authentication token, not an idempotency token
-	reAuthTok = regexp.MustCompile(`(?i)access|refresh|auth|oauth|session|jwt|bearer|api_?(key|token)|csrf|login|id_?token`)
-	reFailed  = regexp.MustCompile(`(?i)^(state_|status_)?fail(ed|ure)?$`)
-	reFailSQL = regexp.MustCompile(`(?i)'fail(ed|ure)?'`)
+	reAuthTok = regexp.MustCompile(`(?i)access|refresh|auth|oauth|session|jwt|bearer|api_?(key|token)|csrf|login|id_?token|one_?time|otp|confirm|recover|reset|invite|verif|magic|password|reauth|device|push|fcm|csrf`)
+	// failed-like states: FAILED, failed, error, cancelled, reversed, refunded, ...
+	reFailed  = regexp.MustCompile(`(?i)^(state_|status_)?(fail(ed|ure)?|errored|error|cancel+ed|reversed|refunded|declined|rejected|voided)$`)
+	reFailSQL = regexp.MustCompile(`(?i)'(fail(ed|ure)?|errored|error|cancel+ed|reversed|refunded|declined|rejected|voided)'`)
 )
 
 func (r *Result) tokenTable(name string) bool {
@@ -538,10 +475,15 @@ func isFailedConst(v ssa.Value) bool {
 
 var (
 	reStatusSetter = regexp.MustCompile(`(?i)^(set|update|save|mark|write|record|transition|finish|complete|persist|store)\w*(state|status)$|^(state|status)$`)
-	reMarkFailed   = regexp.MustCompile(`^(?i:mark|set|save|record|persist)(As)?Fail(ed|ure)?\w*$|^(?i:fail)(Intent|Payment|Charge|Order|Record|Request|Operation|Op)$`)
-	reRefund       = regexp.MustCompile(`^(?i:issue|create|do|start|make|send)?(?i:refund)`)
-	rePermanent    = regexp.MustCompile(`(?i)permanent`)
-	reStatusParam  = regexp.MustCompile(`(?i)state|status`)
+	// markPaymentFailed, HandleFailedPayment, onChargeFailure, failPayment,
+	// cancelOrder, reverseTransfer, releaseReservation, ...
+	reMarkFailed = regexp.MustCompile(`^(?i:mark|set|save|record|persist|flag|handle|process|on|update|move|transition)\w*(Fail(ed|ure)?|Cancel+ed|Declined|Rejected|Revers(ed|al))\w*$` +
+		`|^(?i:mark|set|handle|on)(As)?(fail|cancel|declin|reject)\w*$` +
+		`|^(?i:fail|cancel|reverse|void|revert|compensate|undo)(Intent|Payment|Charge|Order|Operation|Transfer|Transaction|Invoice|Withdrawal|Deposit|Reservation|Booking|Subscription|Payout)s?\w*$` +
+		`|^(?i:release)(Reservation|Hold|Funds|Stock|Inventory|Balance)s?\w*$|^(?i:reverse|revert)(Ledger|Entry|Entries|Balance|Fee)\w*$`)
+	reRefund      = regexp.MustCompile(`^(?i:issue|create|do|start|make|send)?(?i:refund)`)
+	rePermanent   = regexp.MustCompile(`(?i)permanent`)
+	reStatusParam = regexp.MustCompile(`(?i)state|status`)
 )
 
 // ReadOnlyLeaf reports whether the leaf network call of a chain cannot have

@@ -114,6 +114,30 @@ type Config struct {
 	// records. Tables whose name contains "idempot", "token" or "dedup" are
 	// always recognized.
 	TokenTables []string
+	// TxTypes are extra transaction types, spelled "example.com/store.Tx"
+	// (a pointer to it is a transaction too).
+	TxTypes []string
+	// FailFuncs are extra functions that take a definite-failure action
+	// (mark an operation failed, compensate), spelled like NetFuncs.
+	FailFuncs []string
+	// TokenDels are extra functions that delete an idempotency token or
+	// record, spelled like NetFuncs.
+	TokenDels []string
+
+	// Program, set by the standalone command, resolves interface calls
+	// to their implementations in the whole loaded program. While
+	// Recording, the analyzer records the summaries of concrete methods
+	// into it instead (the command's first pass).
+	Program   *Program
+	Recording bool
+	// Consumers is how many rules read each root's result; when each
+	// has called [Result.Done], the result's SSA form is dropped. Zero
+	// keeps it (drivers that may run other analyzers on it).
+	Consumers int
+	// NoRelated drops the related positions of diagnostics (their
+	// messages name every position): golangci-lint turns each related
+	// position into an issue of its own.
+	NoRelated bool
 }
 
 // Facts is one facts analyzer together with the configuration it reads.
@@ -130,6 +154,13 @@ func New(cfg Config) *Facts {
 		NetFuncs:    append([]string(nil), cfg.NetFuncs...),
 		TxRunners:   append([]string(nil), cfg.TxRunners...),
 		TokenTables: append([]string(nil), cfg.TokenTables...),
+		TxTypes:     append([]string(nil), cfg.TxTypes...),
+		FailFuncs:   append([]string(nil), cfg.FailFuncs...),
+		TokenDels:   append([]string(nil), cfg.TokenDels...),
+		Program:     cfg.Program,
+		Recording:   cfg.Recording,
+		Consumers:   cfg.Consumers,
+		NoRelated:   cfg.NoRelated,
 	}
 	f := &Facts{Config: c}
 	a := &analysis.Analyzer{
@@ -147,6 +178,9 @@ func New(cfg Config) *Facts {
 	a.Flags.Var(ListFlag(&c.NetFuncs), "netfuncs", "extra network functions, comma-separated (e.g. (*example.com/pay.Client).Do)")
 	a.Flags.Var(ListFlag(&c.TxRunners), "txrunners", "extra transaction runners, comma-separated")
 	a.Flags.Var(ListFlag(&c.TokenTables), "tables", "idempotency token/record tables, comma-separated")
+	a.Flags.Var(ListFlag(&c.TxTypes), "txtypes", "extra transaction types, comma-separated (e.g. example.com/store.Tx)")
+	a.Flags.Var(ListFlag(&c.FailFuncs), "failfuncs", "extra definite-failure functions, comma-separated")
+	a.Flags.Var(ListFlag(&c.TokenDels), "tokendels", "extra idempotency token delete functions, comma-separated")
 	f.Analyzer = a
 	return f
 }

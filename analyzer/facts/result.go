@@ -2,11 +2,14 @@ package facts
 
 import (
 	"fmt"
+	"go/ast"
 	"go/constant"
 	"go/token"
 	"go/types"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/ssa"
@@ -51,12 +54,20 @@ type Summary struct {
 
 // Result is the facts analyzer's result for one package.
 type Result struct {
-	Pass     *analysis.Pass
-	SSA      *SSA
-	cfg      *Config
-	sums     map[*ssa.Function]*Summary
-	flows    map[*ssa.Function]*TxFlow
-	runnerOf map[*ssa.Function]*ssa.Call
+	Pass      *analysis.Pass
+	SSA       *SSA
+	cfg       *Config
+	sums      map[*ssa.Function]*Summary
+	flows     map[*ssa.Function]*TxFlow
+	runnerOf  map[*ssa.Function]*ssa.Call
+	pending   atomic.Int32
+	listMu    sync.Mutex
+	listSets  map[*string]map[string]bool
+	normNames map[*types.Func]string
+	lpMu      sync.Mutex
+	lparens   map[token.Pos]token.Pos
+	txMu      sync.Mutex
+	txTypes   map[types.Type]bool
 }
 
 func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
@@ -78,11 +89,88 @@ func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
 		}
 	}
 	r.export()
+	if cfg.Recording && cfg.Program != nil {
+		r.recordInvokes()
+	}
+	if cfg.Recording && cfg.Consumers == 0 {
+		r.release() // no rule reads it
+	} else {
+		r.pending.Store(int32(cfg.Consumers))
+	}
 	return r, nil
 }
 
+// Done tells the result that one rule is done with it; when all the
+// configured consumers are, its SSA form and summaries are dropped.
+func (r *Result) Done() {
+	if r.cfg.Consumers > 0 && r.pending.Add(-1) == 0 {
+		r.release()
+	}
+}
+
+func (r *Result) release() {
+	r.SSA = &SSA{}
+	r.sums = map[*ssa.Function]*Summary{}
+	r.flows = map[*ssa.Function]*TxFlow{}
+	r.runnerOf = map[*ssa.Function]*ssa.Call{}
+}
+
+// listed reports whether fn is in a configured list. The lists are turned
+// into sets, and each function's normalized name computed, once per
+// package: names are compared on every call of every function.
+func (r *Result) listed(fn *types.Func, list []string) bool {
+	if len(list) == 0 {
+		return false
+	}
+	r.listMu.Lock()
+	defer r.listMu.Unlock()
+	if r.listSets == nil {
+		r.listSets = map[*string]map[string]bool{}
+		r.normNames = map[*types.Func]string{}
+	}
+	set := r.listSets[&list[0]]
+	if set == nil {
+		set = map[string]bool{}
+		for _, l := range list {
+			set[normName(l)] = true
+		}
+		r.listSets[&list[0]] = set
+	}
+	n, ok := r.normNames[fn]
+	if !ok {
+		n = normName(FullName(fn))
+		r.normNames[fn] = n
+	}
+	return set[n]
+}
+
+// Config returns the configuration the result was computed with.
+func (r *Result) Config() *Config { return r.cfg }
+
 // Summary returns the summary of a function of the analyzed package, or nil.
 func (r *Result) Summary(fn *ssa.Function) *Summary { return r.sums[fn] }
+
+// CallStart returns the start of the call expression whose Lparen is at
+// pos (where SSA puts a call), or pos.
+func (r *Result) CallStart(pos token.Pos) token.Pos {
+	r.lpMu.Lock()
+	defer r.lpMu.Unlock()
+	if r.lparens == nil {
+		r.lparens = map[token.Pos]token.Pos{}
+		for _, f := range r.Pass.Files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					r.lparens[c.Lparen] = c.Pos()
+				}
+				return true
+			})
+		}
+	}
+	if p, ok := r.lparens[pos]; ok {
+		return p
+	}
+	return pos
+}
 
 // PosString formats pos as file:line:col (base name of the file).
 func (r *Result) PosString(pos token.Pos) string {
@@ -154,8 +242,45 @@ func funcsOf(v ssa.Value, seen map[ssa.Value]bool) []*ssa.Function {
 			}
 			return out
 		}
+		if fv, ok := v.X.(*ssa.FreeVar); ok && v.Op == token.MUL {
+			// a variable of the enclosing function, captured by reference
+			if b := binding(fv); b != nil {
+				return funcsOf(&ssa.UnOp{Op: token.MUL, X: b}, seen)
+			}
+		}
+	case *ssa.FreeVar:
+		if b := binding(v); b != nil {
+			return funcsOf(b, seen)
+		}
 	}
 	return nil
+}
+
+// binding returns the value the enclosing function binds to fv, when the
+// closure is made in one place.
+func binding(fv *ssa.FreeVar) ssa.Value {
+	fn := fv.Parent()
+	if fn == nil || fn.Parent() == nil {
+		return nil
+	}
+	idx := -1
+	for i, f := range fn.FreeVars {
+		if f == fv {
+			idx = i
+		}
+	}
+	var bound ssa.Value
+	for _, b := range fn.Parent().Blocks {
+		for _, instr := range b.Instrs {
+			if mc, ok := instr.(*ssa.MakeClosure); ok && mc.Fn == fn && idx >= 0 && idx < len(mc.Bindings) {
+				if bound != nil && bound != mc.Bindings[idx] {
+					return nil
+				}
+				bound = mc.Bindings[idx]
+			}
+		}
+	}
+	return bound
 }
 
 // pathVia prefixes p with the callee name.
@@ -170,8 +295,11 @@ func pathVia(name string, p *Path, decl token.Pos, local bool) *Path {
 // NetCall reports whether the call may do network I/O, and through which
 // chain (starting with the callee).
 func (r *Result) NetCall(c *ssa.CallCommon) *Path {
-	if fn := CalleeObj(c); fn != nil && (builtinNet(fn) || matchList(fn, r.cfg.NetFuncs)) {
-		return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(c.Pos()), LeafPos: c.Pos(), Decl: fn.Pos()}
+	if fn := CalleeObj(c); fn != nil && (builtinNet(fn) || r.listed(fn, r.cfg.NetFuncs)) {
+		return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos(), Decl: fn.Pos()}
+	}
+	if p := r.invokeNet(c, ifaceOf(c)); p != nil {
+		return p
 	}
 	var cands []*ssa.Function
 	if sf := StaticFn(c); sf != nil {
@@ -194,9 +322,74 @@ func (r *Result) NetCall(c *ssa.CallCommon) *Path {
 			if r.Pass.ImportObjectFact(fn, &f) {
 				return &Path{Chain: append([]string{FuncName(fn)}, f.Chain...), Leaf: f.Leaf, Decl: fn.Pos()}
 			}
+			// pay := s.LN.PayInvoice: the bound method of an interface
+			if builtinNet(fn) || r.listed(fn, r.cfg.NetFuncs) {
+				return &Path{Chain: []string{FuncName(fn)}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos(), Decl: fn.Pos()}
+			}
+			if sig := fn.Type().(*types.Signature); sig.Recv() != nil && r.resolving() {
+				if it, ok := sig.Recv().Type().Underlying().(*types.Interface); ok {
+					if p := r.invokeNet(&ssa.CallCommon{Value: &ssa.Const{}, Method: fn}, it); p != nil {
+						return p
+					}
+				}
+			}
 		}
 	}
 	return r.callbackNet(c)
+}
+
+// recordInvokes tells the Program which interface methods the package
+// calls (and hands method values of), so that the command knows which
+// packages a second pass could change.
+func (r *Result) recordInvokes() {
+	for _, fn := range r.SSA.SrcFuncs {
+		for _, b := range fn.Blocks {
+			for _, instr := range b.Instrs {
+				switch in := instr.(type) {
+				case ssa.CallInstruction:
+					if it := ifaceOf(in.Common()); it != nil {
+						r.cfg.Program.invoked(r.Pass.Pkg.Path(), it, in.Common().Method)
+					}
+				case *ssa.MakeClosure:
+					if f, ok := in.Fn.(*ssa.Function); ok {
+						if m, ok := f.Object().(*types.Func); ok {
+							if sig := m.Type().(*types.Signature); sig.Recv() != nil {
+								if it, ok := sig.Recv().Type().Underlying().(*types.Interface); ok {
+									r.cfg.Program.invoked(r.Pass.Pkg.Path(), it, m)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// resolving reports whether interface calls are resolved through the
+// whole program.
+func (r *Result) resolving() bool { return r.cfg.Program != nil && !r.cfg.Recording }
+
+func ifaceOf(c *ssa.CallCommon) *types.Interface {
+	if !c.IsInvoke() {
+		return nil
+	}
+	it, _ := c.Value.Type().Underlying().(*types.Interface)
+	return it
+}
+
+// invokeNet: an interface call whose every implementation in the program
+// does network I/O.
+func (r *Result) invokeNet(c *ssa.CallCommon, it *types.Interface) *Path {
+	if it == nil || !r.resolving() {
+		return nil
+	}
+	impl, f := r.cfg.Program.invokeNet(it, c.Method)
+	if impl == "" {
+		return nil
+	}
+	chain := append([]string{FuncName(c.Method), impl}, f.Chain...)
+	return &Path{Chain: chain, Leaf: f.Leaf}
 }
 
 // callbackNet: a call that runs a func argument (a transaction runner or a
@@ -245,15 +438,16 @@ func (r *Result) callbackNet(c *ssa.CallCommon) *Path {
 // inside a transaction, or -1.
 func (r *Result) RunnerArg(c *ssa.CallCommon) int {
 	if fn := CalleeObj(c); fn != nil {
-		if k := knownRunnerArg(fn); k >= 0 && k < len(c.Args) {
-			return k
-		}
-		if matchList(fn, r.cfg.TxRunners) {
-			for i := len(c.Args) - 1; i >= 0; i-- {
-				if _, ok := c.Args[i].Type().Underlying().(*types.Signature); ok {
-					return i
-				}
+		if knownRunner(fn) || r.listed(fn, r.cfg.TxRunners) {
+			if k := lastFuncArg(c); k >= 0 {
+				return k
 			}
+		}
+	}
+	if it := ifaceOf(c); it != nil && r.resolving() {
+		// the index counts the concrete method's receiver
+		if k := r.cfg.Program.invokeRunner(it, c.Method) - 1; k >= 0 && k < len(c.Args) {
+			return k
 		}
 	}
 	if sf := StaticFn(c); sf != nil {
@@ -269,7 +463,7 @@ func (r *Result) RunnerArg(c *ssa.CallCommon) int {
 		}
 	}
 	for i, a := range c.Args {
-		if takesTx(a.Type()) {
+		if r.takesTx(a.Type()) {
 			return i
 		}
 	}
@@ -413,6 +607,12 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 	if p := r.TokenDeleteCall(c); p != nil {
 		return &Action{What: "deletes the idempotency token", Chain: p.Chain}
 	}
+	if fn != nil && r.listed(fn, r.cfg.FailFuncs) {
+		return &Action{What: "takes a failure action", Chain: []string{name}}
+	}
+	if what := r.OrmFailWrite(c); what != "" {
+		return &Action{What: what, Chain: []string{name}}
+	}
 	args := flatArgs(c)
 	failedArg := -1
 	for i, a := range args {
@@ -423,6 +623,9 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 	if q, ok := SQLOf(c); ok {
 		if (reInsert.MatchString(q) || reUpdate.MatchString(q)) && (reFailSQL.MatchString(q) || failedArg >= 0) {
 			return &Action{What: "writes a FAILED status", Chain: []string{name}}
+		}
+		if sqlReversal(q, args) {
+			return &Action{What: "inserts a refund or reversal entry", Chain: []string{name}}
 		}
 		return nil
 	}
@@ -444,11 +647,13 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 				return &Action{What: "returns a permanent failure (wraps the idem runtime's ErrPermanent)", Chain: []string{name}}
 			}
 		}
-		if reRefund.MatchString(fn.Name()) {
-			return &Action{What: "refunds", Chain: []string{name}}
-		}
-		if reMarkFailed.MatchString(fn.Name()) {
-			return &Action{What: "marks the operation failed", Chain: []string{name}}
+		if r.sameModule(fn) {
+			if reRefund.MatchString(fn.Name()) {
+				return &Action{What: "refunds", Chain: []string{name}}
+			}
+			if reMarkFailed.MatchString(fn.Name()) {
+				return &Action{What: "marks the operation failed", Chain: []string{name}}
+			}
 		}
 		if failedArg >= 0 && reStatusSetter.MatchString(fn.Name()) {
 			return &Action{What: "writes a FAILED status", Chain: []string{name}}
@@ -481,6 +686,18 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 	return nil
 }
 
+// sameModule: names are trusted for the service's own functions (and
+// interfaces), not for a library's (logrus's releaseEntry releases a pool
+// entry). Without module information (GOPATH) every package counts.
+func (r *Result) sameModule(fn *types.Func) bool {
+	m := r.Pass.Module
+	if m == nil || m.Path == "" || fn.Pkg() == nil {
+		return true
+	}
+	p := fn.Pkg().Path()
+	return p == m.Path || strings.HasPrefix(p, m.Path+"/")
+}
+
 // IsIdemPermanent reports whether v is the idem runtime's ErrPermanent.
 func IsIdemPermanent(v ssa.Value) bool {
 	v = unwrap(v)
@@ -494,8 +711,13 @@ func IsIdemPermanent(v ssa.Value) bool {
 
 // TokenDeleteCall reports whether c deletes an idempotency token or record.
 func (r *Result) TokenDeleteCall(c *ssa.CallCommon) *Path {
-	if RedisTokenOp(c) == "delete" || r.SQLTokenOp(c) == "delete" {
-		return &Path{Chain: []string{FuncName(CalleeObj(c))}, Leaf: r.PosString(c.Pos()), LeafPos: c.Pos()}
+	if RedisTokenOp(c) == "delete" || r.SQLTokenOp(c) == "delete" || r.GenericTokenOp(c) == "delete" {
+		return &Path{Chain: []string{FuncName(CalleeObj(c))}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos()}
+	}
+	if it := ifaceOf(c); it != nil && r.resolving() {
+		if impl, f := r.cfg.Program.invokeTokenDel(it, c.Method); impl != "" {
+			return &Path{Chain: append([]string{FuncName(c.Method), impl}, f.Chain...)}
+		}
 	}
 	sf := StaticFn(c)
 	if sf == nil {
@@ -519,7 +741,7 @@ func (r *Result) TokenDeleteCall(c *ssa.CallCommon) *Path {
 // ClaimCall reports whether c claims an idempotency token atomically,
 // directly or through a helper.
 func (r *Result) ClaimCall(c *ssa.CallCommon) bool {
-	if RedisTokenOp(c) == "claim" {
+	if RedisTokenOp(c) == "claim" || r.GenericTokenOp(c) == "claim" {
 		return true
 	}
 	switch r.SQLTokenOp(c) {
@@ -618,7 +840,7 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 				s.Claim, changed = true, true
 			}
 			if _, isCall := instr.(*ssa.Call); isCall {
-				if v, ok := TxEnd(c); ok {
+				if v, ok := r.TxEnd(c); ok {
 					if !s.ClosesAny {
 						s.ClosesAny, changed = true, true
 					}
@@ -735,13 +957,22 @@ func (r *Result) inferRunners() bool {
 					continue
 				}
 				c := &call.Call
-				if i := paramIndex(fn, c.Value); i >= 0 && !c.IsInvoke() && fl.OpenAt(instr) != 0 {
-					s.Runner, changed = i, true
+				if c.IsInvoke() {
+					continue
+				}
+				if fl.OpenAt(instr) != 0 {
+					// fn calls its func parameter (or one captured from
+					// an enclosing function's parameters: the closure
+					// given to RunTransaction calls the caller's fn)
+					// while a transaction is open.
+					if owner, i := r.capturedParam(fn, c.Value); owner != nil && r.sums[owner].Runner < 0 {
+						r.sums[owner].Runner, changed = i, true
+					}
 				}
 				if k := r.RunnerArg(c); k >= 0 {
-					if i := paramIndex(fn, c.Args[k]); i >= 0 {
-						if _, isFunc := fn.Params[i].Type().Underlying().(*types.Signature); isFunc {
-							s.Runner, changed = i, true
+					if owner, i := r.capturedParam(fn, c.Args[k]); owner != nil && r.sums[owner].Runner < 0 {
+						if _, isFunc := owner.Params[i].Type().Underlying().(*types.Signature); isFunc {
+							r.sums[owner].Runner, changed = i, true
 						}
 					}
 				}
@@ -751,6 +982,72 @@ func (r *Result) inferRunners() bool {
 	return changed
 }
 
+// capturedParam resolves v, a value of fn, to a parameter of fn or of a
+// function enclosing fn (through the free variables of closures), and
+// returns that function and the parameter's index, or nil.
+func (r *Result) capturedParam(fn *ssa.Function, v ssa.Value) (*ssa.Function, int) {
+	for depth := 0; depth < 8 && fn != nil; depth++ {
+		v = unwrap(v)
+		if i := paramIndex(fn, v); i >= 0 {
+			if r.sums[fn] == nil {
+				return nil, -1
+			}
+			return fn, i
+		}
+		byRef := false
+		if u, ok := v.(*ssa.UnOp); ok && u.Op == token.MUL {
+			v, byRef = u.X, true // captured variables are cells
+		}
+		fv, ok := v.(*ssa.FreeVar)
+		if !ok || fn.Parent() == nil {
+			return nil, -1
+		}
+		idx := -1
+		for i, f := range fn.FreeVars {
+			if f == fv {
+				idx = i
+			}
+		}
+		var bound ssa.Value
+		for _, b := range fn.Parent().Blocks {
+			for _, instr := range b.Instrs {
+				if mc, ok := instr.(*ssa.MakeClosure); ok && mc.Fn == fn && idx < len(mc.Bindings) {
+					if bound != nil && bound != mc.Bindings[idx] {
+						return nil, -1
+					}
+					bound = mc.Bindings[idx]
+				}
+			}
+		}
+		if bound == nil {
+			return nil, -1
+		}
+		if al, ok := bound.(*ssa.Alloc); ok && byRef {
+			bound = nil
+			for _, ref := range *al.Referrers() {
+				if st, ok := ref.(*ssa.Store); ok && st.Addr == al {
+					if bound != nil {
+						return nil, -1 // assigned more than once
+					}
+					bound = st.Val
+				}
+			}
+			if bound == nil {
+				return nil, -1
+			}
+		} else if byRef {
+			// a cell captured from further out: load it there
+			if fv2, ok := bound.(*ssa.FreeVar); ok {
+				fn, v = fn.Parent(), &ssa.UnOp{Op: token.MUL, X: fv2}
+				continue
+			}
+			return nil, -1
+		}
+		fn, v = fn.Parent(), bound
+	}
+	return nil, -1
+}
+
 func (r *Result) export() {
 	for _, fn := range r.SSA.SrcFuncs {
 		obj, ok := fn.Object().(*types.Func)
@@ -758,6 +1055,16 @@ func (r *Result) export() {
 			continue
 		}
 		s := r.sums[fn]
+		if r.cfg.Recording && r.cfg.Program != nil && fn.Signature.Recv() != nil {
+			ms := &MethodSummary{Runner: s.Runner}
+			if s.Net != nil {
+				ms.Net = &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf}
+			}
+			if s.TokenDel != nil {
+				ms.TokenDel = &TokenDelete{Chain: s.TokenDel.Chain}
+			}
+			r.cfg.Program.record(obj, ms)
+		}
 		if s.Net != nil {
 			r.Pass.ExportObjectFact(obj, &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf})
 		}
@@ -792,4 +1099,32 @@ func (r *Result) export() {
 			r.Pass.ExportObjectFact(obj, &CallsParams{Params: ps})
 		}
 	}
+}
+
+// Effect names, neutrally, what the remote call of a chain may be: "an
+// email", "an SMS", "a charge", "a webhook", "a push notification", "a
+// gRPC call", "a Redis command" or "a remote call".
+func Effect(p *Path) string {
+	all := strings.ToLower(strings.Join(p.Chain, " "))
+	leaf := strings.ToLower(p.Chain[len(p.Chain)-1])
+	switch {
+	case strings.Contains(leaf, "smtp") || strings.Contains(all, "mail"):
+		return "an email"
+	case strings.Contains(all, "sms") || strings.Contains(all, "twilio") || strings.Contains(all, "otp") || strings.Contains(all, "phone"):
+		return "an SMS"
+	case strings.Contains(all, "charge") || strings.Contains(all, "payment") || strings.Contains(all, "capture") ||
+		strings.Contains(all, "refund") || strings.Contains(all, "payout") || strings.Contains(all, "transfer") || strings.Contains(all, "invoice"):
+		return "a charge"
+	case strings.Contains(all, "hook"):
+		return "a webhook"
+	case strings.Contains(all, "push") || strings.Contains(all, "notif"):
+		return "a notification"
+	case strings.Contains(leaf, "redis."):
+		return "a Redis command"
+	case strings.Contains(all, "grpc") || strings.HasSuffix(leaf, ").invoke") || strings.HasSuffix(leaf, ").newstream"):
+		return "a gRPC call"
+	case strings.Contains(leaf, "http."):
+		return "an HTTP request"
+	}
+	return "a remote call"
 }

@@ -34,7 +34,18 @@ func isStd(pass *analysis.Pass) bool {
 
 // modeled are the libraries whose network and transaction entry points the
 // rules know by name; their bodies are not analyzed either.
-var modeled = []string{pkgPgx, pkgRedis, pkgGRPC, "google.golang.org/protobuf", "google.golang.org/genproto"}
+// Firestore, Datastore and Spanner are databases with transactions of their
+// own: their calls are not remote effects.
+// The ORMs (gorm, bun, sqlx, pop, ent's runtime) reach the database
+// through database/sql, and their transaction entry points are known by
+// name.
+var modeled = []string{pkgPgx, pkgRedis, pkgGRPC, "google.golang.org/protobuf", "google.golang.org/genproto",
+	pkgFirestore, "cloud.google.com/go/datastore", "cloud.google.com/go/spanner",
+	pkgGorm, pkgBun, pkgSqlx, "github.com/gobuffalo/pop", "entgo.io/ent"}
+
+// IsModeled reports whether the package or module path is one of the
+// libraries the rules model by name, whose bodies are not analyzed.
+func IsModeled(path string) bool { return isModeled(path) }
 
 func isModeled(path string) bool {
 	for _, m := range modeled {

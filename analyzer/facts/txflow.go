@@ -2,6 +2,9 @@ package facts
 
 import (
 	"go/token"
+	"go/types"
+	"regexp"
+	"strings"
 
 	"golang.org/x/tools/go/ssa"
 )
@@ -40,7 +43,7 @@ func (r *Result) Flow(fn *ssa.Function) *TxFlow {
 	}
 	for _, b := range fn.Blocks {
 		for _, instr := range b.Instrs {
-			if call, ok := instr.(*ssa.Call); ok && IsBegin(&call.Call) && len(f.Sites) < 64 {
+			if call, ok := instr.(*ssa.Call); ok && f.r.IsBegin(&call.Call) && len(f.Sites) < 64 {
 				f.index[call] = len(f.Sites)
 				f.Sites = append(f.Sites, Site{Pos: call.Pos(), Call: call})
 			}
@@ -139,7 +142,7 @@ func (f *TxFlow) step(st uint64, instr ssa.Instruction) uint64 {
 	if i, ok := f.index[call]; ok {
 		return st | 1<<uint(i)
 	}
-	if v, ok := TxEnd(c); ok {
+	if v, ok := f.r.TxEnd(c); ok {
 		return f.close(st, v)
 	}
 	if sf := StaticFn(c); sf != nil && sf.Parent() != nil {
@@ -183,6 +186,16 @@ func (f *TxFlow) SitesOf(v ssa.Value) []int {
 					out = append(out, i)
 				}
 			}
+		case *ssa.Call:
+			if i, ok := f.index[v]; ok { // gorm Begin, sqlx MustBegin
+				out = append(out, i)
+			} else if recv := chainRecv(&v.Call); recv != nil {
+				walk(recv) // tx.Model(x).Where(..): the same gorm handle
+			}
+		case *ssa.FieldAddr:
+			walk(v.X) // the *sql.Tx embedded in a sqlx.Tx, pop's Connection.TX
+		case *ssa.Field:
+			walk(v.X)
 		case *ssa.Phi:
 			for _, e := range v.Edges {
 				walk(e)
@@ -202,15 +215,30 @@ func (f *TxFlow) SitesOf(v ssa.Value) []int {
 						walk(st.Val)
 					}
 				}
+			} else if _, ok := v.X.(*ssa.FieldAddr); ok && v.Op == token.MUL {
+				walk(v.X)
 			}
 		case *ssa.Parameter:
-			if len(f.Sites) > 0 && f.Sites[0].Runner && IsTxType(v.Type()) {
+			if len(f.Sites) > 0 && f.Sites[0].Runner && f.r.TxOrConn(v.Type()) {
 				out = append(out, 0)
 			}
 		}
 	}
 	walk(v)
 	return out
+}
+
+// chainRecv: c is a method of a gorm/pop handle returning the same kind of
+// handle (tx.Model(x), tx.Where(..), tx.WithContext(ctx)); it returns the
+// receiver.
+func chainRecv(c *ssa.CallCommon) ssa.Value {
+	if c.IsInvoke() || len(c.Args) == 0 || !IsConnTx(c.Args[0].Type()) {
+		return nil
+	}
+	if res := c.Signature().Results(); res.Len() == 1 && IsConnTx(res.At(0).Type()) {
+		return c.Args[0]
+	}
+	return nil
 }
 
 // OpenAt returns the set (bit i = Sites[i]) of transactions open just
@@ -238,4 +266,51 @@ func (f *TxFlow) First(set uint64) Site {
 		}
 	}
 	return Site{}
+}
+
+var reWriteSQL = regexp.MustCompile(`(?i)\b(insert|update|delete|merge|upsert)\b`)
+
+// ormWrites are the method names of ORM writes: gorm, pop, bun, ent's
+// generated clients, firestore transactions.
+var ormWrites = map[string]bool{
+	"Create": true, "CreateInBatches": true, "Save": true, "Update": true, "Updates": true,
+	"UpdateColumn": true, "UpdateColumns": true, "Delete": true, "Destroy": true,
+	"ValidateAndCreate": true, "ValidateAndSave": true, "ValidateAndUpdate": true,
+	"NewInsert": true, "NewUpdate": true, "NewDelete": true, "NewMerge": true,
+	"CreateBulk": true, "UpdateOne": true, "UpdateOneID": true, "DeleteOne": true, "DeleteOneID": true,
+	"Set": true, "Upsert": true, "Insert": true, "MustExec": true, "MustExecContext": true,
+	"NamedExec": true, "NamedExecContext": true,
+}
+
+// TxWrite returns the receiver of c when c writes through it: an Exec or
+// Query with INSERT/UPDATE/DELETE SQL (or an Exec whose SQL is not
+// constant), or an ORM write. The receiver is a transaction when
+// [TxFlow.SitesOf] resolves it to one.
+func (r *Result) TxWrite(c *ssa.CallCommon) ssa.Value {
+	fo := CalleeObj(c)
+	if fo == nil {
+		return nil
+	}
+	recv := c.Value
+	if !c.IsInvoke() {
+		if len(c.Args) == 0 {
+			return nil
+		}
+		recv = c.Args[0]
+	}
+	if sig := fo.Type().(*types.Signature); sig.Recv() == nil {
+		return nil
+	}
+	n := fo.Name()
+	if sqlMethod(fo) {
+		q, isConst := SQLOf(c)
+		if isConst && !reWriteSQL.MatchString(q) || !isConst && !strings.HasPrefix(n, "Exec") {
+			return nil
+		}
+		return recv
+	}
+	if ormWrites[n] {
+		return recv
+	}
+	return nil
 }

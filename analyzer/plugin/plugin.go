@@ -1,15 +1,16 @@
 // Package plugin registers idemlint as a golangci-lint v2 module plugin:
 //
 //	# .custom-gcl.yml
-//	version: v2.5.0
+//	version: v2.15.0
 //	plugins:
 //	  - module: github.com/idemkit/idem
 //	    import: github.com/idemkit/idem/analyzer/plugin
-//	    version: v0.1.0
+//	    path: ../idem
 //
 // and in .golangci.yml, linters.settings.custom.idemlint with
 // type: module and settings (see analyzer.Settings: disable, netfuncs,
-// txrunners, tables).
+// txrunners, tables, txtypes, failfuncs, tokendels; the keys of
+// .idemlint.json).
 package plugin
 
 import (
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/tools/go/analysis"
 
 	"github.com/idemkit/idem/analyzer"
+	"github.com/idemkit/idem/analyzer/facts"
 )
 
 func init() {
@@ -37,8 +39,14 @@ func New(settings any) (register.LinterPlugin, error) {
 
 type plugin struct{ settings analyzer.Settings }
 
-// BuildAnalyzers returns the enabled rules.
-func (p *plugin) BuildAnalyzers() ([]*analysis.Analyzer, error) { return analyzer.New(p.settings) }
+// BuildAnalyzers returns the enabled rules. Their diagnostics carry no
+// related positions: golangci-lint would make each one an issue of its own,
+// counted against max-issues-per-linter, and every message already names
+// the positions it relates to.
+func (p *plugin) BuildAnalyzers() ([]*analysis.Analyzer, error) {
+	as, _, err := analyzer.NewSuite(p.settings, facts.Config{NoRelated: true})
+	return as, err
+}
 
 // GetLoadMode: the rules need type information (and build SSA).
 func (p *plugin) GetLoadMode() string { return register.LoadModeTypesInfo }

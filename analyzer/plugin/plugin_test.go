@@ -1,11 +1,13 @@
 package plugin_test
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/golangci/plugin-module-register/register"
 	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/analysis/analysistest"
 
 	_ "github.com/idemkit/idem/analyzer/plugin"
 )
@@ -71,3 +73,36 @@ func TestPluginBadSettings(t *testing.T) {
 		t.Errorf("nil settings: %d analyzers, %v", len(as), err)
 	}
 }
+
+// TestPluginNoRelated: inside golangci-lint each related position would
+// become an issue of its own, so the plugin's diagnostics carry none; the
+// message names the positions instead.
+func TestPluginNoRelated(t *testing.T) {
+	as, err := build(t, map[string]any{"disable": []any{"timeoutfail", "tokenorder"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testdata := filepath.Join(analysistest.TestData(), "..", "..", "testdata")
+	results := analysistest.Run(&quiet{T: t}, testdata, as[0], "a")
+	n := 0
+	for _, r := range results {
+		for _, d := range r.Diagnostics {
+			n++
+			if len(d.Related) > 0 {
+				t.Errorf("%s: related positions %v", d.Message, d.Related)
+			}
+			if !strings.Contains(d.Message, " at ") && !strings.HasPrefix(d.Message, "idemlint:ignore") {
+				t.Errorf("message names no position: %s", d.Message)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no diagnostics")
+	}
+}
+
+// quiet ignores analysistest's expectation errors (the want comments of
+// package a are checked by txrpc's own tests).
+type quiet struct{ *testing.T }
+
+func (q *quiet) Errorf(string, ...any) {}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"go/token"
 	"go/types"
-	"regexp"
-	"strings"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/ssa"
@@ -28,10 +26,14 @@ package) returns an error, the error may be a timeout: the remote side may
 have done the work. Reaching a definite-failure action on that error - a
 write of a FAILED status (also through a helper given the status, such as
 setState(ctx, id, StateFailed)), a rollback of the transaction holding the
-intent, a refund, deleting the idempotency token or record, returning a
-permanent failure of the idem runtime (Permanent, ErrPermanent) or releasing
-the record (Retryable) - on a path that never tells a timeout
-apart (errors.Is(err, context.DeadlineExceeded), os.IsTimeout, a net.Error's
+intent, a refund, an ORM write of a failed-like state (FAILED, error,
+cancelled, reversed, refunded) to a state/status field, an insert of a
+refund or reversal entry, a helper named like markPaymentFailed or
+releaseReservation (or listed with -failfuncs), deleting the idempotency
+token or record (also through a repository interface or an ORM), returning
+a permanent failure of the idem runtime (Permanent, ErrPermanent) or
+releasing the record (Retryable) - on a path that never tells a timeout
+apart, nor asks the remote side what happened (GetChargeStatus) (errors.Is(err, context.DeadlineExceeded), os.IsTimeout, a net.Error's
 Timeout(), gRPC codes.DeadlineExceeded/Unavailable, or a helper known to do
 one of these) turns "unknown" into "failed": the client retries or the money
 is refunded while the charge went through. Record UNKNOWN on a timeout and
@@ -63,16 +65,21 @@ func New(cfg Config) *analysis.Analyzer {
 		URL:      "https://github.com/idemkit/idem/blob/main/docs/idemlint.md#timeoutfail",
 		Requires: []*analysis.Analyzer{f.Analyzer},
 		Run: func(pass *analysis.Pass) (any, error) {
-			run(pass, pass.ResultOf[f.Analyzer].(*facts.Result))
+			res := pass.ResultOf[f.Analyzer].(*facts.Result)
+			defer res.Done()
+			run(pass, res)
 			return nil, nil
 		},
 	}
 	a.Flags.Var(facts.ListFlag(&f.Config.NetFuncs), "netfuncs", "extra network functions, comma-separated")
+	a.Flags.Var(facts.ListFlag(&f.Config.FailFuncs), "failfuncs", "extra functions that take a definite-failure action, comma-separated, e.g. (*example.com/pay.Store).MarkLost")
+	a.Flags.Var(facts.ListFlag(&f.Config.TokenDels), "tokendels", "extra functions that delete an idempotency token, comma-separated")
 	return a
 }
 
 func run(pass *analysis.Pass, res *facts.Result) {
 	rep := directive.New(pass, Name)
+	rep.NoRelated = res.Config().NoRelated
 	for _, fn := range res.SSA.SrcFuncs {
 		for _, b := range fn.Blocks {
 			for _, instr := range b.Instrs {
@@ -185,8 +192,8 @@ func check(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, fn *
 	hasDeferredRollback := map[int]bool{}
 	for _, b := range fn.Blocks {
 		for _, instr := range b.Instrs {
-			if d, ok := instr.(*ssa.Defer); ok && facts.IsRollback(&d.Call) {
-				v, _ := facts.TxEnd(&d.Call)
+			if d, ok := instr.(*ssa.Defer); ok && res.IsRollback(&d.Call) {
+				v, _ := res.TxEnd(&d.Call)
 				for _, i := range fl.SitesOf(v) {
 					hasDeferredRollback[i] = true
 				}
@@ -195,7 +202,7 @@ func check(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, fn *
 	}
 	// Only a transaction that writes holds an intent: rolling back a
 	// read-only one loses nothing.
-	openAtCall &= writtenSites(fl, fn)
+	openAtCall &= writtenSites(res, fl, fn)
 	for _, b := range fn.Blocks {
 		iff, ok := b.Instrs[len(b.Instrs)-1].(*ssa.If)
 		if !ok {
@@ -228,8 +235,9 @@ func check(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, fn *
 }
 
 // writtenSites returns the transactions of fl that fn writes through
-// (INSERT, UPDATE or DELETE; or an Exec with SQL that is not constant).
-func writtenSites(fl *facts.TxFlow, fn *ssa.Function) uint64 {
+// (SQL INSERT/UPDATE/DELETE, an Exec with SQL that is not constant, an ORM
+// create, save, update or delete).
+func writtenSites(res *facts.Result, fl *facts.TxFlow, fn *ssa.Function) uint64 {
 	var set uint64
 	for _, b := range fn.Blocks {
 		for _, instr := range b.Instrs {
@@ -237,23 +245,8 @@ func writtenSites(fl *facts.TxFlow, fn *ssa.Function) uint64 {
 			if !ok {
 				continue
 			}
-			c := ci.Common()
-			fo := facts.CalleeObj(c)
-			if fo == nil || !strings.HasPrefix(fo.Name(), "Exec") && !strings.HasPrefix(fo.Name(), "Query") {
-				continue
-			}
-			q, isConst := facts.SQLOf(c)
-			if isConst && !reWrite.MatchString(q) {
-				continue
-			}
-			if !isConst && !strings.HasPrefix(fo.Name(), "Exec") {
-				continue
-			}
-			recv := c.Value
-			if !c.IsInvoke() && len(c.Args) > 0 {
-				recv = c.Args[0]
-			}
-			if !facts.IsTxType(recv.Type()) {
+			recv := res.TxWrite(ci.Common())
+			if recv == nil {
 				continue
 			}
 			for _, i := range fl.SitesOf(recv) {
@@ -264,13 +257,11 @@ func writtenSites(fl *facts.TxFlow, fn *ssa.Function) uint64 {
 	return set
 }
 
-var reWrite = regexp.MustCompile(`(?i)\b(insert|update|delete|merge|upsert)\b`)
-
 // action describes the definite-failure action taken by instr, or "".
 func action(res *facts.Result, fl *facts.TxFlow, instr ssa.Instruction, openAtCall uint64, deferred map[int]bool) string {
 	switch in := instr.(type) {
 	case *ssa.Call:
-		if v, ok := facts.TxEnd(&in.Call); ok && facts.IsRollback(&in.Call) {
+		if v, ok := res.TxEnd(&in.Call); ok && res.IsRollback(&in.Call) {
 			for _, i := range fl.SitesOf(v) {
 				if openAtCall&(1<<uint(i)) != 0 {
 					return "rolls back the transaction holding the intent"
@@ -313,7 +304,7 @@ func reaches(res *facts.Result, from, to ssa.Instruction) bool {
 		if in == to {
 			return true
 		}
-		if res.IsTimeoutCheck(in) {
+		if informed(res, in) {
 			return false
 		}
 	}
@@ -322,7 +313,7 @@ func reaches(res *facts.Result, from, to ssa.Instruction) bool {
 			if b == tb && in == to {
 				return true
 			}
-			if res.IsTimeoutCheck(in) {
+			if informed(res, in) {
 				return false
 			}
 		}
@@ -348,6 +339,19 @@ func reaches(res *facts.Result, from, to ssa.Instruction) bool {
 	return false
 }
 
+// informed: in tells a timeout apart, or asks the downstream whether the
+// call happened (GetPaymentStatus, LookupInvoice): what follows is
+// informed, not a guess.
+func informed(res *facts.Result, in ssa.Instruction) bool {
+	if res.IsTimeoutCheck(in) {
+		return true
+	}
+	if c, ok := in.(*ssa.Call); ok {
+		return res.IsDownstreamQuery(&c.Call)
+	}
+	return false
+}
+
 func report(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, at ssa.Instruction, call *ssa.Call, p *facts.Path, what string) {
 	pos := at.Pos()
 	if !pos.IsValid() {
@@ -355,13 +359,14 @@ func report(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, at 
 	}
 	chain := ""
 	if len(p.Chain) > 1 {
-		chain = " (" + p.String() + ")"
+		chain = fmt.Sprintf("; %s, leaf call at %s", p.String(), p.Leaf)
 	}
-	msg := fmt.Sprintf("the error of %s%s, a call that may do network I/O, reaches an action that %s without telling a timeout apart: "+
-		"after a timeout the remote side may have done the work, so treating it as a failure refunds, retries or releases an operation that went through "+
-		"(a double charge or lost money); check errors.Is(err, context.DeadlineExceeded) (or os.IsTimeout, net.Error.Timeout, gRPC DeadlineExceeded) first, "+
-		"record UNKNOWN and let the reconciler query the remote side",
-		p.Chain[0], chain, what)
+	effect := facts.Effect(p)
+	msg := fmt.Sprintf("the error of %s (called at %s%s), a call that may do network I/O (%s), reaches an action at %s that %s without telling a timeout apart: "+
+		"after a timeout the remote side may have done the work, so treating it as a failure repeats or undoes %s that happened; "+
+		"check errors.Is(err, context.DeadlineExceeded) (or os.IsTimeout, net.Error.Timeout, gRPC DeadlineExceeded) first, "+
+		"or ask the remote side what happened, record UNKNOWN and let the reconciler settle it",
+		p.Chain[0], res.PosString(rep.Start(call.Pos())), chain, effect, res.PosString(rep.Start(pos)), what, effect)
 	d := analysis.Diagnostic{Pos: pos, Message: msg}
 	d.Related = append(d.Related, analysis.RelatedInformation{Pos: call.Pos(), Message: "the network call whose error this is: " + p.String()})
 	if p.LeafPos.IsValid() && p.LeafPos != call.Pos() {

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/tools/go/analysis/analysistest"
 
 	"github.com/idemkit/idem/analyzer/timeoutfail"
+	"github.com/idemkit/idem/internal/modtest"
 )
 
 // testdata is the GOPATH shared by the analyzers' tests (stubs once).
@@ -38,4 +39,10 @@ func TestTimeoutfail(t *testing.T) {
 // reported with a fix that corrects it.
 func TestTimeoutfailFix(t *testing.T) {
 	analysistest.RunWithSuggestedFixes(t, testdata, timeoutfail.New(timeoutfail.Config{}), "timeoutfailfix")
+}
+
+// TestTimeoutfailORM: failure actions written through gorm, bun and sqlx
+// (the real libraries), helpers and interfaces.
+func TestTimeoutfailORM(t *testing.T) {
+	analysistest.Run(t, modtest.Dir(t), timeoutfail.New(timeoutfail.Config{}), "./timeoutfail/...")
 }

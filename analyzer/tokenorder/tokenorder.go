@@ -58,21 +58,26 @@ func New(cfg Config) *analysis.Analyzer {
 		URL:      "https://github.com/idemkit/idem/blob/main/docs/idemlint.md#tokenorder",
 		Requires: []*analysis.Analyzer{f.Analyzer},
 		Run: func(pass *analysis.Pass) (any, error) {
-			run(pass, pass.ResultOf[f.Analyzer].(*facts.Result))
+			res := pass.ResultOf[f.Analyzer].(*facts.Result)
+			defer res.Done()
+			run(pass, res)
 			return nil, nil
 		},
 	}
 	a.Flags.Var(facts.ListFlag(&f.Config.TokenTables), "tables", "SQL tables holding idempotency tokens or records, comma-separated")
+	a.Flags.Var(facts.ListFlag(&f.Config.TokenDels), "tokendels", "extra functions that delete an idempotency token, comma-separated, e.g. (example.com/store.Keys).Forget")
 	return a
 }
 
 type event struct {
 	instr ssa.Instruction
 	name  string
+	path  *facts.Path // effects: the network chain
 }
 
 func run(pass *analysis.Pass, res *facts.Result) {
 	rep := directive.New(pass, Name)
+	rep.NoRelated = res.Config().NoRelated
 	for _, fn := range res.SSA.SrcFuncs {
 		var deletes, checks, effects, consumes, claims []event
 		for _, b := range fn.Blocks {
@@ -84,22 +89,25 @@ func run(pass *analysis.Pass, res *facts.Result) {
 				c := &call.Call
 				name := calleeName(c)
 				redisOp, sqlOp := facts.RedisTokenOp(c), res.SQLTokenOp(c)
+				if redisOp == "" && sqlOp == "" {
+					redisOp = res.GenericTokenOp(c) // same vocabulary: check, write, claim, delete
+				}
 				switch {
 				case res.TokenDeleteCall(c) != nil:
 					p := res.TokenDeleteCall(c)
-					deletes = append(deletes, event{instr, p.String()})
-					consumes = append(consumes, event{instr, p.String()})
+					deletes = append(deletes, event{instr, p.String(), nil})
+					consumes = append(consumes, event{instr, p.String(), nil})
 				case redisOp == "check" || sqlOp == "select":
-					checks = append(checks, event{instr, name})
+					checks = append(checks, event{instr, name, nil})
 				case redisOp == "write":
-					consumes = append(consumes, event{instr, name})
+					consumes = append(consumes, event{instr, name, nil})
 				case res.ClaimCall(c):
 					// Before the effect it claims; after the effect it consumes.
-					claims = append(claims, event{instr, name})
-					consumes = append(consumes, event{instr, name})
+					claims = append(claims, event{instr, name, nil})
+					consumes = append(consumes, event{instr, name, nil})
 				case redisOp == "" && sqlOp == "":
 					if p := res.NetCall(c); p != nil && !isRedis(p) {
-						effects = append(effects, event{instr, p.String()})
+						effects = append(effects, event{instr, p.String(), p})
 					}
 				}
 			}
@@ -111,10 +119,10 @@ func run(pass *analysis.Pass, res *facts.Result) {
 		for _, d := range deletes {
 			for _, e := range effects {
 				if reaches(d.instr, e.instr) {
-					msg := fmt.Sprintf("the idempotency token is deleted (%s) before the effect it guards (%s at %s): "+
-						"if the effect times out, the client's retry finds no token and is refused or runs the effect again, so the outcome is lost or paid twice; "+
+					msg := fmt.Sprintf("the idempotency token is deleted at %s (%s) before the effect it guards (%s at %s, %s): "+
+						"if the effect times out, the client's retry finds no token and is refused or runs the effect again, so its outcome is lost or it happens twice; "+
 						"claim the token atomically with a PROCESSING state (SET NX / INSERT .. ON CONFLICT DO NOTHING), run the effect, then record the outcome and let the record expire by TTL",
-						d.name, e.name, res.PosString(e.instr.Pos()))
+						res.PosString(rep.Start(d.instr.Pos())), d.name, e.name, res.PosString(rep.Start(e.instr.Pos())), facts.Effect(e.path))
 					rep.Report(analysis.Diagnostic{Pos: d.instr.Pos(), Message: msg, Related: []analysis.RelatedInformation{
 						{Pos: e.instr.Pos(), Message: "the effect: " + e.name},
 					}})
@@ -138,10 +146,10 @@ func run(pass *analysis.Pass, res *facts.Result) {
 					if !reaches(e.instr, w.instr) {
 						continue
 					}
-					msg := fmt.Sprintf("the effect (%s) runs after a non-atomic check of the idempotency token (%s at %s) and before the token is consumed (%s at %s): "+
-						"concurrent duplicates both pass the check and both run the effect (a double charge); "+
+					msg := fmt.Sprintf("the effect at %s (%s, %s) runs after a non-atomic check of the idempotency token (%s at %s) and before the token is consumed (%s at %s): "+
+						"concurrent duplicates both pass the check and both run the effect, so it happens twice; "+
 						"claim the token atomically first (SET NX, or INSERT .. ON CONFLICT DO NOTHING and check the rows affected), then run the effect and record the outcome",
-						e.name, ch.name, res.PosString(ch.instr.Pos()), w.name, res.PosString(w.instr.Pos()))
+						res.PosString(rep.Start(e.instr.Pos())), e.name, facts.Effect(e.path), ch.name, res.PosString(rep.Start(ch.instr.Pos())), w.name, res.PosString(rep.Start(w.instr.Pos())))
 					rep.Report(analysis.Diagnostic{Pos: e.instr.Pos(), Message: msg, Related: []analysis.RelatedInformation{
 						{Pos: ch.instr.Pos(), Message: "the non-atomic check: " + ch.name},
 						{Pos: w.instr.Pos(), Message: "the token is consumed here: " + w.name},

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/tools/go/analysis/analysistest"
 
 	"github.com/idemkit/idem/analyzer/tokenorder"
+	"github.com/idemkit/idem/internal/modtest"
 )
 
 // testdata is the GOPATH shared by the analyzers' tests (stubs once).
@@ -55,4 +56,9 @@ func TestTokenorderTables(t *testing.T) {
 // reported with a fix that corrects it.
 func TestTokenorderFix(t *testing.T) {
 	analysistest.RunWithSuggestedFixes(t, testdata, tokenorder.New(tokenorder.Config{}), "tokenorderfix")
+}
+
+// TestTokenorderORM: tokens kept through a repository interface or gorm.
+func TestTokenorderORM(t *testing.T) {
+	analysistest.Run(t, modtest.Dir(t), tokenorder.New(tokenorder.Config{}), "./tokenorder/...")
 }

@@ -5,6 +5,7 @@ package txrpc
 import (
 	"fmt"
 	"go/token"
+	"strings"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/ssa"
@@ -22,12 +23,16 @@ const Doc = `report network I/O while a database transaction is open
 A remote call (HTTP, gRPC, SMTP, net.Dial, go-redis, or any function that
 transitively does one, in any package) made while a database/sql or pgx
 transaction is open cannot be rolled back with it: when the call times out or
-the transaction rolls back, the remote effect may have happened while the
-database says it has not, which loses money or charges twice, and the
+the transaction rolls back, the remote effect (an email, an SMS, a charge,
+a webhook) may have happened while the database says it has not, so a
+retry repeats it or it is lost, and the
 transaction holds its locks for the whole round trip. Transactions are
 database/sql *sql.Tx and pgx.Tx (Begin/BeginTx on a DB, conn or pool, nested
-Begin savepoints), pgx.BeginFunc/BeginTxFunc callbacks and user helpers that
-run a callback inside a transaction (inferred, or listed with -txrunners).
+Begin savepoints), types embedding *sql.Tx (sqlx, bun), ent's generated Tx,
+gorm Begin and Transaction, pop Transaction and NewTransaction, bun RunInTx,
+sqlx Beginx/MustBegin, Firestore RunTransaction, types listed with
+-txtypes, and user helpers that run a callback inside a transaction
+(inferred through any number of layers, or listed with -txrunners).
 Persist PROCESSING in its own transaction, commit, then call, and record the
 outcome in a second transaction.
 
@@ -59,12 +64,15 @@ func New(cfg Config) *analysis.Analyzer {
 		URL:      "https://github.com/idemkit/idem/blob/main/docs/idemlint.md#txrpc",
 		Requires: []*analysis.Analyzer{f.Analyzer},
 		Run: func(pass *analysis.Pass) (any, error) {
-			run(pass, pass.ResultOf[f.Analyzer].(*facts.Result))
+			res := pass.ResultOf[f.Analyzer].(*facts.Result)
+			defer res.Done()
+			run(pass, res)
 			return nil, nil
 		},
 	}
 	a.Flags.Var(facts.ListFlag(&f.Config.NetFuncs), "netfuncs", "extra network functions, comma-separated, e.g. (*example.com/pay.Client).Charge")
 	a.Flags.Var(facts.ListFlag(&f.Config.TxRunners), "txrunners", "extra functions that run their func argument inside a transaction, comma-separated")
+	a.Flags.Var(facts.ListFlag(&f.Config.TxTypes), "txtypes", "extra transaction types, comma-separated, e.g. example.com/store.Tx")
 	return a
 }
 
@@ -72,6 +80,7 @@ const advice = "persist PROCESSING in its own transaction, commit, then call, an
 
 func run(pass *analysis.Pass, res *facts.Result) {
 	rep := directive.New(pass, Name)
+	rep.NoRelated = res.Config().NoRelated
 	for _, fn := range res.SSA.SrcFuncs {
 		fl := res.Flow(fn)
 		for _, b := range fn.Blocks {
@@ -125,29 +134,32 @@ func callbacks(v ssa.Value) []*ssa.Function {
 }
 
 func report(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, pos token.Pos, site facts.Site, p *facts.Path, isGo bool) {
-	where := "begun at " + res.PosString(site.Pos)
+	where := "begun at " + res.PosString(rep.Start(site.Pos))
 	began := "transaction begun here"
 	if site.Runner {
-		where = "run by the call at " + res.PosString(site.Pos)
+		where = "run by the call at " + res.PosString(rep.Start(site.Pos))
 		began = "transaction runner called here"
 	}
-	what := p.Chain[0] + " may do network I/O"
+	effect := facts.Effect(p)
+	what := fmt.Sprintf("%s (called at %s) may do network I/O", p.Chain[0], res.PosString(rep.Start(pos)))
 	if isGo {
-		what = "a goroutine started here runs " + p.Chain[0] + ", which may do network I/O,"
+		what = fmt.Sprintf("a goroutine started at %s runs %s, which may do network I/O,", res.PosString(rep.Start(pos)), p.Chain[0])
 	}
+	leaf := p.Chain[len(p.Chain)-1]
 	chain := ""
 	if len(p.Chain) > 1 {
-		chain = " (" + p.String() + ")"
+		chain = fmt.Sprintf(" (%s, leaf call %s at %s)", p.String(), leaf, p.Leaf)
+	} else if p.Leaf != "" && p.LeafPos != pos {
+		chain = fmt.Sprintf(" (at %s)", p.Leaf)
 	}
 	msg := fmt.Sprintf("%s%s while the database transaction %s is open: "+
-		"if the call times out or the transaction rolls back, the remote effect may have happened while the database says it has not "+
-		"(a lost or double charge), and the transaction holds its locks for the whole round trip; %s",
-		what, chain, where, advice)
+		"if the call times out or the transaction rolls back, %s may have happened while the database says it has not "+
+		"(a retry repeats it, or it is lost), and the transaction holds its locks for the whole round trip; %s",
+		what, chain, where, effectPhrase(effect), advice)
 	d := analysis.Diagnostic{Pos: pos, Message: msg}
 	if site.Pos.IsValid() {
 		d.Related = append(d.Related, analysis.RelatedInformation{Pos: site.Pos, Message: began})
 	}
-	leaf := p.Chain[len(p.Chain)-1]
 	switch {
 	case p.LeafPos.IsValid() && p.LeafPos != pos:
 		d.Related = append(d.Related, analysis.RelatedInformation{Pos: p.LeafPos, Message: "leaf network call: " + leaf})
@@ -155,4 +167,12 @@ func report(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, pos
 		d.Related = append(d.Related, analysis.RelatedInformation{Pos: p.Decl, Message: fmt.Sprintf("%s is declared here; its leaf network call %s is at %s", p.Chain[0], leaf, p.Leaf)})
 	}
 	rep.Report(d)
+}
+
+// effectPhrase: "an email" -> "the email" (the one this call sends).
+func effectPhrase(e string) string {
+	if i := strings.IndexByte(e, ' '); i > 0 {
+		return "the " + e[i+1:]
+	}
+	return e
 }

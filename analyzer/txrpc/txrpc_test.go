@@ -8,6 +8,7 @@ import (
 	"golang.org/x/tools/go/analysis/analysistest"
 
 	"github.com/idemkit/idem/analyzer/txrpc"
+	"github.com/idemkit/idem/internal/modtest"
 )
 
 // testdata is the GOPATH shared by the analyzers' tests (stubs once).
@@ -73,4 +74,12 @@ func checkRelated(t *testing.T, results []*analysistest.Result) {
 // reported with a fix that corrects it.
 func TestTxrpcFix(t *testing.T) {
 	analysistest.RunWithSuggestedFixes(t, testdata, txrpc.New(txrpc.Config{}), "txrpcfix")
+}
+
+// TestTxrpcORM runs on code compiled against the real gorm, bun, sqlx, pop,
+// ent (dialect; the generated client's shape is written out) and
+// Firestore, in module mode.
+func TestTxrpcORM(t *testing.T) {
+	dir := modtest.Dir(t)
+	analysistest.Run(t, dir, txrpc.New(txrpc.Config{}), "./txrpc/...")
 }

@@ -144,10 +144,10 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("exit %d, want 3; stderr:\n%s", code, stderr)
 		}
 		for _, want := range []string{
-			"shop.go:19:18: shop.notify may do network I/O (shop.notify -> (*http.Client).Do) while the database transaction begun at shop.go:11:23 is open",
-			"shop.go:11:23: \ttransaction begun here",
-			"shop.go:30:36: \tleaf network call: (*http.Client).Do",
-			"shop.go:20:3: the error of shop.notify (shop.notify -> (*http.Client).Do), a call that may do network I/O, reaches an action that returns, so the deferred Rollback undoes the transaction holding the intent",
+			"shop.go:19:12: shop.notify (called at shop.go:19:12) may do network I/O (shop.notify -> (*http.Client).Do, leaf call (*http.Client).Do at shop.go:30:15) while the database transaction begun at shop.go:11:13 is open",
+			"shop.go:11:13: \ttransaction begun here",
+			"shop.go:30:15: \tleaf network call: (*http.Client).Do",
+			"shop.go:20:3: the error of shop.notify (called at shop.go:19:12; shop.notify -> (*http.Client).Do, leaf call at shop.go:30:15), a call that may do network I/O (a notification), reaches an action at shop.go:20:3 that returns, so the deferred Rollback undoes the transaction holding the intent",
 		} {
 			if !strings.Contains(stderr, want) {
 				t.Errorf("stderr lacks %q:\n%s", want, stderr)
@@ -161,7 +161,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("disabled", func(t *testing.T) {
 		_, stderr, code := run(t, badDir, bin, "-txrpc=false", "./...")
-		if code != 3 || strings.Contains(stderr, "may do network I/O while") || !strings.Contains(stderr, "the error of shop.notify") {
+		if code != 3 || strings.Contains(stderr, "transaction begun") || !strings.Contains(stderr, "the error of shop.notify") {
 			t.Errorf("-txrpc=false: exit %d, stderr:\n%s", code, stderr)
 		}
 		_, stderr, code = run(t, badDir, bin, "-txrpc=false", "-timeoutfail=false", "./...")
@@ -208,7 +208,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("vettool", func(t *testing.T) {
 		_, stderr, code := run(t, badDir, "go", "vet", "-vettool="+bin, "./...")
-		if code == 0 || !strings.Contains(stderr, "shop.notify may do network I/O") {
+		if code == 0 || !strings.Contains(stderr, "shop.notify (called at shop.go:19:12) may do network I/O") {
 			t.Errorf("go vet: exit %d, stderr:\n%s", code, stderr)
 		}
 		_, stderr, code = run(t, goodDir, "go", "vet", "-vettool="+bin, "./...")
@@ -222,7 +222,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		// Analyzer configuration flags pass through go vet as well.
 		_, stderr, code = run(t, badDir, "go", "vet", "-vettool="+bin, "-txrpc.netfuncs=example.com/shop/shop.notify", "./...")
-		if code == 0 || !strings.Contains(stderr, "shop.notify may do network I/O while") {
+		if code == 0 || !strings.Contains(stderr, "shop.notify (called at shop.go:19:12) may do network I/O while") {
 			t.Errorf("go vet -txrpc.netfuncs: exit %d, stderr:\n%s", code, stderr)
 		}
 	})

@@ -6,14 +6,52 @@
 //	idemlint -timeoutfail=false -txrpc.netfuncs='(*example.com/pay.Client).Charge' ./...
 //	go vet -vettool=$(command -v idemlint) ./...
 //
-// Exit status: 0 clean, 3 findings, 1 errors (as every go/analysis checker).
-// See docs/idemlint.md.
+// Run directly, it loads the whole program and resolves calls through
+// interfaces to their implementations in the loaded packages (see
+// facts.Program); under go vet it analyzes one package at a time. Both read
+// .idemlint.json from the module root (analyzer.ConfigFile); flags add to it.
+//
+// Exit status: 0 clean, 3 findings, 1 errors (as every go/analysis checker;
+// 0 with -json). See docs/idemlint.md.
 package main
 
 import (
+	"fmt"
+	"os"
+	"strings"
+
 	"golang.org/x/tools/go/analysis/multichecker"
 
 	"github.com/idemkit/idem/analyzer"
 )
 
-func main() { multichecker.Main(analyzer.Analyzers()...) }
+func main() {
+	settings, _, err := analyzer.LoadConfig(".")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idemlint:", err)
+		os.Exit(1)
+	}
+	if modular(os.Args[1:]) {
+		// go vet's protocol (-V=full, -flags, a .cfg unit) and -fix:
+		// the standard per-package driver.
+		as, err := analyzer.New(settings)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		multichecker.Main(as...)
+		return
+	}
+	os.Exit(run(settings, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// modular reports whether the arguments ask for the per-package driver.
+func modular(args []string) bool {
+	for _, a := range args {
+		switch {
+		case strings.HasPrefix(a, "-V"), a == "-flags", strings.HasPrefix(a, "-fix"), strings.HasPrefix(a, "--fix"):
+			return true
+		}
+	}
+	return len(args) > 0 && strings.HasSuffix(args[len(args)-1], ".cfg")
+}

@@ -28,6 +28,9 @@ type Reporter struct {
 	rule    string
 	ignored map[key]bool
 	seen    map[token.Pos]bool
+	calls   map[token.Pos]*ast.CallExpr
+	// NoRelated drops related positions (see facts.Config.NoRelated).
+	NoRelated bool
 }
 
 // New scans the pass's files for directives naming rule, reports those
@@ -85,14 +88,54 @@ func (r *Reporter) Ignored(pos token.Pos) bool {
 }
 
 // Report reports d unless it is suppressed or a diagnostic was already
-// reported at the same position.
+// reported at the same position. A diagnostic at a call's Lparen (where
+// SSA puts calls) is widened to the whole call, so that editors underline
+// it: Pos is the call's start and End its end.
 func (r *Reporter) Report(d analysis.Diagnostic) {
 	if r.Ignored(d.Pos) || r.seen[d.Pos] {
 		return
 	}
 	r.seen[d.Pos] = true
 	d.Category = r.rule
+	if r.NoRelated {
+		d.Related = nil
+	}
+	if !d.End.IsValid() {
+		if call := r.CallAt(d.Pos); call != nil {
+			d.Pos, d.End = call.Pos(), call.End()
+		}
+	}
+	for i, rel := range d.Related {
+		if call := r.CallAt(rel.Pos); call != nil && !rel.End.IsValid() {
+			d.Related[i].Pos, d.Related[i].End = call.Pos(), call.End()
+		}
+	}
 	r.pass.Report(d)
+}
+
+// Start returns the start of the call whose Lparen is at pos (pos itself
+// when there is none): the position messages name.
+func (r *Reporter) Start(pos token.Pos) token.Pos {
+	if c := r.CallAt(pos); c != nil {
+		return c.Pos()
+	}
+	return pos
+}
+
+// CallAt returns the call expression whose Lparen is at pos, or nil.
+func (r *Reporter) CallAt(pos token.Pos) *ast.CallExpr {
+	if r.calls == nil {
+		r.calls = map[token.Pos]*ast.CallExpr{}
+		for _, f := range r.pass.Files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					r.calls[c.Lparen] = c
+				}
+				return true
+			})
+		}
+	}
+	return r.calls[pos]
 }
 
 // misspelled reports a directive whose rule name is a typo of this rule,

@@ -33,7 +33,7 @@ func plain(ctx context.Context, db *sql.DB) error {
 		tx.Rollback()
 		return err
 	}
-	if _, err := http.Get("https://pay.example/charge"); err != nil { // want `http\.Get may do network I/O while the database transaction begun at a\.go:\d+:\d+ is open.*persist PROCESSING in its own transaction, commit, then call`
+	if _, err := http.Get("https://pay.example/charge"); err != nil { // want `http\.Get \(called at \S+\) may do network I/O while the database transaction begun at a\.go:\d+:\d+ is open.*persist PROCESSING in its own transaction, commit, then call`
 		tx.Rollback()
 		return err
 	}
@@ -65,7 +65,7 @@ func deferRollback(db *sql.DB) error {
 	}
 	defer tx.Rollback()
 	tx.Exec("INSERT INTO outbox VALUES (1)")
-	if _, err := http.Post("https://hook.example", "text/plain", nil); err != nil { // want `http\.Post may do network I/O`
+	if _, err := http.Post("https://hook.example", "text/plain", nil); err != nil { // want `http\.Post \(called at \S+\) may do network I/O`
 		return err
 	}
 	return tx.Commit()
@@ -93,7 +93,7 @@ func beginErrPath(db *sql.DB) error {
 		http.Post("https://alert.example", "text/plain", nil) // not in a tx
 		return err
 	}
-	http.Get("https://pay.example") // want `http\.Get may do network I/O`
+	http.Get("https://pay.example") // want `http\.Get \(called at \S+\) may do network I/O`
 	return tx.Commit()
 }
 
@@ -120,7 +120,7 @@ func deferredClosure(db *sql.DB) (err error) {
 		}
 		err = tx.Commit()
 	}()
-	_, err = http.Get("https://pay.example") // want `http\.Get may do network I/O`
+	_, err = http.Get("https://pay.example") // want `http\.Get \(called at \S+\) may do network I/O`
 	return err
 }
 
@@ -149,7 +149,7 @@ func closureInTx(db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	notify() // want `a\.closureInTx\.func1 may do network I/O \(a\.closureInTx\.func1 -> http\.Get\)`
+	notify() // want `a\.closureInTx\.func1 \(called at \S+\) may do network I/O \(a\.closureInTx\.func1 -> http\.Get, leaf call`
 	return tx.Commit()
 }
 
@@ -173,7 +173,7 @@ func goroutineInTx(db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	go func() { http.Get("https://hook.example") }() // want `a goroutine started here runs a\.goroutineInTx\.func1, which may do network I/O`
+	go func() { http.Get("https://hook.example") }() // want `a goroutine started at \S+ runs a\.goroutineInTx\.func1, which may do network I/O`
 	return tx.Commit()
 }
 
@@ -198,7 +198,7 @@ func methodValue(db *sql.DB, client *http.Client, req *http.Request) error {
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := do(req); err != nil { // want `\(\*http\.Client\)\.Do may do network I/O`
+	if _, err := do(req); err != nil { // want `\(\*http\.Client\)\.Do \(called at \S+\) may do network I/O`
 		return err
 	}
 	return tx.Commit()
@@ -272,7 +272,7 @@ func savepoint(ctx context.Context, conn *pgx.Conn, pc PaymentClient) error {
 	if err := sp.Commit(ctx); err != nil {
 		return err
 	}
-	if _, err := pc.Charge(ctx, &ChargeRequest{ID: "1"}); err != nil { // want `\(a\.PaymentClient\)\.Charge may do network I/O`
+	if _, err := pc.Charge(ctx, &ChargeRequest{ID: "1"}); err != nil { // want `\(a\.PaymentClient\)\.Charge \(called at \S+\) may do network I/O`
 		return err
 	}
 	return tx.Commit(ctx)
@@ -304,7 +304,7 @@ func savepointOK(ctx context.Context, conn *pgx.Conn, pc PaymentClient) error {
 func beginFunc(ctx context.Context, conn *pgx.Conn, pc PaymentClient) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		tx.Exec(ctx, "UPDATE intents SET state='PROCESSING'")
-		_, err := pc.Charge(ctx, &ChargeRequest{}) // want `\(a\.PaymentClient\)\.Charge may do network I/O while the database transaction run by the call at a\.go:\d+:\d+ is open`
+		_, err := pc.Charge(ctx, &ChargeRequest{}) // want `\(a\.PaymentClient\)\.Charge \(called at \S+\) may do network I/O while the database transaction run by the call at a\.go:\d+:\d+ is open`
 		return err
 	})
 }
@@ -326,7 +326,7 @@ func beginFuncOK(ctx context.Context, conn *pgx.Conn, pc PaymentClient) error {
 func beginTxFunc(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client) error {
 	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		tx.Exec(ctx, "INSERT INTO ledger VALUES (1)")
-		return rdb.Set(ctx, "balance:1", 10, 0).Err() // want `\(redis\.cmdable\)\.Set may do network I/O`
+		return rdb.Set(ctx, "balance:1", 10, 0).Err() // want `\(redis\.cmdable\)\.Set \(called at \S+\) may do network I/O`
 	})
 }
 
@@ -344,7 +344,7 @@ func beginTxFuncOK(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client) e
 // 12. an inferred user transaction runner (in another package).
 func inferredRunner(db *sql.DB) error {
 	return b.WithTx(db, func() error {
-		return b.SendCharge("1") // want `b\.SendCharge may do network I/O`
+		return b.SendCharge("1") // want `b\.SendCharge \(called at \S+\) may do network I/O`
 	})
 }
 
@@ -362,7 +362,7 @@ func crossPackage(db *sql.DB) error {
 		return err
 	}
 	defer tx.Rollback()
-	if err := b.SendCharge("1"); err != nil { // want `b\.SendCharge may do network I/O \(b\.SendCharge -> c\.PostJSON -> \(\*http\.Client\)\.Do\)`
+	if err := b.SendCharge("1"); err != nil { // want `b\.SendCharge \(called at \S+\) may do network I/O \(b\.SendCharge -> c\.PostJSON -> \(\*http\.Client\)\.Do, leaf call`
 		return err
 	}
 	return tx.Commit()
@@ -388,7 +388,7 @@ func invoke(ctx context.Context, db *sql.DB, cc grpc.ClientConnInterface) error 
 		return err
 	}
 	defer tx.Rollback()
-	if err := cc.Invoke(ctx, "/pay.Pay/Charge", nil, nil); err != nil { // want `\(grpc\.ClientConnInterface\)\.Invoke may do network I/O`
+	if err := cc.Invoke(ctx, "/pay.Pay/Charge", nil, nil); err != nil { // want `\(grpc\.ClientConnInterface\)\.Invoke \(called at \S+\) may do network I/O`
 		return err
 	}
 	return tx.Commit()
@@ -410,7 +410,7 @@ func dial(db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	conn, err := net.Dial("tcp", "ledger:9000") // want `net\.Dial may do network I/O`
+	conn, err := net.Dial("tcp", "ledger:9000") // want `net\.Dial \(called at \S+\) may do network I/O`
 	if err != nil {
 		tx.Rollback()
 		return err
@@ -442,7 +442,7 @@ func mail(db *sql.DB) error {
 		return err
 	}
 	defer tx.Rollback()
-	smtp.SendMail("mail:25", nil, "a@example", []string{"b@example"}, nil) // want `smtp\.SendMail may do network I/O`
+	smtp.SendMail("mail:25", nil, "a@example", []string{"b@example"}, nil) // want `smtp\.SendMail \(called at \S+\) may do network I/O`
 	return tx.Commit()
 }
 
@@ -466,7 +466,7 @@ func poolRedis(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client) error
 		return err
 	}
 	defer tx.Rollback(ctx)
-	rdb.Del(ctx, "cache:user:1") // want `\(redis\.cmdable\)\.Del may do network I/O`
+	rdb.Del(ctx, "cache:user:1") // want `\(redis\.cmdable\)\.Del \(called at \S+\) may do network I/O`
 	return tx.Commit(ctx)
 }
 
@@ -490,7 +490,7 @@ func loop(db *sql.DB, ids []string) error {
 		if err != nil {
 			return err
 		}
-		b.SendCharge(id) // want `b\.SendCharge may do network I/O`
+		b.SendCharge(id) // want `b\.SendCharge \(called at \S+\) may do network I/O`
 		tx.Commit()
 	}
 	return nil
@@ -518,7 +518,7 @@ func recordInTx(tx pgx.Tx) error {
 }
 
 func namedCallback(ctx context.Context, conn *pgx.Conn) error {
-	return pgx.BeginFunc(ctx, conn, chargeInTx) // want `a\.chargeInTx may do network I/O .* while the database transaction run by the call`
+	return pgx.BeginFunc(ctx, conn, chargeInTx) // want `a\.chargeInTx \(called at \S+\) may do network I/O .* while the database transaction run by the call`
 }
 
 // 19'. a named callback without I/O.
@@ -532,7 +532,7 @@ func helperCommit(db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	b.SendCharge("1") // want `b\.SendCharge may do network I/O`
+	b.SendCharge("1") // want `b\.SendCharge \(called at \S+\) may do network I/O`
 	return b.Finish(tx)
 }
 
@@ -564,7 +564,7 @@ func withSQLTx(db *sql.DB, fn func(*sql.Tx) error) error {
 func userRunner(db *sql.DB) error {
 	return withSQLTx(db, func(tx *sql.Tx) error {
 		tx.Exec("UPDATE intents SET state='PROCESSING'")
-		return b.SendCharge("1") // want `b\.SendCharge may do network I/O`
+		return b.SendCharge("1") // want `b\.SendCharge \(called at \S+\) may do network I/O`
 	})
 }
 
@@ -588,7 +588,7 @@ func suppressed(db *sql.DB) error {
 	defer tx.Rollback()
 	//idemlint:ignore txrpc the audit hook is fire-and-forget and idempotent on its side
 	b.SendCharge("audit")
-	b.SendCharge("1") //idemlint:ignore txrpc // want `idemlint:ignore txrpc needs a reason` `b\.SendCharge may do network I/O`
+	b.SendCharge("1") //idemlint:ignore txrpc // want `idemlint:ignore txrpc needs a reason` `b\.SendCharge \(called at \S+\) may do network I/O`
 	return tx.Commit()
 }
 
@@ -600,7 +600,7 @@ func retried(db *sql.DB) error {
 		return err
 	}
 	defer tx.Rollback()
-	if err := b.Retry(3, func() error { return b.SendCharge("1") }); err != nil { // want `b\.Retry may do network I/O \(b\.Retry -> a\.retried\.func1 -> b\.SendCharge -> c\.PostJSON -> \(\*http\.Client\)\.Do\)`
+	if err := b.Retry(3, func() error { return b.SendCharge("1") }); err != nil { // want `b\.Retry \(called at \S+\) may do network I/O \(b\.Retry -> a\.retried\.func1 -> b\.SendCharge -> c\.PostJSON -> \(\*http\.Client\)\.Do, leaf call`
 		return err
 	}
 	return tx.Commit()

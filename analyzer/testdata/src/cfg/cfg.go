@@ -25,7 +25,7 @@ func configuredNet(ctx context.Context, db *sql.DB, gw Gateway) error {
 		return err
 	}
 	defer tx.Rollback()
-	if err := gw.Charge(ctx, "1"); err != nil { // want `\(cfg\.Gateway\)\.Charge may do network I/O`
+	if err := gw.Charge(ctx, "1"); err != nil { // want `\(cfg\.Gateway\)\.Charge \(called at \S+\) may do network I/O`
 		return err
 	}
 	gw.Quote(ctx, "1") // not configured
@@ -34,7 +34,7 @@ func configuredNet(ctx context.Context, db *sql.DB, gw Gateway) error {
 
 func configuredRunner(ctx context.Context, st Store, gw Gateway) error {
 	return st.Atomically(ctx, func(ctx context.Context) error {
-		return gw.Charge(ctx, "1") // want `\(cfg\.Gateway\)\.Charge may do network I/O`
+		return gw.Charge(ctx, "1") // want `\(cfg\.Gateway\)\.Charge \(called at \S+\) may do network I/O`
 	})
 }
 

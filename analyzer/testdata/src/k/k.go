@@ -29,7 +29,7 @@ func tokenKey(key string) string { return "idem:" + key }
 
 // 1. Del, then the effect.
 func delFirst(ctx context.Context, rdb *redis.Client, key string) error {
-	if n, _ := rdb.Del(ctx, "idem:"+key).Result(); n == 0 { // want `the idempotency token is deleted \(\(redis\.cmdable\)\.Del\) before the effect it guards \(http\.Post at k\.go:\d+:\d+\).*claim the token atomically with a PROCESSING state`
+	if n, _ := rdb.Del(ctx, "idem:"+key).Result(); n == 0 { // want `the idempotency token is deleted at \S+ \(\(redis\.cmdable\)\.Del\) before the effect it guards \(http\.Post at k\.go:\d+:\d+, [^)]*\).*claim the token atomically with a PROCESSING state`
 		return ErrDuplicate
 	}
 	_, err := http.Post("https://pay.example/charge", "text/plain", nil)
@@ -48,7 +48,7 @@ func delFirstOK(ctx context.Context, rdb *redis.Client, key string) error {
 
 // 2. GetDel of a token key built by a helper, then a gRPC effect.
 func getDel(ctx context.Context, rdb *redis.Client, pc PaymentClient, key string) error {
-	if _, err := rdb.GetDel(ctx, tokenKey(key)).Result(); err != nil { // want `deleted \(\(redis\.cmdable\)\.GetDel\) before the effect it guards \(\(k\.PaymentClient\)\.Charge`
+	if _, err := rdb.GetDel(ctx, tokenKey(key)).Result(); err != nil { // want `deleted at \S+ \(\(redis\.cmdable\)\.GetDel\) before the effect it guards \(\(k\.PaymentClient\)\.Charge`
 		return ErrDuplicate
 	}
 	_, err := pc.Charge(ctx, &ChargeRequest{IdempotencyKey: key})
@@ -64,7 +64,7 @@ func getDelOK(ctx context.Context, rdb *redis.Client, pc PaymentClient, user str
 
 // 3. Unlink, then the effect through a cross-package chain.
 func unlink(ctx context.Context, rdb *redis.Client, key string) error {
-	rdb.Unlink(ctx, "token:"+key) // want `deleted \(\(redis\.cmdable\)\.Unlink\) before the effect it guards \(kb\.Charge -> kc\.Post -> \(\*http\.Client\)\.Do`
+	rdb.Unlink(ctx, "token:"+key) // want `deleted at \S+ \(\(redis\.cmdable\)\.Unlink\) before the effect it guards \(kb\.Charge -> kc\.Post -> \(\*http\.Client\)\.Do`
 	return kb.Charge(ctx, key)
 }
 
@@ -76,7 +76,7 @@ func unlinkOK(ctx context.Context, rdb *redis.Client, key string) error {
 
 // 4. SQL DELETE on the idempotency table, then the effect.
 func sqlDelete(ctx context.Context, db *sql.DB, key string) error {
-	res, err := db.ExecContext(ctx, "DELETE FROM idempotency_keys WHERE key = $1", key) // want `deleted \(\(\*sql\.DB\)\.ExecContext\) before the effect it guards`
+	res, err := db.ExecContext(ctx, "DELETE FROM idempotency_keys WHERE key = $1", key) // want `deleted at \S+ \(\(\*sql\.DB\)\.ExecContext\) before the effect it guards`
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func sqlDeleteOK(ctx context.Context, db *sql.DB, key string) error {
 
 // 5. a cross-package delete helper, then the effect.
 func helperDelete(ctx context.Context, rdb *redis.Client, key string) error {
-	kb.ForgetToken(ctx, rdb, key) // want `deleted \(kb\.ForgetToken -> \(redis\.cmdable\)\.Del\) before the effect`
+	kb.ForgetToken(ctx, rdb, key) // want `deleted at \S+ \(kb\.ForgetToken -> \(redis\.cmdable\)\.Del\) before the effect`
 	return kb.Charge(ctx, key)
 }
 
@@ -112,7 +112,7 @@ func helperDeleteOK(ctx context.Context, rdb *redis.Client, key string, stale bo
 // 6. pgx DELETE .. RETURNING, then the effect.
 func pgxDelete(ctx context.Context, pool *pgxpool.Pool, key string) error {
 	var id string
-	if err := pool.QueryRow(ctx, "DELETE FROM idempotency_tokens WHERE token = $1 RETURNING id", key).Scan(&id); err != nil { // want `deleted \(\(\*pgxpool\.Pool\)\.QueryRow\) before the effect`
+	if err := pool.QueryRow(ctx, "DELETE FROM idempotency_tokens WHERE token = $1 RETURNING id", key).Scan(&id); err != nil { // want `deleted at \S+ \(\(\*pgxpool\.Pool\)\.QueryRow\) before the effect`
 		return ErrDuplicate
 	}
 	return kb.Charge(ctx, id)
@@ -188,7 +188,7 @@ func getThenSet(ctx context.Context, rdb *redis.Client, key string) error {
 	if v, _ := rdb.Get(ctx, "idem:"+key).Result(); v != "" {
 		return ErrDuplicate
 	}
-	err := kb.Charge(ctx, key) // want `the effect \(kb\.Charge -> kc\.Post -> \(\*http\.Client\)\.Do\) runs after a non-atomic check of the idempotency token \(\(redis\.cmdable\)\.Get at k\.go:\d+:\d+\) and before the token is consumed \(\(redis\.cmdable\)\.Set at`
+	err := kb.Charge(ctx, key) // want `the effect at \S+ \(kb\.Charge -> kc\.Post -> \(\*http\.Client\)\.Do, [^)]*\) runs after a non-atomic check of the idempotency token \(\(redis\.cmdable\)\.Get at k\.go:\d+:\d+\) and before the token is consumed \(\(redis\.cmdable\)\.Set at`
 	rdb.Set(ctx, "idem:"+key, "DONE", 0)
 	return err
 }
@@ -211,7 +211,7 @@ func existsThenDel(ctx context.Context, rdb *redis.Client, key string) error {
 	if n, _ := rdb.Exists(ctx, "token:"+key).Result(); n == 0 {
 		return ErrDuplicate
 	}
-	_, err := http.Post("https://pay.example/charge", "text/plain", nil) // want `the effect \(http\.Post\) runs after a non-atomic check`
+	_, err := http.Post("https://pay.example/charge", "text/plain", nil) // want `the effect at \S+ \(http\.Post, [^)]*\) runs after a non-atomic check`
 	rdb.Del(ctx, "token:"+key)
 	return err
 }
@@ -262,7 +262,7 @@ func hashCheck(ctx context.Context, rdb *redis.Client, pc PaymentClient, key str
 	if v, _ := rdb.HGet(ctx, "idem:"+key, "state").Result(); v == "DONE" {
 		return nil
 	}
-	_, err := pc.Charge(ctx, &ChargeRequest{IdempotencyKey: key}) // want `the effect \(\(k\.PaymentClient\)\.Charge\) runs after a non-atomic check`
+	_, err := pc.Charge(ctx, &ChargeRequest{IdempotencyKey: key}) // want `the effect at \S+ \(\(k\.PaymentClient\)\.Charge, [^)]*\) runs after a non-atomic check`
 	rdb.HSet(ctx, "idem:"+key, "state", "DONE")
 	return err
 }

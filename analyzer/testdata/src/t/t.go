@@ -53,7 +53,7 @@ func refund(ctx context.Context, db *sql.DB, id string) error {
 func sqlFailed(ctx context.Context, db *sql.DB, id string) error {
 	_, err := http.Post("https://pay.example/charge", "text/plain", nil)
 	if err != nil {
-		db.ExecContext(ctx, "UPDATE payments SET state='FAILED' WHERE id=$1", id) // want `the error of http\.Post, a call that may do network I/O, reaches an action that writes a FAILED status without telling a timeout apart.*record UNKNOWN`
+		db.ExecContext(ctx, "UPDATE payments SET state='FAILED' WHERE id=$1", id) // want `the error of http\.Post \(called at \S+\), a call that may do network I/O \(an HTTP request\), reaches an action at \S+ that writes a FAILED status without telling a timeout apart.*record UNKNOWN`
 		return err
 	}
 	return nil
@@ -95,7 +95,7 @@ func grpcSetStateOK(ctx context.Context, db *sql.DB, pc PaymentClient, id string
 // 3. cross-package chain and a cross-package failure helper.
 func crossPackage(ctx context.Context, db *sql.DB, id string) error {
 	if err := tc.Charge(ctx, id); err != nil {
-		tb.MarkFailed(ctx, db, id) // want `the error of tc\.Charge \(tc\.Charge -> tc\.post -> \(\*http\.Client\)\.Do\).*marks the operation failed`
+		tb.MarkFailed(ctx, db, id) // want `the error of tc\.Charge \(called at \S+; tc\.Charge -> tc\.post -> \(\*http\.Client\)\.Do.*marks the operation failed`
 		return err
 	}
 	return nil
@@ -116,7 +116,7 @@ func crossPackageOK(ctx context.Context, db *sql.DB, id string) error {
 // 4. refund on error.
 func refundOnError(ctx context.Context, db *sql.DB, id string) error {
 	if err := tc.Charge(ctx, id); err != nil {
-		return refund(ctx, db, id) // want `reaches an action that refunds`
+		return refund(ctx, db, id) // want `reaches an action at \S+ that refunds`
 	}
 	return nil
 }
@@ -136,7 +136,7 @@ func refundOnErrorOK(ctx context.Context, db *sql.DB, id string) error {
 // 5. the idempotency token is deleted on error.
 func deleteToken(ctx context.Context, rdb *redis.Client, key string) error {
 	if err := tc.Charge(ctx, key); err != nil {
-		rdb.Del(ctx, "idem:"+key) // want `reaches an action that deletes the idempotency token`
+		rdb.Del(ctx, "idem:"+key) // want `reaches an action at \S+ that deletes the idempotency token`
 		return err
 	}
 	return nil
@@ -163,7 +163,7 @@ func rollbackIntent(ctx context.Context, db *sql.DB, id string) error {
 	}
 	tx.Exec("UPDATE payments SET state='PROCESSING' WHERE id=$1", id)
 	if err := tc.Charge(ctx, id); err != nil {
-		tx.Rollback() // want `reaches an action that rolls back the transaction holding the intent`
+		tx.Rollback() // want `reaches an action at \S+ that rolls back the transaction holding the intent`
 		return err
 	}
 	return tx.Commit()
@@ -211,7 +211,7 @@ func deferredRollback(ctx context.Context, db *sql.DB, id string) error {
 	defer tx.Rollback()
 	tx.Exec("UPDATE payments SET state='PROCESSING' WHERE id=$1", id)
 	if err := tc.Charge(ctx, id); err != nil {
-		return err // want `reaches an action that returns, so the deferred Rollback undoes the transaction holding the intent`
+		return err // want `reaches an action at \S+ that returns, so the deferred Rollback undoes the transaction holding the intent`
 	}
 	return tx.Commit()
 }
@@ -236,7 +236,7 @@ func deferredRollbackOK(ctx context.Context, db *sql.DB, id string) error {
 // 8. a permanent failure of the idem runtime.
 func permanent(ctx context.Context, id string) error {
 	if err := tc.Charge(ctx, id); err != nil {
-		return runtime.Permanent(err) // want `reaches an action that returns a permanent failure`
+		return runtime.Permanent(err) // want `reaches an action at \S+ that returns a permanent failure`
 	}
 	return nil
 }
@@ -335,7 +335,7 @@ func declinedOK(ctx context.Context, db *sql.DB, pc PaymentClient, id string) er
 // 12. a status-setting method of an interface given "FAILED".
 func storeStatus(ctx context.Context, st Store, id string) error {
 	if err := tc.Charge(ctx, id); err != nil {
-		return st.UpdateStatus(ctx, id, "FAILED") // want `reaches an action that writes a FAILED status`
+		return st.UpdateStatus(ctx, id, "FAILED") // want `reaches an action at \S+ that writes a FAILED status`
 	}
 	return st.UpdateStatus(ctx, id, "SUCCEEDED")
 }
@@ -494,7 +494,7 @@ func otherRule(ctx context.Context, db *sql.DB, id string) error {
 // 20. the record is released on any error.
 func released(ctx context.Context, id string) error {
 	if err := tc.Charge(ctx, id); err != nil {
-		return runtime.Retryable(err) // want `reaches an action that releases the record, so a retry runs the effect again`
+		return runtime.Retryable(err) // want `reaches an action at \S+ that releases the record, so a retry runs the effect again`
 	}
 	return nil
 }

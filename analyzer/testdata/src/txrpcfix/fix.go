@@ -14,7 +14,7 @@ func audit(db *sql.DB) error {
 	}
 	defer tx.Rollback()
 	//idemlint:ignore txrcp the audit hook is idempotent on its side // want `idemlint:ignore names no rule "txrcp"; did you mean txrpc\?`
-	http.Post("https://audit.example", "text/plain", nil) // want `http\.Post may do network I/O`
+	http.Post("https://audit.example", "text/plain", nil) // want `http\.Post \(called at \S+\) may do network I/O`
 	return tx.Commit()
 }
 
@@ -26,6 +26,6 @@ func other(db *sql.DB) error {
 	}
 	defer tx.Rollback()
 	//idemlint:ignore timeoutfail not this rule
-	http.Post("https://audit.example", "text/plain", nil) // want `http\.Post may do network I/O`
+	http.Post("https://audit.example", "text/plain", nil) // want `http\.Post \(called at \S+\) may do network I/O`
 	return tx.Commit()
 }

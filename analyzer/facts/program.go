@@ -1,0 +1,309 @@
+package facts
+
+import (
+	"go/types"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Program is a whole-program view for the standalone command: the concrete
+// named types of every loaded package of the module and what the facts
+// analyzer learned about their methods in a first pass. With it, a call
+// through an interface (UserService.NotifyUser) is resolved to the
+// implementations in the loaded packages, even one in a package the
+// caller does not import. A call is known to do network I/O (or to run a
+// callback in a transaction, or to delete a token) only when every
+// implementation agrees: an outbox publisher that writes into the same
+// transaction keeps a Publisher interface silent, even though another
+// implementation does HTTP.
+//
+// Types and methods are keyed by their path-qualified names and
+// signatures as text, so that a driver may type-check each package on its
+// own (from export data) and still share one Program.
+//
+// The modular drivers (go vet -vettool, golangci-lint, editors) have no
+// Program and see only what per-package facts say.
+type Program struct {
+	mu      sync.Mutex
+	named   map[string]*namedInfo
+	methods map[string]*MethodSummary
+	impls   map[string][]*namedMethod
+	calls   map[string]map[string]invokedMethod // package path -> interface methods it calls, by text
+	roots   map[string]bool
+}
+
+// invokedMethod is an interface method a package calls, as text (the
+// types themselves would keep every package's imports alive).
+type invokedMethod struct {
+	want map[string]string // the interface's methods: name -> signature text
+	name string
+}
+
+type namedInfo struct {
+	display string            // "*smtpmail.Mailer"
+	methods map[string]string // method set of *T: name -> signature text
+}
+
+type namedMethod struct {
+	key, display string
+}
+
+// MethodSummary is what the first pass learned about one concrete method.
+type MethodSummary struct {
+	Net      *NetIO
+	Runner   int // -1: not a runner
+	TokenDel *TokenDelete
+}
+
+// NewProgram returns an empty Program.
+func NewProgram() *Program {
+	return &Program{named: map[string]*namedInfo{}, methods: map[string]*MethodSummary{}, impls: map[string][]*namedMethod{},
+		calls: map[string]map[string]invokedMethod{}}
+}
+
+func qual(p *types.Package) string { return p.Path() }
+
+// sigText is a method's signature without its receiver and without
+// parameter names (an implementation names them as it likes), with the
+// empty interface spelled one way whether it came from source or export
+// data.
+func sigText(sig *types.Signature) string {
+	var b strings.Builder
+	tuple := func(t *types.Tuple, variadic bool) {
+		b.WriteByte('(')
+		for i := 0; i < t.Len(); i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if variadic && i == t.Len()-1 {
+				b.WriteString("...")
+				b.WriteString(typeText(t.At(i).Type().(*types.Slice).Elem()))
+				continue
+			}
+			b.WriteString(typeText(t.At(i).Type()))
+		}
+		b.WriteByte(')')
+	}
+	tuple(sig.Params(), sig.Variadic())
+	tuple(sig.Results(), false)
+	return b.String()
+}
+
+func typeText(t types.Type) string {
+	return strings.ReplaceAll(types.TypeString(t, qual), "interface{}", "any")
+}
+
+// AddTypes indexes the concrete named types declared in pkg, less those
+// skip reports (the command skips types declared in test files and mocks,
+// fakes and stubs, which are not what production binds).
+func (p *Program) AddTypes(pkg *types.Package, skip func(*types.TypeName) bool) {
+	scope := pkg.Scope()
+	for _, name := range scope.Names() {
+		tn, ok := scope.Lookup(name).(*types.TypeName)
+		if !ok || tn.IsAlias() || skip != nil && skip(tn) {
+			continue
+		}
+		n, ok := tn.Type().(*types.Named)
+		if !ok || n.TypeParams().Len() > 0 {
+			continue
+		}
+		if _, isIface := n.Underlying().(*types.Interface); isIface {
+			continue
+		}
+		info := &namedInfo{display: "*" + pkg.Name() + "." + name, methods: map[string]string{}}
+		ms := types.NewMethodSet(types.NewPointer(n))
+		for i := 0; i < ms.Len(); i++ {
+			f := ms.At(i).Obj().(*types.Func)
+			info.methods[f.Name()] = sigText(f.Type().(*types.Signature))
+		}
+		p.mu.Lock()
+		p.named[pkg.Path()+"."+name] = info
+		p.mu.Unlock()
+	}
+}
+
+// methodKey names a concrete method: "example.com/mail.SMTP.Send". Methods
+// promoted from an embedded type are keyed by the type that declares them.
+func methodKey(fn *types.Func) string {
+	sig, _ := fn.Type().(*types.Signature)
+	if sig == nil || sig.Recv() == nil {
+		return ""
+	}
+	p, n := namedOf(sig.Recv().Type())
+	if p == "" {
+		return ""
+	}
+	return p + "." + n + "." + fn.Name()
+}
+
+// invoked records that package pkg calls interface method m (first pass).
+func (p *Program) invoked(pkg string, iface *types.Interface, m *types.Func) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.roots != nil && !p.roots[pkg] {
+		return
+	}
+	want := ifaceText(iface)
+	k := wantKey(want) + "|" + m.Name()
+	if p.calls[pkg] == nil {
+		p.calls[pkg] = map[string]invokedMethod{}
+	}
+	if _, ok := p.calls[pkg][k]; !ok {
+		p.calls[pkg][k] = invokedMethod{want, m.Name()}
+	}
+}
+
+// SetRoots names the packages whose interface calls are recorded (the
+// others are never asked about).
+func (p *Program) SetRoots(paths []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.roots = map[string]bool{}
+	for _, path := range paths {
+		p.roots[path] = true
+	}
+}
+
+func wantKey(want map[string]string) string {
+	var ks []string
+	for name, sig := range want {
+		ks = append(ks, name+sig)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ";")
+}
+
+// Resolves reports whether the second pass could see more in package pkg
+// than the first: it calls an interface method that resolves to network
+// I/O, a transaction runner or a token delete.
+func (p *Program) Resolves(pkg string) bool {
+	p.mu.Lock()
+	calls := p.calls[pkg]
+	p.mu.Unlock()
+	for _, c := range calls {
+		for _, impl := range p.implementationsOf(c.want, c.name) {
+			if s := p.summary(impl.key); s != nil && (s.Net != nil || s.Runner >= 0 || s.TokenDel != nil) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// record stores the summary of a concrete method (first pass).
+func (p *Program) record(fn *types.Func, s *MethodSummary) {
+	k := methodKey(fn)
+	if k == "" {
+		return
+	}
+	p.mu.Lock()
+	p.methods[k] = s
+	p.mu.Unlock()
+}
+
+// implementations returns the methods named m.Name() of the indexed types
+// whose pointer method set implements iface, sorted, or nil. A promoted
+// method resolves to the declaring type's key through the lookup below.
+func (p *Program) implementations(iface *types.Interface, m *types.Func) []*namedMethod {
+	return p.implementationsOf(ifaceText(iface), m.Name())
+}
+
+// ifaceText is an interface's method set as text: name -> signature.
+func ifaceText(iface *types.Interface) map[string]string {
+	want := map[string]string{}
+	for i := 0; i < iface.NumMethods(); i++ {
+		f := iface.Method(i)
+		want[f.Name()] = sigText(f.Type().(*types.Signature))
+	}
+	return want
+}
+
+func (p *Program) implementationsOf(want map[string]string, method string) []*namedMethod {
+	key := wantKey(want) + "|" + method
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if out, ok := p.impls[key]; ok {
+		return out
+	}
+	var out []*namedMethod
+	for tk, info := range p.named {
+		ok := len(want) > 0
+		for name, sig := range want {
+			if info.methods[name] != sig {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, &namedMethod{key: tk + "." + method, display: "(" + info.display + ")." + method})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	p.impls[key] = out
+	return out
+}
+
+func (p *Program) summary(key string) *MethodSummary {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.methods[key]
+}
+
+// invokeNet resolves an interface call: every implementation does network
+// I/O. It returns the first implementation's name and fact, or "".
+func (p *Program) invokeNet(iface *types.Interface, m *types.Func) (string, *NetIO) {
+	impls := p.implementations(iface, m)
+	if len(impls) == 0 {
+		return "", nil
+	}
+	var first *NetIO
+	for _, f := range impls {
+		s := p.summary(f.key)
+		if s == nil || s.Net == nil {
+			return "", nil // an implementation that does not: silent
+		}
+		if first == nil {
+			first = s.Net
+		}
+	}
+	return impls[0].display, first
+}
+
+// invokeRunner: every implementation runs the same func parameter inside a
+// transaction; the index is in the concrete method's SSA parameters
+// (receiver first).
+func (p *Program) invokeRunner(iface *types.Interface, m *types.Func) int {
+	impls := p.implementations(iface, m)
+	if len(impls) == 0 {
+		return -1
+	}
+	idx := -1
+	for _, f := range impls {
+		s := p.summary(f.key)
+		if s == nil || s.Runner < 0 || idx >= 0 && s.Runner != idx {
+			return -1
+		}
+		idx = s.Runner
+	}
+	return idx
+}
+
+// invokeTokenDel: every implementation deletes an idempotency token.
+func (p *Program) invokeTokenDel(iface *types.Interface, m *types.Func) (string, *TokenDelete) {
+	impls := p.implementations(iface, m)
+	if len(impls) == 0 {
+		return "", nil
+	}
+	var first *TokenDelete
+	for _, f := range impls {
+		s := p.summary(f.key)
+		if s == nil || s.TokenDel == nil {
+			return "", nil
+		}
+		if first == nil {
+			first = s.TokenDel
+		}
+	}
+	return impls[0].display, first
+}

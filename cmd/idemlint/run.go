@@ -1,0 +1,310 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/tools/go/analysis"
+
+	"github.com/idemkit/idem/analyzer"
+	"github.com/idemkit/idem/analyzer/facts"
+)
+
+// enable is a rule's -txrpc / -txrpc=false flag: unset, true or false.
+type enable struct{ set, on bool }
+
+func (e *enable) IsBoolFlag() bool { return true }
+func (e *enable) String() string {
+	if e == nil || !e.set {
+		return ""
+	}
+	return strconv.FormatBool(e.on)
+}
+func (e *enable) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	e.set, e.on = true, v
+	return nil
+}
+
+// run is the standalone driver: it loads the whole program once, runs a
+// first facts pass that records what each concrete method does, then the
+// rules with interface calls resolved through it.
+func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) int {
+	// Collect more often than Go's default (GOGC=100 lets the heap grow to
+	// twice what is live): on supabase/auth GOGC=25 cut the peak from 240
+	// to 140-190 MB for a little CPU. A GOGC in the environment wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(25)
+	}
+	prog := facts.NewProgram()
+	rules, f, err := analyzer.NewSuite(settings, facts.Config{Program: prog})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fs := flag.NewFlagSet("idemlint", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "emit JSON output")
+	tests := fs.Bool("test", true, "indicates whether test files should be analyzed, too")
+	fs.Int("c", -1, "display offending line with this many lines of context (accepted for compatibility; ignored)")
+	enabled := map[string]*enable{}
+	for _, a := range rules {
+		e := new(enable)
+		enabled[a.Name] = e
+		fs.Var(e, a.Name, "enable "+a.Name+" analysis")
+		a.Flags.VisitAll(func(fl *flag.Flag) {
+			fs.Var(fl.Value, a.Name+"."+fl.Name, fl.Usage)
+		})
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "idemlint: idempotency rules (%s).\n\nUsage: idemlint [-flag] [package]\n\n", strings.Join(analyzer.Rules, ", "))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 1
+	}
+	rules = selectRules(rules, enabled)
+	patterns := fs.Args()
+	if len(patterns) == 0 {
+		fs.Usage()
+		return 1
+	}
+
+	debug := os.Getenv("IDEMLINT_DEBUG") != ""
+	t0 := time.Now()
+	lap := func(what string) {
+		if debug {
+			fmt.Fprintf(stderr, "idemlint: %s: %v\n", what, time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	if path := os.Getenv("IDEMLINT_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			_ = pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
+	pkgs, err := goList(patterns, *tests)
+	if err != nil {
+		fmt.Fprintln(stderr, "idemlint:", err)
+		return 1
+	}
+	if listErrors(pkgs, stderr) {
+		return 1
+	}
+	roots := 0
+	for _, p := range pkgs {
+		if !p.DepOnly {
+			roots++
+		}
+	}
+	if roots == 0 {
+		fmt.Fprintf(stderr, "idemlint: no packages matched %v\n", patterns)
+		return 1
+	}
+	lap("go list")
+
+	// First pass: every package, the rules on the named ones, recording
+	// the named packages' concrete types, what their methods do and which
+	// interface methods they call.
+	s1 := settings
+	s1.NetFuncs, s1.TxRunners, s1.TokenTables = f.Config.NetFuncs, f.Config.TxRunners, f.Config.TokenTables
+	s1.TxTypes, s1.FailFuncs, s1.TokenDels = f.Config.TxTypes, f.Config.FailFuncs, f.Config.TokenDels
+	all1, first, err := analyzer.NewSuite(s1, facts.Config{Program: prog, Recording: true})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	var rules1 []*analysis.Analyzer
+	for _, a := range all1 {
+		for _, r := range rules {
+			if r.Name == a.Name {
+				rules1 = append(rules1, a)
+			}
+		}
+	}
+	first.Config.Consumers = len(rules1)
+	var rootPaths []string
+	for _, p := range pkgs {
+		if !p.DepOnly {
+			rootPaths = append(rootPaths, p.path())
+		}
+	}
+	prog.SetRoots(rootPaths)
+	d := newUnitDriver(pkgs)
+	d.pass(first.Analyzer, rules1, func(pkg *types.Package, fset *token.FileSet) {
+		prog.AddTypes(pkg, func(tn *types.TypeName) bool { return skipType(fset, tn) })
+	})
+	lap("first pass")
+	if len(d.errs) > 0 {
+		for _, e := range d.errs {
+			fmt.Fprintln(stderr, e)
+		}
+		return 1
+	}
+
+	// Second pass, over the named packages that call an interface method
+	// the whole program resolves, and those that import one of them: the
+	// facts with interface calls resolved, and the rules, whose findings
+	// replace the first pass's. The dependencies keep their first-pass
+	// facts (a library's interface calls are not resolved to the
+	// service's types).
+	again := map[string]bool{}
+	for _, p := range pkgs {
+		if p.DepOnly || !d.analyzed(p) {
+			continue
+		}
+		again[p.ImportPath] = prog.Resolves(p.path()) || os.Getenv("IDEMLINT_ALL") != ""
+		for _, dep := range p.Deps {
+			again[p.ImportPath] = again[p.ImportPath] || again[dep]
+		}
+	}
+	f.Config.Consumers = len(rules)
+	d.errs = nil
+	d.only = again
+	d.drop(again)
+	d.pass(f.Analyzer, rules, nil)
+	lap("second pass")
+	failed := len(d.errs) > 0
+	for _, e := range d.errs {
+		fmt.Fprintln(stderr, e)
+	}
+	d2 := d
+	findings := d2.findings()
+	if *asJSON {
+		if err := printJSON(stdout, findings); err != nil {
+			fmt.Fprintln(stderr, "idemlint:", err)
+			return 1
+		}
+		if failed {
+			return 1
+		}
+		return 0
+	}
+	printText(stderr, findings)
+	switch {
+	case failed:
+		return 1
+	case len(findings) > 0:
+		return 3
+	}
+	return 0
+}
+
+// selectRules applies the enable flags as go/analysis drivers do: if any
+// rule is set true, only those run; rules set false do not.
+func selectRules(rules []*analysis.Analyzer, enabled map[string]*enable) []*analysis.Analyzer {
+	only := false
+	for _, e := range enabled {
+		only = only || e.set && e.on
+	}
+	var out []*analysis.Analyzer
+	for _, a := range rules {
+		e := enabled[a.Name]
+		if only && !(e.set && e.on) || !only && e.set && !e.on {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// skipType: types declared in test files, and mocks, fakes and stubs, are
+// not what production code binds to an interface.
+var reMock = regexp.MustCompile(`(?i)^(mock|fake|stub|spy|dummy)|(mock|fake|stub)s?$`)
+
+func skipType(fset *token.FileSet, tn *types.TypeName) bool {
+	if strings.HasSuffix(fset.Position(tn.Pos()).Filename, "_test.go") {
+		return true
+	}
+	if reMock.MatchString(tn.Name()) {
+		return true
+	}
+	for _, seg := range strings.Split(tn.Pkg().Path(), "/") {
+		if reMock.MatchString(seg) || seg == "testutil" || seg == "testing" {
+			return true
+		}
+	}
+	return false
+}
+
+// finding is one diagnostic, listed once even when the package and its
+// test variant both report it.
+type finding struct {
+	id        string // package ID
+	pkg, rule string
+	posn, end string
+	file      string
+	line, col int
+	msg       string
+	related   []related
+}
+
+type related struct{ posn, msg string }
+
+var cwd, _ = os.Getwd()
+
+// rel prints a position relative to the working directory when it is
+// below it.
+func rel(p token.Position) string {
+	if r, err := filepath.Rel(cwd, p.Filename); err == nil && !strings.HasPrefix(r, "..") {
+		p.Filename = r
+	}
+	return p.String()
+}
+
+func printText(w io.Writer, fs []finding) {
+	for _, f := range fs {
+		fmt.Fprintf(w, "%s: %s\n", f.posn, f.msg)
+		for _, r := range f.related {
+			fmt.Fprintf(w, "%s: \t%s\n", r.posn, r.msg)
+		}
+	}
+}
+
+// printJSON writes the go/analysis JSON tree (package -> rule ->
+// diagnostics), each finding once.
+func printJSON(w io.Writer, fs []finding) error {
+	type jsonRelated struct {
+		Posn    string `json:"posn"`
+		Message string `json:"message"`
+	}
+	type jsonDiag struct {
+		Category string        `json:"category,omitempty"`
+		Posn     string        `json:"posn"`
+		End      string        `json:"end,omitempty"`
+		Message  string        `json:"message"`
+		Related  []jsonRelated `json:"related,omitempty"`
+	}
+	tree := map[string]map[string][]jsonDiag{}
+	for _, f := range fs {
+		if tree[f.pkg] == nil {
+			tree[f.pkg] = map[string][]jsonDiag{}
+		}
+		d := jsonDiag{Category: f.rule, Posn: f.posn, End: f.end, Message: f.msg}
+		for _, r := range f.related {
+			d.Related = append(d.Related, jsonRelated{r.posn, r.msg})
+		}
+		tree[f.pkg][f.rule] = append(tree[f.pkg][f.rule], d)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "\t")
+	return enc.Encode(tree)
+}

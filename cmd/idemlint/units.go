@@ -1,0 +1,459 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/gcexportdata"
+	"golang.org/x/tools/go/types/objectpath"
+
+	"github.com/idemkit/idem/analyzer/facts"
+)
+
+// listed is a package as `go list -json -export -deps` describes it.
+type listed struct {
+	ImportPath      string
+	Name            string
+	Dir             string
+	CompiledGoFiles []string
+	Export          string
+	ImportMap       map[string]string
+	Deps            []string
+	Standard        bool
+	DepOnly         bool
+	Module          *struct{ Path, GoVersion string }
+	Error           *struct{ Err string }
+	DepsErrors      []*struct{ Err string }
+}
+
+// path is the package path of a listed package: "p" for "p [p.test]".
+func (l *listed) path() string {
+	if i := strings.Index(l.ImportPath, " ["); i >= 0 {
+		return l.ImportPath[:i]
+	}
+	return l.ImportPath
+}
+
+// goList lists the packages matching patterns and their dependencies,
+// dependencies first, with their export data (go list compiles what the
+// build cache lacks, as go vet does).
+func goList(patterns []string, tests bool) ([]*listed, error) {
+	args := []string{"list", "-e", "-json=ImportPath,Name,Dir,CompiledGoFiles,Export,ImportMap,Deps,Standard,DepOnly,Module,Error,DepsErrors",
+		"-export", "-compiled", "-deps"}
+	if tests {
+		args = append(args, "-test")
+	}
+	cmd := exec.Command("go", append(append(args, "--"), patterns...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list: %v\n%s", err, stderr.String())
+	}
+	var pkgs []*listed
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		l := new(listed)
+		if err := dec.Decode(l); err != nil {
+			return nil, fmt.Errorf("go list output: %v", err)
+		}
+		pkgs = append(pkgs, l)
+	}
+	return pkgs, nil
+}
+
+// unitDriver analyzes one package at a time, as go vet does: each package
+// is parsed and type-checked on its own, its imports read from export
+// data, and dropped once analyzed, so memory holds one package (per core)
+// and the facts. Facts stay in memory as values.
+type unitDriver struct {
+	pkgs   []*listed
+	byID   map[string]*listed
+	facts  sync.Map // factKey -> analysis.Fact
+	diags  []finding
+	diagMu sync.Mutex
+	errs   []string
+	errMu  sync.Mutex
+	// only, when set, lists the package IDs to analyze.
+	only map[string]bool
+}
+
+type factKey struct {
+	pkg string // package ID
+	obj objectpath.Path
+	typ reflect.Type
+}
+
+func newUnitDriver(pkgs []*listed) *unitDriver {
+	d := &unitDriver{pkgs: pkgs, byID: map[string]*listed{}}
+	for _, p := range pkgs {
+		d.byID[p.ImportPath] = p
+	}
+	return d
+}
+
+// analyzed reports whether a package's bodies are analyzed at all: not the
+// standard library, the modeled libraries, nor generated test mains; and
+// of the dependencies, only those that import (directly or not) a package
+// through which a network call, a transaction or a token operation can
+// happen: the net packages, database/sql, or a modeled library. The others
+// can have no such fact; what is lost is their timeout-check and
+// callback-running helpers (documented under Limits).
+func (d *unitDriver) analyzed(l *listed) bool {
+	if l.Standard || facts.IsModeled(l.path()) || strings.HasSuffix(l.ImportPath, ".test") || len(l.CompiledGoFiles) == 0 {
+		return false
+	}
+	if !l.DepOnly {
+		return true
+	}
+	for _, dep := range l.Deps {
+		if dep == "net" || dep == "database/sql" || facts.IsModeled(dep) {
+			return true
+		}
+		if i := strings.Index(dep, " ["); i >= 0 {
+			dep = dep[:i]
+		}
+		if facts.IsModeled(dep) || strings.HasPrefix(dep, "github.com/idemkit/idem") {
+			return true
+		}
+	}
+	return false
+}
+
+// pass runs the analyzers over every analyzed package in dependency
+// order, two at a time (per core), rules only on the roots. onRoot, if
+// set, sees each root's types after type checking.
+func (d *unitDriver) pass(factsA *analysis.Analyzer, rules []*analysis.Analyzer, onRoot func(*types.Package, *token.FileSet)) {
+	done := map[string]chan struct{}{}
+	for _, p := range d.pkgs {
+		done[p.ImportPath] = make(chan struct{})
+	}
+	// Up to GOMAXPROCS packages at once, but no more than the largest
+	// import closure's worth of them: a package's memory is mostly the
+	// export data of what it imports, so two large ones run one after the
+	// other and small ones side by side.
+	capacity := 1
+	for _, p := range d.pkgs {
+		if d.analyzed(p) && len(p.Deps) > capacity {
+			capacity = len(p.Deps)
+		}
+	}
+	sem := newWeighted(capacity, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for _, p := range d.pkgs {
+		wg.Add(1)
+		go func(p *listed) {
+			defer wg.Done()
+			defer close(done[p.ImportPath])
+			for _, dep := range p.Deps {
+				if ch, ok := done[dep]; ok {
+					<-ch
+				}
+			}
+			if !d.analyzed(p) || d.only != nil && !d.only[p.ImportPath] {
+				return
+			}
+			w := max(len(p.Deps), 1)
+			sem.acquire(w)
+			defer sem.release(w)
+			as := []*analysis.Analyzer{factsA}
+			if !p.DepOnly {
+				as = append(as, rules...)
+			}
+			d.unit(p, as, onRoot)
+		}(p)
+	}
+	wg.Wait()
+}
+
+func (d *unitDriver) fail(format string, args ...any) {
+	d.errMu.Lock()
+	d.errs = append(d.errs, fmt.Sprintf(format, args...))
+	d.errMu.Unlock()
+}
+
+// unit type-checks one package from source against its imports' export
+// data and runs the analyzers on it.
+func (d *unitDriver) unit(p *listed, as []*analysis.Analyzer, onRoot func(*types.Package, *token.FileSet)) {
+	fset := token.NewFileSet()
+	imports := map[string]*types.Package{}
+	var files []*ast.File
+	for _, name := range p.CompiledGoFiles {
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(p.Dir, name)
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			if !p.DepOnly {
+				d.fail("%v", err)
+			}
+			return
+		}
+		files = append(files, f)
+	}
+	// path -> package ID, for this package's view of its dependencies
+	// (a test variant sees "q [p.test]" for "q").
+	ids := map[string]string{p.path(): p.ImportPath}
+	for _, dep := range p.Deps {
+		if l := d.byID[dep]; l != nil {
+			if _, ok := ids[l.path()]; !ok || strings.Contains(dep, " [") {
+				ids[l.path()] = dep
+			}
+		}
+	}
+	imp := importerFunc(func(path string) (*types.Package, error) {
+		if path == "unsafe" {
+			return types.Unsafe, nil
+		}
+		id := p.ImportMap[path]
+		if id == "" {
+			id = path
+		}
+		l := d.byID[id]
+		if l == nil || l.Export == "" {
+			return nil, fmt.Errorf("no export data for %s", id)
+		}
+		if pkg := imports[l.path()]; pkg != nil && pkg.Complete() {
+			return pkg, nil
+		}
+		f, err := os.Open(l.Export)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		// go list -export (Go 1.26) names compiler archives, which only
+		// NewReader unwraps.
+		//lint:ignore SA1019 the export files of this Go version are archives
+		r, err := gcexportdata.NewReader(bufio.NewReader(f))
+		if err != nil {
+			return nil, err
+		}
+		return gcexportdata.Read(r, fset, imports, l.path())
+	})
+	info := &types.Info{
+		Types:        map[ast.Expr]types.TypeAndValue{},
+		Defs:         map[*ast.Ident]types.Object{},
+		Uses:         map[*ast.Ident]types.Object{},
+		Implicits:    map[ast.Node]types.Object{},
+		Selections:   map[*ast.SelectorExpr]*types.Selection{},
+		Scopes:       map[ast.Node]*types.Scope{},
+		Instances:    map[*ast.Ident]types.Instance{},
+		FileVersions: map[*ast.File]string{},
+	}
+	var typeErrs []string
+	conf := types.Config{
+		Importer: imp,
+		Sizes:    types.SizesFor("gc", runtime.GOARCH),
+		Error: func(err error) {
+			if len(typeErrs) < 10 {
+				typeErrs = append(typeErrs, err.Error())
+			}
+		},
+	}
+	if p.Module != nil && p.Module.GoVersion != "" {
+		conf.GoVersion = "go" + p.Module.GoVersion
+	}
+	pkg, _ := conf.Check(p.path(), fset, files, info)
+	if len(typeErrs) > 0 {
+		if !p.DepOnly {
+			d.fail("%s", strings.Join(typeErrs, "\n"))
+		}
+		return
+	}
+	if onRoot != nil && !p.DepOnly {
+		onRoot(pkg, fset)
+	}
+	var module *analysis.Module
+	if p.Module != nil {
+		module = &analysis.Module{Path: p.Module.Path, GoVersion: p.Module.GoVersion}
+	}
+	results := map[*analysis.Analyzer]any{}
+	isRule := map[*analysis.Analyzer]bool{}
+	for _, a := range as[1:] {
+		isRule[a] = true
+	}
+	for _, a := range as {
+		pass := &analysis.Pass{
+			Analyzer:   a,
+			Fset:       fset,
+			Files:      files,
+			Pkg:        pkg,
+			TypesInfo:  info,
+			TypesSizes: conf.Sizes,
+			ResultOf:   map[*analysis.Analyzer]any{},
+			Module:     module,
+			ReadFile:   os.ReadFile,
+			Report: func(diag analysis.Diagnostic) {
+				if isRule[a] {
+					d.report(p, a, fset, diag)
+				}
+			},
+			ImportObjectFact: func(obj types.Object, fact analysis.Fact) bool {
+				if obj == nil || obj.Pkg() == nil {
+					return false
+				}
+				op, err := objectpath.For(obj)
+				if err != nil {
+					return false
+				}
+				id := ids[obj.Pkg().Path()]
+				if id == "" {
+					id = obj.Pkg().Path()
+				}
+				v, ok := d.facts.Load(factKey{id, op, reflect.TypeOf(fact)})
+				if !ok {
+					return false
+				}
+				reflect.ValueOf(fact).Elem().Set(reflect.ValueOf(v).Elem())
+				return true
+			},
+			ExportObjectFact: func(obj types.Object, fact analysis.Fact) {
+				if obj.Pkg() != pkg {
+					return
+				}
+				if op, err := objectpath.For(obj); err == nil {
+					d.facts.Store(factKey{p.ImportPath, op, reflect.TypeOf(fact)}, fact)
+				}
+			},
+			ImportPackageFact: func(*types.Package, analysis.Fact) bool { return false },
+			ExportPackageFact: func(analysis.Fact) {},
+			AllObjectFacts:    func() []analysis.ObjectFact { return nil },
+			AllPackageFacts:   func() []analysis.PackageFact { return nil },
+		}
+		for _, req := range a.Requires {
+			pass.ResultOf[req] = results[req]
+		}
+		res, err := a.Run(pass)
+		if err != nil {
+			d.fail("%s: %s: %v", p.ImportPath, a.Name, err)
+			return
+		}
+		results[a] = res
+	}
+}
+
+// weighted is a semaphore of capacity units of weight, and at most n
+// holders.
+type weighted struct {
+	mu        sync.Mutex
+	cond      *sync.Cond
+	free, cap int
+	n, held   int
+}
+
+func newWeighted(capacity, n int) *weighted {
+	w := &weighted{free: capacity, cap: capacity, n: n}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+func (w *weighted) acquire(k int) {
+	k = min(k, w.cap)
+	w.mu.Lock()
+	for w.free < k || w.held >= w.n {
+		w.cond.Wait()
+	}
+	w.free -= k
+	w.held++
+	w.mu.Unlock()
+}
+
+func (w *weighted) release(k int) {
+	k = min(k, w.cap)
+	w.mu.Lock()
+	w.free += k
+	w.held--
+	w.mu.Unlock()
+	w.cond.Broadcast()
+}
+
+type importerFunc func(path string) (*types.Package, error)
+
+func (f importerFunc) Import(path string) (*types.Package, error) { return f(path) }
+
+func (d *unitDriver) report(p *listed, a *analysis.Analyzer, fset *token.FileSet, diag analysis.Diagnostic) {
+	pos := fset.Position(diag.Pos)
+	fd := finding{id: p.ImportPath, pkg: strings.TrimSuffix(p.path(), "_test"), rule: a.Name, posn: rel(pos), file: pos.Filename, line: pos.Line, col: pos.Column, msg: diag.Message}
+	if diag.End.IsValid() {
+		fd.end = rel(fset.Position(diag.End))
+	}
+	for _, r := range diag.Related {
+		fd.related = append(fd.related, related{rel(fset.Position(r.Pos)), r.Message})
+	}
+	d.diagMu.Lock()
+	d.diags = append(d.diags, fd)
+	d.diagMu.Unlock()
+}
+
+// drop forgets the diagnostics of the given packages.
+func (d *unitDriver) drop(ids map[string]bool) {
+	keep := d.diags[:0]
+	for _, f := range d.diags {
+		if !ids[f.id] {
+			keep = append(keep, f)
+		}
+	}
+	d.diags = keep
+}
+
+// findings returns the diagnostics, each once (a package and its test
+// variant report the same ones), sorted by position.
+func (d *unitDriver) findings() []finding {
+	seen := map[string]bool{}
+	var out []finding
+	sort.SliceStable(d.diags, func(i, j int) bool { return d.diags[i].pkg < d.diags[j].pkg })
+	for _, f := range d.diags {
+		k := f.rule + "\x00" + f.posn + "\x00" + f.msg
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, f)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.file != b.file {
+			return a.file < b.file
+		}
+		if a.line != b.line {
+			return a.line < b.line
+		}
+		return a.col < b.col
+	})
+	return out
+}
+
+// listErrors prints the errors go list found in the roots.
+func listErrors(pkgs []*listed, w io.Writer) bool {
+	bad := false
+	for _, p := range pkgs {
+		if p.DepOnly {
+			continue
+		}
+		if p.Error != nil {
+			fmt.Fprintln(w, p.Error.Err)
+			bad = true
+		}
+		for _, e := range p.DepsErrors {
+			fmt.Fprintln(w, e.Err)
+			bad = true
+		}
+	}
+	return bad
+}
