@@ -30,7 +30,7 @@ type UpdatePaymentStatusParams struct {
 	Status string
 }
 
-func (q *Queries) UpdatePaymentStatus(ctx context.Context, arg UpdatePaymentStatusParams) error {
+func (q *Queries) UpdatePaymentStatus(ctx context.Context, arg UpdatePaymentStatusParams) error { // want UpdatePaymentStatus:`blindquery\(updatePaymentStatus count=-1\)`
 	_, err := q.db.ExecContext(ctx, updatePaymentStatus, arg.ID, arg.Status)
 	return err
 }
@@ -39,7 +39,7 @@ const markOrderDone = `-- name: MarkOrderDone :execrows
 UPDATE orders SET state = 'DONE' WHERE id = $1
 `
 
-func (q *Queries) MarkOrderDone(ctx context.Context, id string) (int64, error) {
+func (q *Queries) MarkOrderDone(ctx context.Context, id string) (int64, error) { // want MarkOrderDone:`blindquery\(markOrderDone count=0\)`
 	result, err := q.db.ExecContext(ctx, markOrderDone, id)
 	if err != nil {
 		return 0, err
@@ -66,6 +66,6 @@ const closeOrder = `-- name: CloseOrder :execresult
 UPDATE orders SET state = 'CLOSED' WHERE id = $1
 `
 
-func (q *Queries) CloseOrder(ctx context.Context, id string) (sql.Result, error) {
+func (q *Queries) CloseOrder(ctx context.Context, id string) (sql.Result, error) { // want CloseOrder:`blindquery\(closeOrder count=0\)`
 	return q.db.ExecContext(ctx, closeOrder, id)
 }
