@@ -312,3 +312,66 @@ func FileOf(files []*ast.File, pos token.Pos) *ast.File {
 	}
 	return nil
 }
+
+// KeyWords is Words of e, with each local variable in e followed to the
+// values assigned to it in body: key := "idem:" + id; rdb.Get(ctx, key)
+// gives "key", "idem:", "id".
+func KeyWords(info *types.Info, body ast.Node, e ast.Expr) []string {
+	ws := Words(info, e)
+	if body == nil {
+		return ws
+	}
+	seen := map[types.Object]bool{}
+	var follow func(e ast.Expr, depth int)
+	follow = func(e ast.Expr, depth int) {
+		if depth > 3 {
+			return
+		}
+		ast.Inspect(e, func(n ast.Node) bool {
+			id, ok := n.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			v, ok := info.Uses[id].(*types.Var)
+			if !ok || seen[v] || v.Parent() == nil || v.Parent() == v.Pkg().Scope() {
+				return true
+			}
+			seen[v] = true
+			for _, rhs := range Assigned(info, body, v) {
+				ws = append(ws, Words(info, rhs)...)
+				follow(rhs, depth+1)
+			}
+			return true
+		})
+	}
+	follow(e, 0)
+	return ws
+}
+
+// Assigned returns the expressions assigned to v in body (single-value
+// assignments and declarations).
+func Assigned(info *types.Info, body ast.Node, v types.Object) []ast.Expr {
+	var out []ast.Expr
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.AssignStmt:
+			if len(x.Lhs) == len(x.Rhs) {
+				for i, l := range x.Lhs {
+					if id, ok := l.(*ast.Ident); ok && info.ObjectOf(id) == v {
+						out = append(out, x.Rhs[i])
+					}
+				}
+			}
+		case *ast.ValueSpec:
+			if len(x.Names) == len(x.Values) {
+				for i, id := range x.Names {
+					if info.ObjectOf(id) == v {
+						out = append(out, x.Values[i])
+					}
+				}
+			}
+		}
+		return true
+	})
+	return out
+}
