@@ -348,17 +348,20 @@ func KeyWords(info *types.Info, body ast.Node, e ast.Expr) []string {
 	return ws
 }
 
-// Assigned returns the expressions assigned to v in body (single-value
-// assignments and declarations).
+// Assigned returns the expressions assigned to v in body (the call of a
+// tuple assignment v, err := f() included).
 func Assigned(info *types.Info, body ast.Node, v types.Object) []ast.Expr {
 	var out []ast.Expr
 	ast.Inspect(body, func(n ast.Node) bool {
 		switch x := n.(type) {
 		case *ast.AssignStmt:
-			if len(x.Lhs) == len(x.Rhs) {
-				for i, l := range x.Lhs {
-					if id, ok := l.(*ast.Ident); ok && info.ObjectOf(id) == v {
+			for i, l := range x.Lhs {
+				if id, ok := l.(*ast.Ident); ok && info.ObjectOf(id) == v {
+					switch {
+					case len(x.Lhs) == len(x.Rhs):
 						out = append(out, x.Rhs[i])
+					case len(x.Rhs) == 1:
+						out = append(out, x.Rhs[0]) // v, err := f()
 					}
 				}
 			}

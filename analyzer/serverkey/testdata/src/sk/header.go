@@ -1,0 +1,90 @@
+package sk
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/avast/retry-go"
+	"github.com/google/uuid"
+)
+
+// 10. A fresh Idempotency-Key per attempt of a for loop.
+func post(c *http.Client, req *http.Request) (*http.Response, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		req.Header.Set("Idempotency-Key", uuid.NewString()) // want `the Idempotency-Key header is set from uuid.NewString\(\) inside a retry loop`
+		var resp *http.Response
+		if resp, err = c.Do(req); err == nil {
+			return resp, nil
+		}
+	}
+	return nil, err
+}
+
+func postOnce(c *http.Client, req *http.Request) (*http.Response, error) {
+	key := uuid.NewString()
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		req.Header.Set("Idempotency-Key", key)
+		var resp *http.Response
+		if resp, err = c.Do(req); err == nil {
+			return resp, nil
+		}
+	}
+	return nil, err
+}
+
+// 11. Range over an int, the header map written directly.
+func postRange(c *http.Client, req *http.Request) error {
+	for range 3 {
+		req.Header["Idempotency-Key"] = []string{uuid.New().String()} // want `the Idempotency-Key header is set from uuid.New\(\) inside a retry loop`
+		if _, err := c.Do(req); err == nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// A batch: one request per order, each its own key.
+func postBatch(c *http.Client, reqs []*http.Request) {
+	for _, req := range reqs {
+		req.Header.Set("Idempotency-Key", uuid.NewString())
+		c.Do(req)
+	}
+}
+
+// 12. A retry helper's closure.
+func postRetry(c *http.Client, req *http.Request) error {
+	return retry.Do(func() error {
+		req.Header.Add("X-Idempotency-Key", strconv.FormatInt(time.Now().UnixNano(), 10)) // want `the Idempotency-Key header is set from time.Now\(\) inside a retry loop`
+		_, err := c.Do(req)
+		return err
+	})
+}
+
+func postRetryOnce(c *http.Client, req *http.Request) error {
+	key := strconv.FormatInt(time.Now().UnixNano(), 10)
+	return retry.Do(func() error {
+		req.Header.Add("X-Idempotency-Key", key)
+		_, err := c.Do(req)
+		return err
+	})
+}
+
+// 13. for {} until success.
+func postForever(c *http.Client, req *http.Request) *http.Response {
+	for {
+		id, _ := uuid.NewRandom()
+		req.Header.Set("Idempotency-Key", id.String()) // want `the Idempotency-Key header is set from uuid.NewRandom\(\) inside a retry loop`
+		if resp, err := c.Do(req); err == nil {
+			return resp
+		}
+	}
+}
+
+// One request, no retry: the client mints its key once. Correct.
+func postSingle(c *http.Client, req *http.Request) (*http.Response, error) {
+	req.Header.Set("Idempotency-Key", uuid.NewString())
+	return c.Do(req)
+}
