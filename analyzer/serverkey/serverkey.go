@@ -102,6 +102,9 @@ func (c *checker) mintCall(call *ast.CallExpr) *mint {
 	case reIDPkg.MatchString(p) && (strings.HasPrefix(fn.Name(), "New") || fn.Name() == "Make" || fn.Name() == "MustNew" || fn.Name() == "Generate" || fn.Name() == "NextID" || fn.Name() == "Generate"):
 		return &mint{call, rulekit.ShortName(fn) + "()"}
 	case p == "math/rand" || p == "math/rand/v2":
+		if bounded(fn.Name()) {
+			return nil
+		}
 		return &mint{call, rulekit.ShortName(fn) + "()"}
 	case p == "crypto/rand" && (fn.Name() == "Text" || fn.Name() == "Int"):
 		return &mint{call, rulekit.ShortName(fn) + "()"}
@@ -111,6 +114,17 @@ func (c *checker) mintCall(call *ast.CallExpr) *mint {
 		return &mint{call, "time.Now()"}
 	}
 	return nil
+}
+
+// bounded: a math/rand call that picks among a few values (Intn(n),
+// IntN(n), Perm, Shuffle) or makes a generator (New, NewPCG) rather than a
+// fresh value.
+func bounded(name string) bool {
+	switch name {
+	case "Perm", "Shuffle", "Seed", "New", "NewPCG", "NewSource", "NewChaCha8", "NewZipf":
+		return true
+	}
+	return strings.HasSuffix(name, "n") || strings.HasSuffix(name, "N")
 }
 
 // coarse reports whether a time.Now() value is made coarse by the call
@@ -155,6 +169,9 @@ func (c *checker) freshDepth(e ast.Expr, seen map[types.Object]bool, depth int) 
 		case *ast.FuncLit:
 			return false
 		case *ast.CallExpr:
+			if fn := rulekit.Callee(info, x); fn != nil && (rulekit.PkgPath(fn) == "math/rand" || rulekit.PkgPath(fn) == "math/rand/v2") && bounded(fn.Name()) {
+				return false // a pick among n values, whatever the generator's seed
+			}
 			if m := c.mintCall(x); m != nil {
 				if m.what == "time.Now()" && len(stack) >= 2 {
 					if sel, ok := stack[len(stack)-1].(*ast.SelectorExpr); ok && sel.X == x {

@@ -48,3 +48,8 @@ func dedupSQLSurrogate(ctx context.Context, db *sql.DB, key string) error {
 	_, err := db.ExecContext(ctx, "INSERT INTO idempotency_keys (id, key) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING", uuid.NewString(), key)
 	return err
 }
+
+// A key picked among a few (a load test's key space) is not minted.
+func pickKey(ctx context.Context, rdb *redis.Client, rng *rand.Rand) (bool, error) {
+	return rdb.SetNX(ctx, fmt.Sprintf("idem:k%d", rng.Intn(100)), 1, time.Hour).Result()
+}
