@@ -222,7 +222,12 @@ func (c *checker) check(call *ast.CallExpr, stack rulekit.Stack) *event {
 			return nil
 		}
 		return &event{kind: kGorm, target: model, call: call, stack: stack, vars: c.defined(stack), what: "gorm " + fn.Name()}
-	case rulekit.PkgPath(fn) == "github.com/redis/go-redis/v9" && reRedisGet[fn.Name()] && len(call.Args) >= 2:
+	case rulekit.IsRedis(fn) && reRedisGet[fn.Name()] && len(call.Args) >= 2:
+		if sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr); ok {
+			if p, n := rulekit.NamedOf(info.TypeOf(sel.X)); rulekit.IsRedisPkg(p) && n == "Tx" {
+				return nil // a read inside WATCH: the EXEC fails if the key changed
+			}
+		}
 		key := call.Args[1]
 		if !rulekit.TokenWords(rulekit.KeyWords(info, c.body, key)...) {
 			return nil
@@ -258,7 +263,7 @@ func (c *checker) write(call *ast.CallExpr, stack rulekit.Stack) *event {
 		if model := c.gormModel(call); model != "" {
 			c.firstOrCreate(call, fn, model)
 		}
-	case rulekit.PkgPath(fn) == "github.com/redis/go-redis/v9" && reRedisSet[fn.Name()] && len(call.Args) >= 2:
+	case rulekit.IsRedis(fn) && reRedisSet[fn.Name()] && len(call.Args) >= 2:
 		return &event{kind: kRedis, target: types.ExprString(call.Args[1]), call: call, stack: stack, what: rulekit.ShortName(fn)}
 	}
 	return nil

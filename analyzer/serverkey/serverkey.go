@@ -73,7 +73,6 @@ type checker struct {
 const (
 	pkgRuntime = "github.com/idemkit/idem/runtime"
 	pkgPgstore = "github.com/idemkit/idem/runtime/pgstore"
-	pkgRedis   = "github.com/redis/go-redis/v9"
 )
 
 // mint is where a fresh value is made.
@@ -323,7 +322,7 @@ func (c *checker) call(call *ast.CallExpr, stack rulekit.Stack) {
 		}
 		return
 	}
-	if rulekit.PkgPath(fn) == pkgRedis && len(call.Args) >= 2 {
+	if rulekit.IsRedis(fn) && len(call.Args) >= 2 {
 		switch fn.Name() {
 		case "SetNX", "Set", "SetArgs", "SetEx", "Get", "Exists", "HSetNX", "HSet", "HGet", "Del", "Expire":
 		default:

@@ -378,3 +378,11 @@ func Assigned(info *types.Info, body ast.Node, v types.Object) []ast.Expr {
 	})
 	return out
 }
+
+var reRedisPkg = regexp.MustCompile(`^github\.com/(redis/go-redis|go-redis/redis)(/v\d+)?$`)
+
+// IsRedis reports whether fn belongs to go-redis (v7 to v9, either path).
+func IsRedis(fn *types.Func) bool { return reRedisPkg.MatchString(PkgPath(fn)) }
+
+// IsRedisPkg reports whether path is a go-redis package path.
+func IsRedisPkg(path string) bool { return reRedisPkg.MatchString(path) }

@@ -96,3 +96,14 @@ func redisNonceRefresh(ctx context.Context, rdb *redis.Client, nonce string) err
 	}
 	return nil
 }
+
+// Inside WATCH the EXEC fails when the key changed since the Get: atomic.
+func redisWatch(ctx context.Context, rdb *redis.Client, key string) error {
+	return rdb.Watch(ctx, func(tx *redis.Tx) error {
+		if _, err := tx.Get(ctx, "idem:"+key).Result(); err != redis.Nil {
+			return err
+		}
+		tx.Set(ctx, "idem:"+key, 1, ttl)
+		return nil
+	}, "idem:"+key)
+}
