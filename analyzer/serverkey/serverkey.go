@@ -305,6 +305,27 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 			return
 		}
 	}
+	if len(path) == 1 && reKeyField.MatchString(path[0]) && sameRepo(p, c.pass.Pkg.Path()) {
+		m := c.fresh(value)
+		if m == nil || c.reusedAcrossLoop(m, at, stack) {
+			return
+		}
+		c.report(m, value, fmt.Sprintf("%s.%s, the idempotency key of this service's own record, is minted on the server (%s): a duplicate of the request never finds the record made under the fresh key, so the deduplication never fires and the effect runs again; "+
+			"store the key the client sent (its Idempotency-Key header) and refuse the request when it has none", n, path[0], m.what))
+	}
+}
+
+// reKeyField names a field that holds an idempotency key.
+var reKeyField = regexp.MustCompile(`(?i)^(idempotency_?key|idem_?key|dedup_?key)$`)
+
+// sameRepo reports whether package paths a and b share their first three
+// elements (github.com/org/repo): the service's own types, not an SDK's.
+func sameRepo(a, b string) bool {
+	x, y := strings.SplitN(a, "/", 4), strings.SplitN(b, "/", 4)
+	if len(x) < 3 || len(y) < 3 {
+		return len(x) == 1 && len(y) == 1 // GOPATH-style test packages
+	}
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2]
 }
 
 func path0(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }

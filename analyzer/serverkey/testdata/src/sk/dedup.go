@@ -53,3 +53,18 @@ func dedupSQLSurrogate(ctx context.Context, db *sql.DB, key string) error {
 func pickKey(ctx context.Context, rdb *redis.Client, rng *rand.Rand) (bool, error) {
 	return rdb.SetNX(ctx, fmt.Sprintf("idem:k%d", rng.Intn(100)), 1, time.Hour).Result()
 }
+
+// IdemRecord is this service's own idempotency record.
+type IdemRecord struct {
+	IdempotencyKey string
+	Path           string
+}
+
+// 17. The key field of the service's own record.
+func initRequest(headerKey, path string) *IdemRecord {
+	return &IdemRecord{IdempotencyKey: uuid.New().String(), Path: path} // want `IdemRecord.IdempotencyKey, the idempotency key of this service's own record, is minted on the server \(uuid.New\(\)\)`
+}
+
+func initRequestClient(headerKey, path string) *IdemRecord {
+	return &IdemRecord{IdempotencyKey: headerKey, Path: path}
+}
