@@ -6,7 +6,6 @@ package bypass
 import (
 	"fmt"
 	"go/ast"
-	"go/token"
 	"go/types"
 	"strings"
 
@@ -204,5 +203,3 @@ func lookupMethod(it *types.Interface, name string) *types.Func {
 	}
 	return nil
 }
-
-var _ = token.NoPos

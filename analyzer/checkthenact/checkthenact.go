@@ -240,8 +240,7 @@ func (c *checker) check(call *ast.CallExpr, stack rulekit.Stack) *event {
 // write returns the write of a record that call makes, if any.
 func (c *checker) write(call *ast.CallExpr, stack rulekit.Stack) *event {
 	info := c.pass.TypesInfo
-	if q, _, method, ok := rulekit.SQLCall(info, call); ok {
-		_ = method
+	if q, _, _, ok := rulekit.SQLCall(info, call); ok {
 		m := reInsert.FindStringSubmatch(q)
 		if m == nil {
 			return nil
@@ -261,7 +260,7 @@ func (c *checker) write(call *ast.CallExpr, stack rulekit.Stack) *event {
 		return &event{kind: kGorm, target: model, call: call, stack: stack, what: "gorm Create", atomic: c.gormOnConflict(call)}
 	case rulekit.Is(fn, "gorm.io/gorm", "FirstOrCreate"):
 		if model := c.gormModel(call); model != "" {
-			c.firstOrCreate(call, fn, model)
+			c.firstOrCreate(call, model)
 		}
 	case rulekit.IsRedis(fn) && reRedisSet[fn.Name()] && len(call.Args) >= 2:
 		return &event{kind: kRedis, target: types.ExprString(call.Args[1]), call: call, stack: stack, what: rulekit.ShortName(fn)}
@@ -610,8 +609,6 @@ func (c *checker) pol(e ast.Expr, ch *event) int {
 	return 0
 }
 
-func contains(n ast.Node, x ast.Node) bool { return n.Pos() <= x.Pos() && x.End() <= n.End() }
-
 // leaves reports whether a block ends by leaving (return, panic, continue, break, goto).
 func leaves(b *ast.BlockStmt) bool {
 	if len(b.List) == 0 {
@@ -681,7 +678,7 @@ func (c *checker) report(ch, w *event, branch ast.Node) {
 
 // firstOrCreate reports gorm FirstOrCreate of an idempotency record: a
 // SELECT then an INSERT in two statements.
-func (c *checker) firstOrCreate(call *ast.CallExpr, fn *types.Func, model string) {
+func (c *checker) firstOrCreate(call *ast.CallExpr, model string) {
 	name := model[strings.LastIndexByte(model, '.')+1:]
 	sel := call.Fun.(*ast.SelectorExpr)
 	msg := fmtf("gorm FirstOrCreate of %s is a SELECT then an INSERT, not one atomic step: "+

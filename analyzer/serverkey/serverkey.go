@@ -8,7 +8,6 @@ package serverkey
 import (
 	"fmt"
 	"go/ast"
-	"go/token"
 	"go/types"
 	"regexp"
 	"strings"
@@ -473,14 +472,15 @@ func (c *checker) header(at ast.Node, value ast.Expr, stack rulekit.Stack) {
 	if m == nil {
 		return
 	}
-	for _, l := range c.loops(stack) {
-		if l.Pos() <= m.call.Pos() && m.call.End() <= l.End() {
-			c.report(m, value, fmt.Sprintf("the Idempotency-Key header is set from %s inside a retry loop: each attempt sends a new key, so the downstream cannot tell the attempts apart and a retry after a timeout runs the effect twice; "+
-				"mint the key once before the loop (or take the client's), persist it with the intent, and send the same key on every attempt", m.what), analysis.RelatedInformation{Pos: l.Pos(), Message: "the retry loop"})
-			return
-		}
-		return // the innermost loop reuses a key minted outside it
+	loops := c.loops(stack)
+	if len(loops) == 0 {
+		return // no retry loop: one key per operation, as it should be
 	}
+	if l := loops[0]; l.Pos() <= m.call.Pos() && m.call.End() <= l.End() {
+		c.report(m, value, fmt.Sprintf("the Idempotency-Key header is set from %s inside a retry loop: each attempt sends a new key, so the downstream cannot tell the attempts apart and a retry after a timeout runs the effect twice; "+
+			"mint the key once before the loop (or take the client's), persist it with the intent, and send the same key on every attempt", m.what), analysis.RelatedInformation{Pos: l.Pos(), Message: "the retry loop"})
+	}
+	// else: the innermost loop reuses a key minted outside it
 }
 
 func (c *checker) report(m *mint, value ast.Expr, msg string, rel ...analysis.RelatedInformation) {
@@ -490,5 +490,3 @@ func (c *checker) report(m *mint, value ast.Expr, msg string, rel ...analysis.Re
 	}
 	c.rep.Report(analysis.Diagnostic{Pos: value.Pos(), End: value.End(), Message: msg, Related: related})
 }
-
-var _ = token.NoPos
