@@ -73,6 +73,9 @@ func New(cfg Config) *analysis.Analyzer {
 		URL:       "https://github.com/idemkit/idem/blob/main/docs/rules/blindupdate.md",
 		FactTypes: []analysis.Fact{new(BlindQuery)},
 		Run: func(pass *analysis.Pass) (any, error) {
+			if rulekit.IsStd(pass.Fset, pass.Files) {
+				return nil, nil
+			}
 			ch := &checker{pass: pass, cfg: c, rep: directive.New(pass, Name)}
 			ch.run()
 			return nil, nil

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { ruletest.Main(m, serverkey.Analyzer) }
 func TestEndToEnd(t *testing.T) {
 	td := analysistest.TestData()
 	_, stderr, code := ruletest.Run(t, td, "e2e/bad")
-	if code != 3 || !strings.Contains(stderr, `bad.go:13:37: the Idempotency-Key header is set from uuid.NewString() inside a retry loop`) {
+	if code != 3 || !strings.Contains(stderr, `bad.go:13:3: the Idempotency-Key header is set from uuid.NewString() inside a retry loop`) {
 		t.Errorf("bad: exit %d, stderr:\n%s", code, stderr)
 	}
 	if _, stderr, code = ruletest.Run(t, td, "e2e/good"); code != 0 || stderr != "" {

@@ -285,7 +285,7 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 		if m == nil || c.reusedAcrossLoop(m, at, stack) {
 			return
 		}
-		c.report(m, value, fmt.Sprintf("the idempotency key of this %s.%s is minted on the server (%s): every call gets a new key, so the client's retry of the same request is never recognized as a duplicate and the effect runs again; "+
+		c.report(m, at, fmt.Sprintf("the idempotency key of this %s.%s is minted on the server (%s): every call gets a new key, so the client's retry of the same request is never recognized as a duplicate and the effect runs again; "+
 			"take the key from the client's request (its Idempotency-Key header or a request field) and pass it as Key", path0(p), n, m.what))
 		return
 	}
@@ -298,7 +298,7 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 			if m == nil || c.reusedAcrossLoop(m, at, stack) {
 				return
 			}
-			c.report(m, value, fmt.Sprintf("%s.%s, the idempotency key of the //idem:op %s.%s (key=%s), is minted on the server (%s): every call gets a new key, so a retry of the same request runs the op again instead of replaying its outcome; "+
+			c.report(m, at, fmt.Sprintf("%s.%s, the idempotency key of the //idem:op %s.%s (key=%s), is minted on the server (%s): every call gets a new key, so a retry of the same request runs the op again instead of replaying its outcome; "+
 				"carry the client's key into %s (or derive it from the request's own identity, such as the order number) and mint nothing here",
 				n, strings.Join(path, "."), s.Name, op.Method, op.Key, m.what, strings.Join(path, ".")))
 			return
@@ -309,7 +309,7 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 		if m == nil || c.reusedAcrossLoop(m, at, stack) {
 			return
 		}
-		c.report(m, value, fmt.Sprintf("%s.%s, the idempotency key of this service's own record, is minted on the server (%s): a duplicate of the request never finds the record made under the fresh key, so the deduplication never fires and the effect runs again; "+
+		c.report(m, at, fmt.Sprintf("%s.%s, the idempotency key of this service's own record, is minted on the server (%s): a duplicate of the request never finds the record made under the fresh key, so the deduplication never fires and the effect runs again; "+
 			"store the key the client sent (its Idempotency-Key header) and refuse the request when it has none", n, path[0], m.what))
 	}
 }
@@ -356,7 +356,7 @@ func (c *checker) call(call *ast.CallExpr, stack rulekit.Stack) {
 		if m == nil || c.reusedAcrossLoop(m, call, stack) {
 			return
 		}
-		c.report(m, key, fmt.Sprintf("the dedup key of %s is built from %s, minted on the server: no duplicate ever finds it, so the deduplication never fires and the effect runs again; "+
+		c.report(m, call, fmt.Sprintf("the dedup key of %s is built from %s, minted on the server: no duplicate ever finds it, so the deduplication never fires and the effect runs again; "+
 			"build the key from the client's idempotency key or the message's own id (\"idem:\" + req.IdempotencyKey)", rulekit.ShortName(fn), m.what))
 		return
 	}
@@ -369,7 +369,7 @@ func (c *checker) call(call *ast.CallExpr, stack rulekit.Stack) {
 		if m == nil || c.reusedAcrossLoop(m, call, stack) {
 			return
 		}
-		c.report(m, arg, fmt.Sprintf("%s inserts %s, the key column of a dedup table, from %s, minted on the server: no duplicate ever conflicts with it, so the deduplication never fires; "+
+		c.report(m, call, fmt.Sprintf("%s inserts %s, the key column of a dedup table, from %s, minted on the server: no duplicate ever conflicts with it, so the deduplication never fires; "+
 			"insert the client's idempotency key (or the message's own id) instead", rulekit.ShortName(fn), col, m.what))
 	}
 }
@@ -477,16 +477,16 @@ func (c *checker) header(at ast.Node, value ast.Expr, stack rulekit.Stack) {
 		return // no retry loop: one key per operation, as it should be
 	}
 	if l := loops[0]; l.Pos() <= m.call.Pos() && m.call.End() <= l.End() {
-		c.report(m, value, fmt.Sprintf("the Idempotency-Key header is set from %s inside a retry loop: each attempt sends a new key, so the downstream cannot tell the attempts apart and a retry after a timeout runs the effect twice; "+
+		c.report(m, at, fmt.Sprintf("the Idempotency-Key header is set from %s inside a retry loop: each attempt sends a new key, so the downstream cannot tell the attempts apart and a retry after a timeout runs the effect twice; "+
 			"mint the key once before the loop (or take the client's), persist it with the intent, and send the same key on every attempt", m.what), analysis.RelatedInformation{Pos: l.Pos(), Message: "the retry loop"})
 	}
 	// else: the innermost loop reuses a key minted outside it
 }
 
-func (c *checker) report(m *mint, value ast.Expr, msg string, rel ...analysis.RelatedInformation) {
+func (c *checker) report(m *mint, at ast.Node, msg string, rel ...analysis.RelatedInformation) {
 	related := append([]analysis.RelatedInformation{{Pos: m.call.Pos(), End: m.call.End(), Message: "minted here: " + m.what}}, rel...)
-	if m.call.Pos() == value.Pos() {
+	if m.call.Pos() == at.Pos() {
 		related[0].Pos = m.call.Lparen
 	}
-	c.rep.Report(analysis.Diagnostic{Pos: value.Pos(), End: value.End(), Message: msg, Related: related})
+	c.rep.Report(analysis.Diagnostic{Pos: at.Pos(), End: at.End(), Message: msg, Related: related})
 }

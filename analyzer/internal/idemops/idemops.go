@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/tools/go/analysis"
+
+	"github.com/idemkit/idem/analyzer/internal/rulekit"
 )
 
 // Op is one //idem:op method.
@@ -74,7 +76,11 @@ var Analyzer = &analysis.Analyzer{
 
 func run(pass *analysis.Pass) (any, error) {
 	var own []Service
-	for _, f := range pass.Files {
+	files := pass.Files
+	if rulekit.IsStd(pass.Fset, files) {
+		files = nil // no services in the standard library
+	}
+	for _, f := range files {
 		if !strings.Contains(fileText(f), "//idem:") {
 			continue
 		}

@@ -6,9 +6,11 @@ package rulekit
 
 import (
 	"go/ast"
+	"go/build"
 	"go/constant"
 	"go/token"
 	"go/types"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -386,3 +388,15 @@ func IsRedis(fn *types.Func) bool { return reRedisPkg.MatchString(PkgPath(fn)) }
 
 // IsRedisPkg reports whether path is a go-redis package path.
 func IsRedisPkg(path string) bool { return reRedisPkg.MatchString(path) }
+
+var goroot = filepath.Clean(build.Default.GOROOT) + string(filepath.Separator)
+
+// IsStd reports whether the pass's package is in the standard library
+// (its files are under GOROOT): nothing there is a service, so analyzers
+// that export facts skip it.
+func IsStd(fset *token.FileSet, files []*ast.File) bool {
+	if len(files) == 0 {
+		return true
+	}
+	return strings.HasPrefix(fset.File(files[0].Pos()).Name(), goroot)
+}
