@@ -1,7 +1,6 @@
 package blindupdate_test
 
 import (
-	"strings"
 	"testing"
 
 	"golang.org/x/tools/go/analysis/analysistest"
@@ -12,34 +11,16 @@ import (
 
 func TestMain(m *testing.M) { ruletest.Main(m, blindupdate.Analyzer) }
 
-// TestEndToEnd runs the rule as a command (this test binary doubles as a
-// multichecker of it, as cmd/idemlint is one of the suite).
+// TestEndToEnd runs the rule as a command: this test binary doubles as a
+// multichecker of it (as cmd/idemlint is one of the suite), directly and
+// as go vet -vettool.
 func TestEndToEnd(t *testing.T) {
-	td := analysistest.TestData()
-	_, stderr, code := ruletest.Run(t, td, "e2e/bad")
-	if code != 3 || !strings.Contains(stderr, `bad.go:10:12: (*sql.DB).ExecContext runs "UPDATE orders SET status = 'PAID' WHERE id = $1", a state transition without compare-and-set`) {
-		t.Errorf("bad: exit %d, stderr:\n%s", code, stderr)
-	}
-	if _, stderr, code = ruletest.Run(t, td, "e2e/good"); code != 0 || stderr != "" {
-		t.Errorf("good: exit %d, stderr:\n%s", code, stderr)
-	}
-	if _, stderr, code = ruletest.Run(t, td, "-blindupdate=false", "e2e/bad"); code != 0 {
-		t.Errorf("-blindupdate=false: exit %d, stderr:\n%s", code, stderr)
-	}
-	if stderr, code := ruletest.Vet(t, td, "e2e/bad"); code == 0 || !strings.Contains(stderr, "a state transition without compare-and-set") {
-		t.Errorf("go vet -vettool: exit %d, stderr:\n%s", code, stderr)
-	}
-	if stderr, code := ruletest.Vet(t, td, "e2e/good"); code != 0 {
-		t.Errorf("go vet -vettool on good: exit %d, stderr:\n%s", code, stderr)
-	}
+	ruletest.EndToEnd(t, analysistest.TestData(), blindupdate.Name,
+		`bad.go:10:12: (*sql.DB).ExecContext runs "UPDATE orders SET status = 'PAID' WHERE id = $1", a state transition without compare-and-set`)
 }
 
-// TestJSON compares the -json output on the rule's cases with a golden file.
+// TestJSON compares the -json output on the rule's cases with
+// testdata/json.golden (go test -update rewrites it).
 func TestJSON(t *testing.T) {
-	td := analysistest.TestData()
-	stdout, stderr, code := ruletest.Run(t, td, "-json", "bu", "bucaller", "busqlc")
-	if code != 0 {
-		t.Fatalf("-json: exit %d, stderr:\n%s", code, stderr)
-	}
-	ruletest.Golden(t, td, "testdata/json.golden", stdout)
+	ruletest.JSON(t, analysistest.TestData(), "bu", "bucaller", "busqlc")
 }

@@ -107,29 +107,15 @@ func (c *checker) gormCall(call *ast.CallExpr, stack rulekit.Stack) {
 		"so a duplicate or a late worker overwrites a state another one already moved on and nothing notices; "+
 		"add the expected state to the chain and check one row changed: res := db.Model(&x).Where(\"%s = ?\", expected).%s(...); res.Error == nil && res.RowsAffected == 1 "+
 		"(or add an optimisticlock.Version field)",
-		fn.Name(), field, types.TypeString(mt, types.RelativeTo(c.pass.Pkg)), cond, snake(field), fn.Name())
+		fn.Name(), field, types.TypeString(mt, types.RelativeTo(c.pass.Pkg)), cond, rulekit.Snake(field), fn.Name())
 	c.rep.Report(analysis.Diagnostic{Pos: sel.Sel.Pos(), End: call.End(), Message: msg, Related: []analysis.RelatedInformation{
 		{Pos: modelPos, Message: "the model whose state is set"},
 		{Pos: call.Args[0].Pos(), Message: "the state field: " + field},
 	}})
 }
 
-func snake(s string) string {
-	var b strings.Builder
-	for i, r := range s {
-		if r >= 'A' && r <= 'Z' {
-			if i > 0 {
-				b.WriteByte('_')
-			}
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
 func (c *checker) stateField(s string) bool {
-	return reField.MatchString(s) || c.stateColumn(s) || c.stateColumn(snake(s))
+	return reField.MatchString(s) || c.stateColumn(s) || c.stateColumn(rulekit.Snake(s))
 }
 
 // stateInLiteral returns the state field set by an Updates argument: a map

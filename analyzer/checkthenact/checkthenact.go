@@ -329,24 +329,10 @@ func (c *checker) gormModel(call *ast.CallExpr) string {
 		return ""
 	}
 	name := key[strings.LastIndexByte(key, '.')+1:]
-	if !rulekit.TokenWords(append(words, name)...) && !reRecord.MatchString(snake(name)) && !c.tokenTable(snake(name), "") {
+	if !rulekit.TokenWords(append(words, name)...) && !reRecord.MatchString(rulekit.Snake(name)) && !c.tokenTable(rulekit.Snake(name), "") {
 		return ""
 	}
 	return key
-}
-
-func snake(s string) string {
-	var b strings.Builder
-	for i, r := range s {
-		if r >= 'A' && r <= 'Z' {
-			if i > 0 {
-				b.WriteByte('_')
-			}
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // gormOnConflict reports whether a Create's chain has a Clauses call (an

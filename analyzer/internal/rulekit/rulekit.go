@@ -400,3 +400,19 @@ func IsStd(fset *token.FileSet, files []*ast.File) bool {
 	}
 	return strings.HasPrefix(fset.File(files[0].Pos()).Name(), goroot)
 }
+
+// Snake turns a Go field or type name into its snake-case column name:
+// PaymentStatus gives payment_status.
+func Snake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

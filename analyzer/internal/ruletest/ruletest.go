@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/analysis/analysistest"
 	"golang.org/x/tools/go/analysis/multichecker"
 )
 
@@ -91,4 +92,66 @@ func Golden(t *testing.T, testdata, golden, got string) {
 	if got != string(want) {
 		t.Errorf("-json output differs from %s (run with -update to accept):\n%s", golden, got)
 	}
+}
+
+// CheckFindings checks the findings of an analysistest run: at least min
+// of them (directive diagnostics aside), each with an End past its Pos
+// and related positions that are valid and elsewhere.
+func CheckFindings(t *testing.T, results []*analysistest.Result, min int) {
+	t.Helper()
+	n := 0
+	for _, r := range results {
+		for _, d := range r.Diagnostics {
+			if strings.HasPrefix(d.Message, "idemlint:ignore") {
+				continue
+			}
+			n++
+			if d.End <= d.Pos || len(d.Related) == 0 {
+				t.Errorf("%v: End %v, related %v", r.Pass.Fset.Position(d.Pos), d.End, d.Related)
+			}
+			for _, rel := range d.Related {
+				if !rel.Pos.IsValid() || rel.Pos == d.Pos {
+					t.Errorf("%v: bad related position %+v", r.Pass.Fset.Position(d.Pos), rel)
+				}
+			}
+		}
+	}
+	if n < min {
+		t.Errorf("%d findings, want at least %d", n, min)
+	}
+}
+
+// EndToEnd runs the rule as a command on the testdata packages e2e/bad
+// (exit 3 and want in the output; exit 0 with -<rule>=false) and e2e/good
+// (exit 0, nothing printed), directly and under go vet -vettool.
+func EndToEnd(t *testing.T, testdata, rule, want string) {
+	t.Helper()
+	_, stderr, code := Run(t, testdata, "e2e/bad")
+	if code != 3 || !strings.Contains(stderr, want) {
+		t.Errorf("bad: exit %d, want 3 and %q; stderr:\n%s", code, want, stderr)
+	}
+	if _, stderr, code = Run(t, testdata, "e2e/good"); code != 0 || stderr != "" {
+		t.Errorf("good: exit %d, stderr:\n%s", code, stderr)
+	}
+	if _, stderr, code = Run(t, testdata, "-"+rule+"=false", "e2e/bad"); code != 0 {
+		t.Errorf("-%s=false: exit %d, stderr:\n%s", rule, code, stderr)
+	}
+	msg := want[strings.Index(want, ": ")+2:]
+	if stderr, code := Vet(t, testdata, "e2e/bad"); code == 0 || !strings.Contains(stderr, msg) {
+		t.Errorf("go vet -vettool: exit %d, stderr:\n%s", code, stderr)
+	}
+	if stderr, code := Vet(t, testdata, "e2e/good"); code != 0 {
+		t.Errorf("go vet -vettool on good: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// JSON compares the -json output of the rule on pkgs (after flags) with
+// testdata/json.golden.
+func JSON(t *testing.T, testdata string, args ...string) {
+	t.Helper()
+	stdout, stderr, code := Run(t, testdata, append([]string{"-json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("-json: exit %d, stderr:\n%s", code, stderr)
+	}
+	Golden(t, testdata, filepath.Join(testdata, "json.golden"), stdout)
 }
