@@ -8,6 +8,7 @@ package serverkey
 import (
 	"fmt"
 	"go/ast"
+	"go/token"
 	"go/types"
 	"regexp"
 	"strings"
@@ -50,23 +51,36 @@ var Analyzer = New(Config{})
 // New returns a serverkey analyzer for cfg.
 func New(Config) *analysis.Analyzer {
 	return &analysis.Analyzer{
-		Name:     Name,
-		Doc:      Doc,
-		URL:      "https://github.com/idemkit/idem/blob/main/docs/rules/serverkey.md",
-		Requires: []*analysis.Analyzer{idemops.Analyzer},
+		Name:      Name,
+		Doc:       Doc,
+		URL:       "https://github.com/idemkit/idem/blob/main/docs/rules/serverkey.md",
+		Requires:  []*analysis.Analyzer{idemops.Analyzer},
+		FactTypes: []analysis.Fact{new(Fresh)},
 		Run: func(pass *analysis.Pass) (any, error) {
-			c := &checker{pass: pass, ops: pass.ResultOf[idemops.Analyzer].(*idemops.Result), rep: directive.New(pass, Name)}
+			if rulekit.IsStd(pass.Fset, pass.Files) {
+				return nil, nil
+			}
+			c := &checker{pass: pass, ops: pass.ResultOf[idemops.Analyzer].(*idemops.Result), rep: directive.New(pass, Name), helpers: map[*types.Func]string{}}
+			c.findHelpers()
 			c.run()
 			return nil, nil
 		},
 	}
 }
 
+// Fresh marks a function that returns a freshly minted value (a key
+// helper such as newIdempotencyKey() returning uuid.NewString()).
+type Fresh struct{ What string }
+
+func (*Fresh) AFact()           {}
+func (f *Fresh) String() string { return "fresh(" + f.What + ")" }
+
 type checker struct {
-	pass *analysis.Pass
-	ops  *idemops.Result
-	rep  *directive.Reporter
-	body *ast.BlockStmt // of the function declaration being checked
+	pass    *analysis.Pass
+	ops     *idemops.Result
+	rep     *directive.Reporter
+	helpers map[*types.Func]string // functions of this package that return a fresh value
+	body    *ast.BlockStmt         // of the function declaration being checked
 }
 
 const (
@@ -93,6 +107,21 @@ func (c *checker) mintCall(call *ast.CallExpr) *mint {
 	if fn == nil {
 		return nil
 	}
+	if m := builtinMint(call, fn); m != nil {
+		return m
+	}
+	if what, ok := c.helpers[fn]; ok {
+		return &mint{call, rulekit.ShortName(fn) + "() (" + what + ")"}
+	}
+	var f Fresh
+	if fn.Pkg() != c.pass.Pkg && c.pass.ImportObjectFact(fn, &f) {
+		return &mint{call, rulekit.ShortName(fn) + "() (" + f.What + ")"}
+	}
+	return nil
+}
+
+// builtinMint: the fresh-value functions known by name.
+func builtinMint(call *ast.CallExpr, fn *types.Func) *mint {
 	p := rulekit.PkgPath(fn)
 	switch {
 	case reUUIDPkg.MatchString(p) && (strings.HasPrefix(fn.Name(), "New") || fn.Name() == "Must"):
@@ -197,6 +226,134 @@ func (c *checker) freshDepth(e ast.Expr, seen map[types.Object]bool, depth int) 
 		return true
 	})
 	return found
+}
+
+// findHelpers finds the functions of the package whose first result, a
+// string, number or byte array (a uuid), is freshly minted on every return,
+// and exports a Fresh fact for each.
+func (c *checker) findHelpers() {
+	for changed, round := true, 0; changed && round < 4; round++ {
+		changed = false
+		for _, f := range c.pass.Files {
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
+				}
+				fn, _ := c.pass.TypesInfo.Defs[fd.Name].(*types.Func)
+				if fn == nil || c.helpers[fn] != "" || !keyResult(fn) {
+					continue
+				}
+				c.body = fd.Body
+				if what := c.freshReturns(fd.Body); what != "" {
+					c.helpers[fn] = what
+					changed = true
+				}
+			}
+		}
+	}
+	for fn, what := range c.helpers {
+		c.pass.ExportObjectFact(fn, &Fresh{What: what})
+	}
+}
+
+// keyResult: the first result can be a key (string, number, byte array).
+func keyResult(fn *types.Func) bool {
+	res := fn.Type().(*types.Signature).Results()
+	if res.Len() == 0 {
+		return false
+	}
+	switch t := res.At(0).Type().Underlying().(type) {
+	case *types.Basic:
+		return t.Info()&(types.IsString|types.IsInteger) != 0
+	case *types.Array:
+		b, ok := t.Elem().Underlying().(*types.Basic)
+		return ok && b.Kind() == types.Byte
+	}
+	return false
+}
+
+// freshReturns returns what every return of body mints in its first
+// result, or "" when some return does not mint.
+func (c *checker) freshReturns(body *ast.BlockStmt) string {
+	what, all := "", true
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.FuncLit:
+			return false
+		case *ast.ReturnStmt:
+			if len(x.Results) == 0 {
+				all = false
+				return false
+			}
+			w := c.freshKey(x.Results[0], 0)
+			if w == "" {
+				all = false
+				return false
+			}
+			what = w
+		}
+		return all
+	})
+	if !all {
+		return ""
+	}
+	return what
+}
+
+// freshKey returns what e mints when e is a fresh value passed only
+// through key building (concatenation, fmt.Sprint*, strconv, strings,
+// encodings, String/Format methods, conversions), or "".
+func (c *checker) freshKey(e ast.Expr, depth int) string {
+	if depth > 4 {
+		return ""
+	}
+	info := c.pass.TypesInfo
+	switch x := ast.Unparen(e).(type) {
+	case *ast.CallExpr:
+		if m := c.mintCall(x); m != nil {
+			return m.what
+		}
+		if tv, ok := info.Types[x.Fun]; ok && tv.IsType() && len(x.Args) == 1 {
+			return c.freshKey(x.Args[0], depth+1) // a conversion
+		}
+		fn := rulekit.Callee(info, x)
+		if fn == nil {
+			return ""
+		}
+		switch p := rulekit.PkgPath(fn); {
+		case p == "fmt" && strings.HasPrefix(fn.Name(), "Sprint"), p == "strconv", p == "strings",
+			p == "encoding/hex" || p == "encoding/base64" || p == "encoding/base32":
+			for _, a := range x.Args {
+				if w := c.freshKey(a, depth+1); w != "" {
+					return w
+				}
+			}
+			if sel, ok := x.Fun.(*ast.SelectorExpr); ok && p != "fmt" && p != "strconv" && p != "strings" {
+				return c.freshKey(sel.X, depth+1) // base64.URLEncoding.EncodeToString(..) receiver is not fresh
+			}
+		default:
+			if sel, ok := x.Fun.(*ast.SelectorExpr); ok && (fn.Name() == "String" || fn.Name() == "Format" || strings.HasPrefix(fn.Name(), "Unix")) && !c.coarse(sel, x) {
+				return c.freshKey(sel.X, depth+1)
+			}
+		}
+	case *ast.BinaryExpr:
+		if x.Op == token.ADD {
+			if w := c.freshKey(x.X, depth+1); w != "" {
+				return w
+			}
+			return c.freshKey(x.Y, depth+1)
+		}
+	case *ast.Ident:
+		if v, ok := info.Uses[x].(*types.Var); ok && v.Pkg() == c.pass.Pkg && v.Parent() != c.pass.Pkg.Scope() {
+			for _, rhs := range rulekit.Assigned(info, c.body, v) {
+				if w := c.freshKey(rhs, depth+1); w != "" {
+					return w
+				}
+			}
+		}
+	}
+	return ""
 }
 
 func (c *checker) run() {

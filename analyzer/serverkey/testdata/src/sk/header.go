@@ -7,6 +7,8 @@ import (
 
 	"github.com/avast/retry-go"
 	"github.com/google/uuid"
+
+	"skhelper"
 )
 
 // 10. A fresh Idempotency-Key per attempt of a for loop.
@@ -87,4 +89,54 @@ func postForever(c *http.Client, req *http.Request) *http.Response {
 func postSingle(c *http.Client, req *http.Request) (*http.Response, error) {
 	req.Header.Set("Idempotency-Key", uuid.NewString())
 	return c.Do(req)
+}
+
+// newAttemptKey is this package's own key helper.
+func newAttemptKey() string { // want newAttemptKey:`fresh\(time.Now\(\)\)`
+	return strconv.FormatInt(time.Now().UnixNano(), 10)
+}
+
+// 14. A key helper of this package, called inside the retry loop.
+func postHelper(c *http.Client, req *http.Request) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		req.Header.Set("Idempotency-Key", newAttemptKey()) // want `the Idempotency-Key header is set from sk.newAttemptKey\(\) \(time.Now\(\)\) inside a retry loop`
+		if _, err := c.Do(req); err == nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+func postHelperOnce(c *http.Client, req *http.Request) error {
+	key := newAttemptKey()
+	for attempt := 0; attempt < 3; attempt++ {
+		req.Header.Set("Idempotency-Key", key)
+		if _, err := c.Do(req); err == nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// 15. A key helper of another package, known through its fact.
+func postImported(c *http.Client, req *http.Request) error {
+	for range 3 {
+		req.Header.Set("Idempotency-Key", skhelper.NewKey()) // want `the Idempotency-Key header is set from skhelper.NewKey\(\) \(uuid.NewString\(\)\) inside a retry loop`
+		if _, err := c.Do(req); err == nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// A derived key, or one fresh on one path only, is not minted.
+func postDerived(c *http.Client, req *http.Request, orderID string) error {
+	for range 3 {
+		req.Header.Set("Idempotency-Key", skhelper.OrderKey(orderID))
+		req.Header.Set("X-Idempotency-Key", skhelper.StampedKey(orderID, false))
+		if _, err := c.Do(req); err == nil {
+			return nil
+		}
+	}
+	return nil
 }
