@@ -11,6 +11,7 @@ import (
 	"go/constant"
 	"go/token"
 	"go/types"
+	"reflect"
 	"regexp"
 	"strings"
 
@@ -369,6 +370,15 @@ func (c *checker) defined(stack rulekit.Stack) map[types.Object]bool {
 		}
 	}
 	if stmt == nil {
+		return vars
+	}
+	switch s := stmt.(type) {
+	case *ast.IfStmt: // if check(..) == 0 { .. }: only the init defines anything
+		stmt = s.Init
+	case *ast.SwitchStmt:
+		stmt = s.Init
+	}
+	if stmt == nil || reflect.ValueOf(stmt).IsNil() {
 		return vars
 	}
 	ast.Inspect(stmt, func(n ast.Node) bool {

@@ -586,8 +586,8 @@ func (c *checker) loops(stack rulekit.Stack) []ast.Node {
 	for i := len(stack) - 1; i >= 0; i-- {
 		switch x := stack[i].(type) {
 		case *ast.ForStmt:
-			if x.Cond != nil && strings.Contains(types.ExprString(x.Cond), "len(") {
-				continue
+			if x.Cond != nil && strings.Contains(types.ExprString(x.Cond), "len(") || indexes(info, x) {
+				continue // a loop over the items of a collection
 			}
 			out = append(out, x)
 		case *ast.RangeStmt:
@@ -609,6 +609,30 @@ func (c *checker) loops(stack rulekit.Stack) []ast.Node {
 		}
 	}
 	return out
+}
+
+// indexes reports whether a for loop's variable indexes something in its
+// body (items[i]): a loop over a collection, not a retry loop.
+func indexes(info *types.Info, loop *ast.ForStmt) bool {
+	init, ok := loop.Init.(*ast.AssignStmt)
+	if !ok || len(init.Lhs) != 1 {
+		return false
+	}
+	id, ok := init.Lhs[0].(*ast.Ident)
+	if !ok {
+		return false
+	}
+	v := info.ObjectOf(id)
+	found := false
+	ast.Inspect(loop.Body, func(n ast.Node) bool {
+		if ix, ok := n.(*ast.IndexExpr); ok {
+			if i, ok := ast.Unparen(ix.Index).(*ast.Ident); ok && info.Uses[i] == v {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 // reusedAcrossLoop: a retry loop around the sink does not hold the mint:

@@ -140,3 +140,12 @@ func postDerived(c *http.Client, req *http.Request, orderID string) error {
 	}
 	return nil
 }
+
+// A loop over a collection by index: one key per item.
+func postEach(c *http.Client, reqs []*http.Request) {
+	n := len(reqs)
+	for i := 0; i < n; i++ {
+		reqs[i].Header.Set("Idempotency-Key", uuid.NewString())
+		c.Do(reqs[i])
+	}
+}
