@@ -9,7 +9,7 @@
 //
 // and in .golangci.yml, linters.settings.custom.idemlint with
 // type: module and settings (see analyzer.Settings: disable, netfuncs,
-// txrunners, tables).
+// txrunners, tables, columns).
 package plugin
 
 import (
