@@ -1,5 +1,6 @@
-// Package analyzer is idemlint's suite: the rules txrpc, timeoutfail and
-// tokenorder, built over one shared facts analyzer.
+// Package analyzer is idemlint's suite: the rules txrpc, timeoutfail,
+// tokenorder, blindupdate, checkthenact, serverkey and bypass, built over
+// one shared facts analyzer.
 package analyzer
 
 import (
@@ -13,14 +14,18 @@ import (
 
 	"golang.org/x/tools/go/analysis"
 
+	"github.com/idemkit/idem/analyzer/blindupdate"
+	"github.com/idemkit/idem/analyzer/bypass"
+	"github.com/idemkit/idem/analyzer/checkthenact"
 	"github.com/idemkit/idem/analyzer/facts"
+	"github.com/idemkit/idem/analyzer/serverkey"
 	"github.com/idemkit/idem/analyzer/timeoutfail"
 	"github.com/idemkit/idem/analyzer/tokenorder"
 	"github.com/idemkit/idem/analyzer/txrpc"
 )
 
 // Rules lists the rule names, in order.
-var Rules = []string{txrpc.Name, timeoutfail.Name, tokenorder.Name}
+var Rules = []string{txrpc.Name, timeoutfail.Name, tokenorder.Name, blindupdate.Name, checkthenact.Name, serverkey.Name, bypass.Name}
 
 // Settings configures a suite. The JSON names are the golangci-lint plugin
 // settings.
@@ -39,6 +44,8 @@ type Settings struct {
 	FailFuncs []string `json:"failfuncs,omitempty"`
 	// TokenDels are extra functions that delete an idempotency token.
 	TokenDels []string `json:"tokendels,omitempty"`
+	// StateColumns are more columns holding a state machine's state (blindupdate).
+	StateColumns []string `json:"columns,omitempty"`
 }
 
 // ConfigFile is the name of the configuration file read from the module
@@ -119,11 +126,25 @@ func NewSuite(s Settings, base facts.Config) ([]*analysis.Analyzer, *facts.Facts
 	if !off[tokenorder.Name] {
 		out = append(out, tokenorder.New(tokenorder.Config{Facts: f}))
 	}
+	if !off[blindupdate.Name] {
+		out = append(out, blindupdate.New(blindupdate.Config{StateColumns: s.StateColumns}))
+	}
+	if !off[checkthenact.Name] {
+		out = append(out, checkthenact.New(checkthenact.Config{Facts: f, Tables: s.TokenTables}))
+	}
+	if !off[serverkey.Name] {
+		out = append(out, serverkey.New(serverkey.Config{}))
+	}
+	if !off[bypass.Name] {
+		out = append(out, bypass.New(bypass.Config{}))
+	}
 	return out, f, nil
 }
 
 // Analyzers returns the default analyzers (txrpc.Analyzer,
-// timeoutfail.Analyzer, tokenorder.Analyzer), which share facts.Shared.
+// timeoutfail.Analyzer, tokenorder.Analyzer, ..., bypass.Analyzer), which
+// share facts.Shared.
 func Analyzers() []*analysis.Analyzer {
-	return []*analysis.Analyzer{txrpc.Analyzer, timeoutfail.Analyzer, tokenorder.Analyzer}
+	return []*analysis.Analyzer{txrpc.Analyzer, timeoutfail.Analyzer, tokenorder.Analyzer,
+		blindupdate.Analyzer, checkthenact.Analyzer, serverkey.Analyzer, bypass.Analyzer}
 }

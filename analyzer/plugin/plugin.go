@@ -9,7 +9,7 @@
 //
 // and in .golangci.yml, linters.settings.custom.idemlint with
 // type: module and settings (see analyzer.Settings: disable, netfuncs,
-// txrunners, tables, txtypes, failfuncs, tokendels; the keys of
+// txrunners, tables, txtypes, failfuncs, tokendels, columns; the keys of
 // .idemlint.json).
 package plugin
 

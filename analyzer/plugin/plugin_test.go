@@ -30,7 +30,7 @@ func build(t *testing.T, settings any) ([]*analysis.Analyzer, error) {
 
 func TestPluginSettings(t *testing.T) {
 	as, err := build(t, map[string]any{
-		"disable":   []any{"tokenorder"},
+		"disable":   []any{"tokenorder", "blindupdate", "checkthenact", "serverkey", "bypass"},
 		"netfuncs":  []any{"(example.com/pay.Gateway).Charge"},
 		"txrunners": []any{"example.com/db.WithTx"},
 		"tables":    []any{"request_log"},
@@ -69,7 +69,7 @@ func TestPluginBadSettings(t *testing.T) {
 		t.Error("unknown rule accepted")
 	}
 	as, err := build(t, nil)
-	if err != nil || len(as) != 3 {
+	if err != nil || len(as) != 7 {
 		t.Errorf("nil settings: %d analyzers, %v", len(as), err)
 	}
 }

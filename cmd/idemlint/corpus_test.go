@@ -76,6 +76,12 @@ func findings(t *testing.T, stdout string) map[string]map[site]bool {
 	}
 	for _, byRule := range tree {
 		for r, ds := range byRule {
+			if got[r] == nil {
+				// A rule the corpus is not labelled for (the issue-13 rules:
+				// blindupdate finds the corpus's key-only gorm updates).
+				t.Logf("%s: %d findings (not scored: the corpus is not labelled for it)", r, len(ds))
+				continue
+			}
 			for _, d := range ds {
 				parts := strings.Split(d.Posn, ":")
 				if len(parts) < 3 {
@@ -180,6 +186,9 @@ func TestCorpus(t *testing.T) {
 		}
 		for _, byRule := range tree {
 			for r, ds := range byRule {
+				if vet[r] == nil {
+					continue // a rule the corpus is not labelled for
+				}
 				for _, d := range ds {
 					parts := strings.Split(d.Posn, ":")
 					line, _ := strconv.Atoi(parts[len(parts)-2])

@@ -26,7 +26,7 @@ func Charge(ctx context.Context, db *sql.DB, id string) error {
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, "UPDATE payments SET state='PROCESSING' WHERE id=$1", id); err != nil {
+	if _, err := tx.ExecContext(ctx, "UPDATE payments SET state='PROCESSING' WHERE id=$1 AND state='NEW'", id); err != nil {
 		return err
 	}
 	if err := notify(ctx, id); err != nil {
@@ -63,7 +63,7 @@ func Charge(ctx context.Context, db *sql.DB, id string) error {
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, "UPDATE payments SET state='PROCESSING' WHERE id=$1", id); err != nil {
+	if _, err := tx.ExecContext(ctx, "UPDATE payments SET state='PROCESSING' WHERE id=$1 AND state='NEW'", id); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -226,4 +226,145 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("go vet -txrpc.netfuncs: exit %d, stderr:\n%s", code, stderr)
 		}
 	})
+}
+
+// issue13 has one finding of each of blindupdate, checkthenact, serverkey,
+// bypass and tokenorder (the service in pay, its implementation in impl);
+// the check-effect-insert of Pay is tokenorder's alone.
+var issue13 = map[string]string{
+	"pay/pay.go": `package pay
+
+import "context"
+
+type Req struct{ Key string }
+
+//idem:service
+type Payments interface {
+	//idem:op key=req.Key
+	Charge(ctx context.Context, req Req) error
+}
+
+// NewIdempotentPayments stands for the generated wrapper.
+func NewIdempotentPayments(inner Payments) Payments { return inner }
+`,
+	"impl/impl.go": `package impl
+
+import (
+	"context"
+
+	"example.com/shop/pay"
+)
+
+type Service struct{}
+
+func (*Service) Charge(ctx context.Context, req pay.Req) error { return nil }
+`,
+	"shop/shop.go": `package shop
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"example.com/shop/impl"
+	"example.com/shop/pay"
+)
+
+func MarkPaid(ctx context.Context, db *sql.DB, id string) error {
+	_, err := db.ExecContext(ctx, "UPDATE orders SET status = 'PAID' WHERE id = $1", id)
+	return err
+}
+
+func Claim(ctx context.Context, db *sql.DB, key string) error {
+	var st string
+	err := db.QueryRowContext(ctx, "SELECT state FROM idempotency_keys WHERE key = $1", key).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		_, err = db.ExecContext(ctx, "INSERT INTO idempotency_keys (key, state) VALUES ($1, 'PROCESSING')", key)
+	}
+	return err
+}
+
+func Post(c *http.Client, req *http.Request) {
+	for attempt := 0; attempt < 3; attempt++ {
+		req.Header.Set("Idempotency-Key", strconv.FormatInt(time.Now().UnixNano(), 10))
+		if _, err := c.Do(req); err == nil {
+			return
+		}
+	}
+}
+
+func Charge(ctx context.Context, s *impl.Service) error {
+	return s.Charge(ctx, pay.Req{Key: "k"})
+}
+
+// Pay: check, effect, insert. tokenorder reports the effect; checkthenact
+// leaves it to tokenorder.
+func Pay(ctx context.Context, db *sql.DB, key string) error {
+	var st string
+	err := db.QueryRowContext(ctx, "SELECT state FROM idempotency_keys WHERE key = $1", key).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		resp, err := http.Post("https://psp.example/charge", "application/json", nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		_, err = db.ExecContext(ctx, "INSERT INTO idempotency_keys (key, state) VALUES ($1, 'SUCCESS')", key)
+		return err
+	}
+	return err
+}
+`,
+}
+
+func TestEndToEndIssue13Rules(t *testing.T) {
+	bin := buildIdemlint(t)
+	dir := writeModule(t, issue13["shop/shop.go"])
+	for name, src := range issue13 {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, stderr, code := run(t, dir, bin, "./...")
+	if code != 3 {
+		t.Errorf("exit %d, want 3; stderr:\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		"shop.go:16:12: (*sql.DB).ExecContext runs \"UPDATE orders SET status = 'PAID' WHERE id = $1\", a state transition without compare-and-set",
+		"shop.go:24:12: (*sql.DB).ExecContext inserts into idempotency_keys",
+		"shop.go:31:3: the Idempotency-Key header is set from time.Now() inside a retry loop",
+		"shop.go:39:9: (*impl.Service).Charge is called on the concrete *impl.Service, which implements the //idem:service pay.Payments",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	stdout, _, _ := run(t, dir, bin, "-json", "./...")
+	var tree map[string]map[string][]json.RawMessage
+	if err := json.Unmarshal([]byte(stdout), &tree); err != nil {
+		t.Fatalf("-json output: %v\n%s", err, stdout)
+	}
+	for _, rule := range []string{"blindupdate", "checkthenact", "serverkey", "bypass", "tokenorder"} {
+		if n := len(tree["example.com/shop/shop"][rule]); n != 1 {
+			t.Errorf("%s diagnostics = %d, want 1", rule, n)
+		}
+	}
+	if _, stderr, code = run(t, dir, bin, "-blindupdate=false", "-checkthenact=false", "-serverkey=false", "-bypass=false", "-tokenorder=false", "./..."); code != 0 {
+		t.Errorf("the four rules and tokenorder off: exit %d, stderr:\n%s", code, stderr)
+	}
+	if stderr, code := runVet(t, dir, bin); code == 0 || !strings.Contains(stderr, "skips the generated wrapper") {
+		t.Errorf("go vet -vettool: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+func runVet(t *testing.T, dir, bin string) (string, int) {
+	t.Helper()
+	_, stderr, code := run(t, dir, "go", "vet", "-vettool="+bin, "./...")
+	return stderr, code
 }

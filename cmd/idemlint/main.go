@@ -1,5 +1,5 @@
 // Command idemlint runs idemlint's analyzers (txrpc, timeoutfail,
-// tokenorder) over packages:
+// tokenorder, blindupdate, checkthenact, serverkey, bypass) over packages:
 //
 //	idemlint ./...
 //	idemlint -json ./...

@@ -83,13 +83,15 @@ func goList(patterns []string, tests bool) ([]*listed, error) {
 // data, and dropped once analyzed, so memory holds one package (per core)
 // and the facts. Facts stay in memory as values.
 type unitDriver struct {
-	pkgs   []*listed
-	byID   map[string]*listed
-	facts  sync.Map // factKey -> analysis.Fact
-	diags  []finding
-	diagMu sync.Mutex
-	errs   []string
-	errMu  sync.Mutex
+	pkgs  []*listed
+	byID  map[string]*listed
+	facts sync.Map // factKey -> analysis.Fact
+	// pkgFacts holds package facts: pkgFactKey -> analysis.Fact.
+	pkgFacts sync.Map
+	diags    []finding
+	diagMu   sync.Mutex
+	errs     []string
+	errMu    sync.Mutex
 	// only, when set, lists the package IDs to analyze.
 	only map[string]bool
 }
@@ -98,6 +100,37 @@ type factKey struct {
 	pkg string // package ID
 	obj objectpath.Path
 	typ reflect.Type
+}
+
+type pkgFactKey struct {
+	pkg string // package ID
+	typ reflect.Type
+}
+
+// withRequires returns as with every analyzer's requirements before it,
+// each once. With factsOnly it keeps, of the analyzers after as[0], only the
+// requirements that produce facts: a dependency-only package feeds the
+// facts later packages read, and reports nothing.
+func withRequires(as []*analysis.Analyzer, factsOnly bool) []*analysis.Analyzer {
+	var out []*analysis.Analyzer
+	seen := map[*analysis.Analyzer]bool{}
+	var add func(a *analysis.Analyzer, keep bool)
+	add = func(a *analysis.Analyzer, keep bool) {
+		if seen[a] {
+			return
+		}
+		for _, r := range a.Requires {
+			add(r, !factsOnly || len(r.FactTypes) > 0)
+		}
+		if keep {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	for i, a := range as {
+		add(a, i == 0 || !factsOnly)
+	}
+	return out
 }
 
 func newUnitDriver(pkgs []*listed) *unitDriver {
@@ -172,11 +205,7 @@ func (d *unitDriver) pass(factsA *analysis.Analyzer, rules []*analysis.Analyzer,
 			w := max(len(p.Deps), 1)
 			sem.acquire(w)
 			defer sem.release(w)
-			as := []*analysis.Analyzer{factsA}
-			if !p.DepOnly {
-				as = append(as, rules...)
-			}
-			d.unit(p, as, onRoot)
+			d.unit(p, withRequires(append([]*analysis.Analyzer{factsA}, rules...), p.DepOnly), rules, onRoot)
 		}(p)
 	}
 	wg.Wait()
@@ -190,7 +219,7 @@ func (d *unitDriver) fail(format string, args ...any) {
 
 // unit type-checks one package from source against its imports' export
 // data and runs the analyzers on it.
-func (d *unitDriver) unit(p *listed, as []*analysis.Analyzer, onRoot func(*types.Package, *token.FileSet)) {
+func (d *unitDriver) unit(p *listed, as, rules []*analysis.Analyzer, onRoot func(*types.Package, *token.FileSet)) {
 	fset := token.NewFileSet()
 	imports := map[string]*types.Package{}
 	var files []*ast.File
@@ -285,8 +314,14 @@ func (d *unitDriver) unit(p *listed, as []*analysis.Analyzer, onRoot func(*types
 	}
 	results := map[*analysis.Analyzer]any{}
 	isRule := map[*analysis.Analyzer]bool{}
-	for _, a := range as[1:] {
-		isRule[a] = true
+	for _, a := range rules {
+		isRule[a] = !p.DepOnly
+	}
+	pkgID := func(q *types.Package) string {
+		if id := ids[q.Path()]; id != "" {
+			return id
+		}
+		return q.Path()
 	}
 	for _, a := range as {
 		pass := &analysis.Pass{
@@ -331,10 +366,21 @@ func (d *unitDriver) unit(p *listed, as []*analysis.Analyzer, onRoot func(*types
 					d.facts.Store(factKey{p.ImportPath, op, reflect.TypeOf(fact)}, fact)
 				}
 			},
-			ImportPackageFact: func(*types.Package, analysis.Fact) bool { return false },
-			ExportPackageFact: func(analysis.Fact) {},
-			AllObjectFacts:    func() []analysis.ObjectFact { return nil },
-			AllPackageFacts:   func() []analysis.PackageFact { return nil },
+			ImportPackageFact: func(q *types.Package, fact analysis.Fact) bool {
+				v, ok := d.pkgFacts.Load(pkgFactKey{pkgID(q), reflect.TypeOf(fact)})
+				if !ok {
+					return false
+				}
+				reflect.ValueOf(fact).Elem().Set(reflect.ValueOf(v).Elem())
+				return true
+			},
+			ExportPackageFact: func(fact analysis.Fact) {
+				d.pkgFacts.Store(pkgFactKey{p.ImportPath, reflect.TypeOf(fact)}, fact)
+			},
+			AllObjectFacts: func() []analysis.ObjectFact { return nil },
+			AllPackageFacts: func() []analysis.PackageFact {
+				return d.allPackageFacts(pkg, pkgID, a)
+			},
 		}
 		for _, req := range a.Requires {
 			pass.ResultOf[req] = results[req]
@@ -346,6 +392,30 @@ func (d *unitDriver) unit(p *listed, as []*analysis.Analyzer, onRoot func(*types
 		}
 		results[a] = res
 	}
+}
+
+// allPackageFacts returns the package facts of a's types held for pkg and
+// every package it imports, directly or not.
+func (d *unitDriver) allPackageFacts(pkg *types.Package, pkgID func(*types.Package) string, a *analysis.Analyzer) []analysis.PackageFact {
+	var out []analysis.PackageFact
+	seen := map[*types.Package]bool{}
+	var walk func(q *types.Package)
+	walk = func(q *types.Package) {
+		if seen[q] {
+			return
+		}
+		seen[q] = true
+		for _, ft := range a.FactTypes {
+			if v, ok := d.pkgFacts.Load(pkgFactKey{pkgID(q), reflect.TypeOf(ft)}); ok {
+				out = append(out, analysis.PackageFact{Package: q, Fact: v.(analysis.Fact)})
+			}
+		}
+		for _, imp := range q.Imports() {
+			walk(imp)
+		}
+	}
+	walk(pkg)
+	return out
 }
 
 // weighted is a semaphore of capacity units of weight, and at most n

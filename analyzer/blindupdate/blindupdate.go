@@ -1,0 +1,297 @@
+// Package blindupdate defines an analyzer that reports a state transition
+// written without compare-and-set: an UPDATE of a state/status column whose
+// WHERE names only the key and whose affected-row count is ignored.
+package blindupdate
+
+import (
+	"fmt"
+	"go/ast"
+	"go/token"
+	"go/types"
+	"strings"
+
+	"golang.org/x/tools/go/analysis"
+
+	"github.com/idemkit/idem/analyzer/facts"
+	"github.com/idemkit/idem/analyzer/internal/directive"
+	"github.com/idemkit/idem/analyzer/internal/rulekit"
+)
+
+// Name is the analyzer's name (part of idemlint's interface).
+const Name = "blindupdate"
+
+// Doc documents the analyzer.
+const Doc = `report state transitions written without compare-and-set
+
+An UPDATE that sets a state or status column (SQL text in a string literal
+or constant, a sqlc-generated query method, or gorm Model(x).Update("status",
+..)/Updates), whose WHERE names only the row's key, with no predicate on the
+current state, a version or a lease, and whose affected-row count is
+ignored, lets a duplicate request, a late worker or a reconciler overwrite a
+state another one already moved on: a SUCCESS turned back to PROCESSING, a
+refunded payment marked paid, and nothing notices. Write the transition as a
+compare-and-set and check that exactly one row changed:
+UPDATE t SET state = 'SUCCESS', version = version + 1
+WHERE id = $1 AND state = 'PROCESSING' AND version = $2, then RowsAffected() == 1.
+
+Suppress with //idemlint:ignore blindupdate <reason>.`
+
+// Config configures a blindupdate analyzer.
+type Config struct {
+	// StateColumns are more column names that hold a state machine's state
+	// (columns named state, status, *_state and *_status always do).
+	StateColumns []string
+}
+
+// Analyzer is the default blindupdate analyzer.
+var Analyzer = New(Config{})
+
+// BlindQuery marks a generated query method (sqlc) that runs a blind state
+// transition. Count is the index of the result that carries the number of
+// rows changed (an int64, sql.Result or pgconn.CommandTag), or -1 when the
+// method drops it.
+type BlindQuery struct {
+	Query  string // the query constant's name
+	SQL    string
+	Table  string
+	Column string
+	Where  string
+	Count  int
+}
+
+func (*BlindQuery) AFact() {}
+func (f *BlindQuery) String() string {
+	return fmt.Sprintf("blindquery(%s count=%d)", f.Query, f.Count)
+}
+
+// New returns a blindupdate analyzer for cfg.
+func New(cfg Config) *analysis.Analyzer {
+	c := &Config{StateColumns: append([]string(nil), cfg.StateColumns...)}
+	a := &analysis.Analyzer{
+		Name:      Name,
+		Doc:       Doc,
+		URL:       "https://github.com/idemkit/idem/blob/main/docs/rules/blindupdate.md",
+		FactTypes: []analysis.Fact{new(BlindQuery)},
+		Run: func(pass *analysis.Pass) (any, error) {
+			if rulekit.IsStd(pass.Fset, pass.Files) {
+				return nil, nil
+			}
+			ch := &checker{pass: pass, cfg: c, rep: directive.New(pass, Name)}
+			ch.run()
+			return nil, nil
+		},
+	}
+	a.Flags.Var(facts.ListFlag(&c.StateColumns), "columns", "more state/status column names, comma-separated")
+	return a
+}
+
+type checker struct {
+	pass *analysis.Pass
+	cfg  *Config
+	rep  *directive.Reporter
+}
+
+// how a call's result (the affected-row count) is used.
+type use int
+
+const (
+	unsure   use = iota // used in a way we cannot read: maybe checked
+	ignored             // dropped, or only its error read
+	returned            // handed to the caller
+)
+
+func (c *checker) run() {
+	// Generated files first, so that their facts are known at the calls.
+	var gen, own []*ast.File
+	for _, f := range c.pass.Files {
+		if ast.IsGenerated(f) {
+			gen = append(gen, f)
+		} else {
+			own = append(own, f)
+		}
+	}
+	rulekit.WalkStack(gen, func(n ast.Node, stack rulekit.Stack) {
+		if call, ok := n.(*ast.CallExpr); ok {
+			c.generated(call, stack)
+		}
+	})
+	rulekit.WalkStack(own, func(n ast.Node, stack rulekit.Stack) {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return
+		}
+		if !c.sqlCall(call, stack) && !c.queryMethod(call, stack) {
+			c.gormCall(call, stack)
+		}
+	})
+}
+
+// execUpdate returns the blind transition run by an Exec-shaped call.
+func (c *checker) execUpdate(call *ast.CallExpr) (*update, string, token.Pos) {
+	q, at, method, ok := rulekit.SQLCall(c.pass.TypesInfo, call)
+	if !ok || !(strings.HasPrefix(method, "Exec") || strings.HasPrefix(method, "MustExec")) {
+		return nil, "", token.NoPos
+	}
+	u := c.parseUpdate(q)
+	if u == nil {
+		return nil, "", token.NoPos
+	}
+	return u, q, at
+}
+
+// generated exports a BlindQuery fact for a generated method that runs a
+// blind transition.
+func (c *checker) generated(call *ast.CallExpr, stack rulekit.Stack) {
+	u, q, _ := c.execUpdate(call)
+	if u == nil {
+		return
+	}
+	fd, ok := stack.Func().(*ast.FuncDecl)
+	if !ok {
+		return
+	}
+	obj, _ := c.pass.TypesInfo.Defs[fd.Name].(*types.Func)
+	if obj == nil || c.lockedBefore(stack, call, u.table) {
+		return
+	}
+	count := -1
+	if c.resultUse(call, stack, false) != ignored {
+		count = 0
+	}
+	name := ""
+	for _, a := range call.Args {
+		if n := rulekit.ConstName(c.pass.TypesInfo, a); n != "" {
+			name = n
+			break
+		}
+	}
+	c.pass.ExportObjectFact(obj, &BlindQuery{Query: name, SQL: q, Table: u.table, Column: u.column, Where: u.where, Count: count})
+}
+
+// sqlCall reports an Exec of a blind transition whose count is ignored.
+func (c *checker) sqlCall(call *ast.CallExpr, stack rulekit.Stack) bool {
+	u, q, at := c.execUpdate(call)
+	if u == nil {
+		return false
+	}
+	if c.resultUse(call, stack, false) != ignored || c.lockedBefore(stack, call, u.table) {
+		return true
+	}
+	fn := rulekit.Callee(c.pass.TypesInfo, call)
+	msg := fmt.Sprintf("%s runs %q, a state transition without compare-and-set: it sets %s.%s with a WHERE on the key only (%s) and ignores how many rows changed, "+
+		"so a duplicate or a late worker overwrites a state another one already moved on (a SUCCESS turned back, a refund marked paid) and nothing notices; "+
+		"add the expected state (and version or lease) to the WHERE, e.g. WHERE %s AND %s = 'PROCESSING' AND version = $n, and check RowsAffected() == 1",
+		rulekit.ShortName(fn), rulekit.Short(q, 120), u.table, u.column, u.where, u.where, u.column)
+	c.rep.Report(analysis.Diagnostic{Pos: call.Pos(), End: call.End(), Message: msg, Related: []analysis.RelatedInformation{
+		{Pos: at, Message: "the UPDATE text: " + rulekit.Short(q, 120)},
+		{Pos: call.Rparen, Message: "its affected-row count is dropped here"},
+	}})
+	return true
+}
+
+// queryMethod reports a call of a generated query method that runs a
+// blind transition (sqlc), when the count is dropped by the method or by
+// the caller.
+func (c *checker) queryMethod(call *ast.CallExpr, stack rulekit.Stack) bool {
+	fn := rulekit.Callee(c.pass.TypesInfo, call)
+	if fn == nil {
+		return false
+	}
+	var f BlindQuery
+	if !c.pass.ImportObjectFact(fn, &f) {
+		return false
+	}
+	var how string
+	switch {
+	case f.Count < 0:
+		how = "the generated method drops the affected-row count (an :exec query)"
+	case c.resultUse(call, stack, false) == ignored:
+		how = "the count it returns is dropped here"
+	default:
+		return true
+	}
+	msg := fmt.Sprintf("%s runs the generated query %s (%q), a state transition without compare-and-set: it sets %s.%s with a WHERE on the key only (%s), and %s, "+
+		"so a duplicate or a late worker overwrites a state another one already moved on and nothing notices; "+
+		"add the expected state (and version or lease) to the query's WHERE, e.g. WHERE %s AND %s = 'PROCESSING', make it :execrows and check that it returns 1",
+		rulekit.ShortName(fn), f.Query, rulekit.Short(f.SQL, 120), f.Table, f.Column, f.Where, how, f.Where, f.Column)
+	c.rep.Report(analysis.Diagnostic{Pos: call.Pos(), End: call.End(), Message: msg, Related: []analysis.RelatedInformation{
+		{Pos: fn.Pos(), Message: "the generated method: " + fn.Name()},
+	}})
+	return true
+}
+
+// resultUse tells how the first result of call (the affected-row count,
+// or for gorm the *gorm.DB) is used.
+func (c *checker) resultUse(call *ast.CallExpr, stack rulekit.Stack, gorm bool) use {
+	info := c.pass.TypesInfo
+	parent := stack.Parent()
+	var lhs ast.Expr
+	switch p := parent.(type) {
+	case *ast.ExprStmt:
+		return ignored
+	case *ast.ReturnStmt:
+		return returned
+	case *ast.SelectorExpr:
+		if gorm && p.Sel.Name == "Error" {
+			return ignored
+		}
+		return unsure
+	case *ast.AssignStmt:
+		if len(p.Rhs) != 1 {
+			return unsure
+		}
+		lhs = p.Lhs[0]
+	case *ast.ValueSpec:
+		if len(p.Values) != 1 || len(p.Names) == 0 {
+			return unsure
+		}
+		lhs = p.Names[0]
+	default:
+		return unsure
+	}
+	id, ok := lhs.(*ast.Ident)
+	if !ok {
+		return unsure
+	}
+	if id.Name == "_" {
+		return ignored
+	}
+	obj := info.ObjectOf(id)
+	if obj == nil {
+		return unsure
+	}
+	body := rulekit.Body(stack.Func())
+	if body == nil {
+		return unsure
+	}
+	ids, parents := rulekit.Uses(info, body, obj)
+	for i := range ids {
+		sel, ok := parents[i].(*ast.SelectorExpr)
+		if gorm && ok && sel.Sel.Name == "Error" {
+			continue
+		}
+		return unsure // read: maybe checked
+	}
+	return ignored
+}
+
+// lockedBefore reports whether the function locks a row of table with
+// SELECT .. FOR UPDATE before call: the transition is then serialized.
+func (c *checker) lockedBefore(stack rulekit.Stack, call *ast.CallExpr, table string) bool {
+	body := rulekit.Body(stack.Func())
+	if body == nil {
+		return false
+	}
+	found := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		if k, ok := n.(*ast.CallExpr); ok && k.Pos() < call.Pos() {
+			if q, _, _, ok := rulekit.SQLCall(c.pass.TypesInfo, k); ok {
+				if m := reForUpd.FindStringSubmatch(q); m != nil && baseTable(m[1]) == baseTable(table) {
+					found = true
+				}
+			}
+		}
+		return !found
+	})
+	return found
+}

@@ -1,0 +1,157 @@
+// Package ruletest runs a rule's analyzer as a real command for its
+// tests: the test binary doubles as a multichecker (as cmd/idemlint is), so
+// a test can check exit codes, -json output against a golden file, and
+// go vet -vettool, on packages of the rule's testdata GOPATH.
+package ruletest
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/go/analysis"
+	"golang.org/x/tools/go/analysis/analysistest"
+	"golang.org/x/tools/go/analysis/multichecker"
+)
+
+const env = "IDEMLINT_RULETEST_CHECKER"
+
+var update = flag.Bool("update", false, "rewrite the -json golden files")
+
+// Main is the TestMain of a rule's tests: run as a checker of analyzers
+// when the test re-executes itself, the tests otherwise.
+func Main(m *testing.M, analyzers ...*analysis.Analyzer) {
+	if os.Getenv(env) == "1" {
+		multichecker.Main(analyzers...)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// Run runs the checker (this test binary) with args in GOPATH mode on the
+// GOPATH testdata and returns its output and exit code.
+func Run(t *testing.T, testdata string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	return run(t, testdata, os.Args[0], args...)
+}
+
+// Vet runs go vet -vettool=<this test binary> with args in GOPATH mode.
+func Vet(t *testing.T, testdata string, args ...string) (stderr string, code int) {
+	t.Helper()
+	_, stderr, code = run(t, testdata, "go", append([]string{"vet", "-vettool=" + os.Args[0]}, args...)...)
+	return stderr, code
+}
+
+func run(t *testing.T, testdata, name string, args ...string) (string, string, int) {
+	abs, err := filepath.Abs(testdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Dir = filepath.Join(abs, "src")
+	cmd.Env = append(os.Environ(), env+"=1", "GOPATH="+abs, "GO111MODULE=off", "GOFLAGS=", "GOWORK=off", "GOTOOLCHAIN=local")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("%s %v: %v", name, args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+// Golden compares got, with the absolute testdata path replaced by
+// TESTDATA, to the file golden (rewritten with -update).
+func Golden(t *testing.T, testdata, golden, got string) {
+	t.Helper()
+	abs, err := filepath.Abs(testdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = strings.ReplaceAll(got, abs, "TESTDATA")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run the test with -update to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("-json output differs from %s (run with -update to accept):\n%s", golden, got)
+	}
+}
+
+// CheckFindings checks the findings of an analysistest run: at least min
+// of them (directive diagnostics aside), each with an End past its Pos
+// and related positions that are valid and elsewhere.
+func CheckFindings(t *testing.T, results []*analysistest.Result, min int) {
+	t.Helper()
+	n := 0
+	for _, r := range results {
+		for _, d := range r.Diagnostics {
+			if strings.HasPrefix(d.Message, "idemlint:ignore") {
+				continue
+			}
+			n++
+			if d.End <= d.Pos || len(d.Related) == 0 {
+				t.Errorf("%v: End %v, related %v", r.Pass.Fset.Position(d.Pos), d.End, d.Related)
+			}
+			for _, rel := range d.Related {
+				if !rel.Pos.IsValid() || rel.Pos == d.Pos {
+					t.Errorf("%v: bad related position %+v", r.Pass.Fset.Position(d.Pos), rel)
+				}
+			}
+		}
+	}
+	if n < min {
+		t.Errorf("%d findings, want at least %d", n, min)
+	}
+}
+
+// EndToEnd runs the rule as a command on the testdata packages e2e/bad
+// (exit 3 and want in the output; exit 0 with -<rule>=false) and e2e/good
+// (exit 0, nothing printed), directly and under go vet -vettool.
+func EndToEnd(t *testing.T, testdata, rule, want string) {
+	t.Helper()
+	_, stderr, code := Run(t, testdata, "e2e/bad")
+	if code != 3 || !strings.Contains(stderr, want) {
+		t.Errorf("bad: exit %d, want 3 and %q; stderr:\n%s", code, want, stderr)
+	}
+	if _, stderr, code = Run(t, testdata, "e2e/good"); code != 0 || stderr != "" {
+		t.Errorf("good: exit %d, stderr:\n%s", code, stderr)
+	}
+	if _, stderr, code = Run(t, testdata, "-"+rule+"=false", "e2e/bad"); code != 0 {
+		t.Errorf("-%s=false: exit %d, stderr:\n%s", rule, code, stderr)
+	}
+	msg := want[strings.Index(want, ": ")+2:]
+	if stderr, code := Vet(t, testdata, "e2e/bad"); code == 0 || !strings.Contains(stderr, msg) {
+		t.Errorf("go vet -vettool: exit %d, stderr:\n%s", code, stderr)
+	}
+	if stderr, code := Vet(t, testdata, "e2e/good"); code != 0 {
+		t.Errorf("go vet -vettool on good: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// JSON compares the -json output of the rule on pkgs (after flags) with
+// testdata/json.golden.
+func JSON(t *testing.T, testdata string, args ...string) {
+	t.Helper()
+	stdout, stderr, code := Run(t, testdata, append([]string{"-json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("-json: exit %d, stderr:\n%s", code, stderr)
+	}
+	Golden(t, testdata, filepath.Join(testdata, "json.golden"), stdout)
+}
