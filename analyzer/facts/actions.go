@@ -5,6 +5,8 @@ import (
 	"regexp"
 
 	"golang.org/x/tools/go/ssa"
+
+	"github.com/idemkit/idem/analyzer/internal/rulekit"
 )
 
 var (
@@ -25,7 +27,7 @@ var (
 
 // ormPkg reports whether fn is a method of gorm, pop or bun.
 func ormPkg(fn *types.Func) bool {
-	p, _ := recvNamed(fn)
+	p, _ := rulekit.RecvNamed(fn)
 	return p == pkgGorm || p == pkgBun || isPop(p)
 }
 
@@ -83,7 +85,7 @@ func fieldWrites(base ssa.Value, method string) string {
 	}
 	insert := method == "Create" || method == "Insert" || method == "Model" || method == "ValidateAndCreate" || method == "CreateInBatches"
 	if insert {
-		if _, n := namedOf(base.Type()); reReversal.MatchString(n) {
+		if _, n := rulekit.NamedOf(base.Type()); reReversal.MatchString(n) {
 			return "inserts a refund or reversal entry"
 		}
 	}
@@ -174,7 +176,7 @@ func tokenArgs(fo *types.Func, c *ssa.CallCommon) bool {
 		}
 		words(a, 0, &ws)
 		t := unwrap(a).Type()
-		if _, n := namedOf(t); n != "" {
+		if _, n := rulekit.NamedOf(t); n != "" {
 			ws = append(ws, n)
 		}
 	}
@@ -236,7 +238,7 @@ func (r *Result) GenericTokenOp(c *ssa.CallCommon) string {
 		if sf := StaticFn(c); sf != nil && r.local(sf) != nil {
 			return ""
 		}
-		if !ormPkg(fo) && pkgPath(fo) != pkgSqlx {
+		if !ormPkg(fo) && rulekit.PkgPath(fo) != pkgSqlx {
 			return ""
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/tools/go/ssa"
+
+	"github.com/idemkit/idem/analyzer/internal/rulekit"
 )
 
 const (
@@ -74,37 +76,11 @@ func normName(s string) string {
 	return strings.NewReplacer("(", "", ")", "", "*", "").Replace(strings.TrimSpace(s))
 }
 
-// recvNamed returns the package path and type name of fn's receiver.
-func recvNamed(fn *types.Func) (pkg, name string) {
-	sig, _ := fn.Type().(*types.Signature)
-	if sig == nil || sig.Recv() == nil {
-		return "", ""
-	}
-	return namedOf(sig.Recv().Type())
-}
-
-func namedOf(t types.Type) (pkg, name string) {
-	if p, ok := t.(*types.Pointer); ok {
-		t = p.Elem()
-	}
-	if n, ok := types.Unalias(t).(*types.Named); ok && n.Obj().Pkg() != nil {
-		return n.Obj().Pkg().Path(), n.Obj().Name()
-	}
-	return "", ""
-}
-
-func pkgPath(fn *types.Func) string {
-	if fn.Pkg() == nil {
-		return ""
-	}
-	return fn.Pkg().Path()
-}
-
 // builtinNet reports whether fn is a known network I/O function.
 func builtinNet(fn *types.Func) bool {
 	name := fn.Name()
-	rp, rn := recvNamed(fn)
-	switch pkgPath(fn) {
+	rp, rn := rulekit.RecvNamed(fn)
+	switch rulekit.PkgPath(fn) {
 	case "net/http":
 		if rp == "" {
 			return name == "Get" || name == "Post" || name == "PostForm" || name == "Head"
@@ -149,19 +125,19 @@ func hasCallOption(fn *types.Func) bool {
 	}
 	last := sig.Params().At(sig.Params().Len() - 1).Type()
 	if s, ok := last.(*types.Slice); ok {
-		p, n := namedOf(s.Elem())
+		p, n := rulekit.NamedOf(s.Elem())
 		return p == pkgGRPC && n == "CallOption"
 	}
 	return false
 }
 
-func isRedis(fn *types.Func) bool { return pkgPath(fn) == pkgRedis }
+func isRedis(fn *types.Func) bool { return rulekit.PkgPath(fn) == pkgRedis }
 
 func redisNet(fn *types.Func) bool {
 	if !isRedis(fn) {
 		return false
 	}
-	_, rn := recvNamed(fn)
+	_, rn := rulekit.RecvNamed(fn)
 	if rn == "" {
 		return false
 	}
@@ -177,7 +153,7 @@ func redisNet(fn *types.Func) bool {
 	if sig.Results().Len() == 0 {
 		return false
 	}
-	p, n := namedOf(sig.Results().At(0).Type())
+	p, n := rulekit.NamedOf(sig.Results().At(0).Type())
 	return p == pkgRedis && strings.HasSuffix(n, "Cmd")
 }
 
@@ -252,7 +228,7 @@ func sqlMethod(fn *types.Func) bool {
 			return true
 		}
 	}
-	p, _ := recvNamed(fn)
+	p, _ := rulekit.RecvNamed(fn)
 	switch {
 	case p == pkgGorm:
 		return n == "Raw"

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/idemkit/idem/analyzer/internal/rulekit"
 )
 
 // Program is a whole-program view for the standalone command: the concrete
@@ -130,7 +132,7 @@ func methodKey(fn *types.Func) string {
 	if sig == nil || sig.Recv() == nil {
 		return ""
 	}
-	p, n := namedOf(sig.Recv().Type())
+	p, n := rulekit.NamedOf(sig.Recv().Type())
 	if p == "" {
 		return ""
 	}

@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/ssa"
+
+	"github.com/idemkit/idem/analyzer/internal/rulekit"
 )
 
 // Path is a chain of calls that ends in a network call (or another action).
@@ -487,11 +489,11 @@ func (r *Result) IsTimeoutCheck(instr ssa.Instruction) bool {
 		fn := CalleeObj(c)
 		if fn != nil {
 			switch {
-			case pkgPath(fn) == "errors" && fn.Name() == "Is" && len(c.Args) == 2:
+			case rulekit.PkgPath(fn) == "errors" && fn.Name() == "Is" && len(c.Args) == 2:
 				return isTimeoutValue(c.Args[1])
-			case pkgPath(fn) == "errors" && fn.Name() == "As" && len(c.Args) == 2:
+			case rulekit.PkgPath(fn) == "errors" && fn.Name() == "As" && len(c.Args) == 2:
 				return hasTimeoutMethod(unwrap(c.Args[1]).Type())
-			case pkgPath(fn) == "os" && fn.Name() == "IsTimeout":
+			case rulekit.PkgPath(fn) == "os" && fn.Name() == "IsTimeout":
 				return true
 			case fn.Name() == "Timeout":
 				sig := fn.Type().(*types.Signature)
@@ -542,7 +544,7 @@ func isTimeoutValue(v ssa.Value) bool {
 		}
 	}
 	if c, ok := v.(*ssa.Const); ok && c.Value != nil {
-		if p, n := namedOf(c.Type()); p == pkgCodes && n == "Code" {
+		if p, n := rulekit.NamedOf(c.Type()); p == pkgCodes && n == "Code" {
 			if c.Value.Kind() == constant.Int {
 				x, _ := constant.Uint64Val(c.Value)
 				return x == codeDeadl || x == codeUnav
@@ -600,7 +602,7 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 	name := ""
 	if fn != nil {
 		name = FuncName(fn)
-		if pkgPath(fn) == "testing" {
+		if rulekit.PkgPath(fn) == "testing" {
 			return nil
 		}
 	}
@@ -636,10 +638,10 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 		return nil
 	}
 	if fn != nil {
-		if strings.HasPrefix(pkgPath(fn), pkgIdem) && rePermanent.MatchString(fn.Name()) {
+		if strings.HasPrefix(rulekit.PkgPath(fn), pkgIdem) && rePermanent.MatchString(fn.Name()) {
 			return &Action{What: "returns a permanent failure", Chain: []string{name}}
 		}
-		if strings.HasPrefix(pkgPath(fn), pkgIdem) && fn.Name() == "Retryable" {
+		if strings.HasPrefix(rulekit.PkgPath(fn), pkgIdem) && fn.Name() == "Retryable" {
 			return &Action{What: "releases the record, so a retry runs the effect again", Chain: []string{name}}
 		}
 		for _, a := range args {
@@ -884,7 +886,7 @@ func (r *Result) statusParam(fn *ssa.Function, c *ssa.CallCommon) int {
 		for _, a := range flatArgs(c) {
 			if i := paramIndex(fn, a); i >= 0 {
 				p := fn.Params[i]
-				_, tn := namedOf(p.Type())
+				_, tn := rulekit.NamedOf(p.Type())
 				if reStatusParam.MatchString(p.Name()) || reStatusParam.MatchString(tn) {
 					return i
 				}

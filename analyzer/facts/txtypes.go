@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"golang.org/x/tools/go/ssa"
+
+	"github.com/idemkit/idem/analyzer/internal/rulekit"
 )
 
 // IsTxType reports whether a value of type t is a database transaction:
@@ -33,7 +35,7 @@ func txType(t types.Type, extra []string, depth int) bool {
 	if depth > 3 || t == nil {
 		return false
 	}
-	p, n := namedOf(t)
+	p, n := rulekit.NamedOf(t)
 	if p == "" {
 		return false
 	}
@@ -90,7 +92,7 @@ func commitsAndRollsBack(t types.Type) bool {
 var errorType = types.Universe.Lookup("error").Type()
 
 func isContext(t types.Type) bool {
-	p, n := namedOf(t)
+	p, n := rulekit.NamedOf(t)
 	return p == "context" && n == "Context"
 }
 
@@ -102,7 +104,7 @@ func IsConnTx(t types.Type) bool {
 	if _, isPtr := t.(*types.Pointer); !isPtr {
 		return false
 	}
-	p, n := namedOf(t)
+	p, n := rulekit.NamedOf(t)
 	return p == pkgGorm && n == "DB" || isPop(p) && n == "Connection"
 }
 
@@ -173,9 +175,9 @@ func (r *Result) IsRollback(c *ssa.CallCommon) bool {
 // (*Connection).Transaction/Rollback, bun RunInTx (DB, Conn, Tx, IDB),
 // firestore (*Client).RunTransaction.
 func knownRunner(fn *types.Func) bool {
-	p, _ := recvNamed(fn)
+	p, _ := rulekit.RecvNamed(fn)
 	if p == "" {
-		p = pkgPath(fn)
+		p = rulekit.PkgPath(fn)
 	}
 	switch name := fn.Name(); {
 	case p == pkgPgx:
