@@ -314,34 +314,12 @@ func (ex *execution[Req, Resp]) observeOutcome(ctx context.Context, to State, er
 }
 
 // classify maps the effect's result to the state to record; "" releases.
-// Timeouts and cancellations are UNKNOWN whatever the policy or marking: a
-// caller that went away, or a call that timed out, tells nothing about
-// whether the effect happened.
+// A panic is UNKNOWN; everything else is [Runtime.Classify]'s decision.
 func (ex *execution[Req, Resp]) classify(err error, panicked bool) State {
-	switch {
-	case panicked:
-		return StateUnknown
-	case err == nil:
-		return StateSuccess
-	case IsTimeout(err), errors.Is(err, context.Canceled):
+	if panicked {
 		return StateUnknown
 	}
-	var cl *classified
-	if errors.As(err, &cl) {
-		switch cl.class {
-		case classPermanent:
-			return StateFailed
-		case classRetryable:
-			return ""
-		}
-	}
-	switch ex.rt.cfg.errorPolicy {
-	case RecordFailed:
-		return StateFailed
-	case ReleaseRecord:
-		return ""
-	}
-	return StateUnknown
+	return ex.rt.Classify(err)
 }
 
 func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, p *PanicError, err error) {

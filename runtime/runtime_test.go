@@ -120,6 +120,9 @@ func TestIsTimeout(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if got := runtime.Uncertain(tc.err); got != (tc.want || errors.Is(tc.err, context.Canceled)) {
+				t.Errorf("Uncertain(%v) = %v", tc.err, got)
+			}
 			if got := runtime.IsTimeout(tc.err); got != tc.want {
 				t.Fatalf("IsTimeout(%v) = %v, want %v", tc.err, got, tc.want)
 			}
@@ -186,11 +189,20 @@ func TestErrorPolicy(t *testing.T) {
 		{"caller cancelled under ReleaseRecord is unknown", runtime.ReleaseRecord, fmt.Errorf("charging: %w", context.Canceled), runtime.StateUnknown},
 		{"url error wrapping a timeout under RecordFailed is unknown", runtime.RecordFailed,
 			&url.Error{Op: "Post", URL: "http://x", Err: fmt.Errorf("dial: %w", timeoutErr{true})}, runtime.StateUnknown},
+		{"grpc Canceled status under RecordFailed is unknown", runtime.RecordFailed, grpcErr{&grpcStatus{1}}, runtime.StateUnknown},
+		{"grpc Canceled status under ReleaseRecord is unknown", runtime.ReleaseRecord, fmt.Errorf("charging: %w", grpcErr{&grpcStatus{1}}), runtime.StateUnknown},
+		{"grpc Canceled status marked retryable is unknown", runtime.ReleaseRecord, runtime.Retryable(grpcErr{&grpcStatus{1}}), runtime.StateUnknown},
+		{"grpc Unavailable under ReleaseRecord is released", runtime.ReleaseRecord, grpcErr{&grpcStatus{14}}, ""},
+		{"a timeout joined with a permanent error is unknown", runtime.RecordFailed,
+			errors.Join(runtime.Permanent(errors.New("declined")), context.DeadlineExceeded), runtime.StateUnknown},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := memstore.New()
 			rt := newRT(t, s, runtime.WithErrorPolicy(tc.policy))
+			if got := rt.Classify(tc.err); got != tc.want {
+				t.Errorf("Classify(%v) = %q, want %q", tc.err, got, tc.want)
+			}
 			_, err := runtime.Do(context.Background(), rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Request: 1,
 				Effect: func(context.Context, int) (int, error) { return 0, tc.err }})
 			if !errors.Is(err, errors.Unwrap(tc.err)) && !errors.Is(err, tc.err) {

@@ -31,13 +31,66 @@ func IsTimeout(err error) bool {
 			return true
 		}
 	}
-	return grpcDeadline(err)
+	return grpcCode(err, grpcDeadlineExceeded)
 }
 
-// grpcDeadline walks the chain for an error with a GRPCStatus() method whose
-// status has Code() == DeadlineExceeded (4).
-func grpcDeadline(err error) bool {
-	const deadlineExceeded = 4
+// Uncertain reports whether err leaves the outcome of an effect unknown,
+// whatever its marking and the runtime's [ErrorPolicy]: a timeout anywhere in
+// the error tree ([IsTimeout]) or a cancellation ([context.Canceled], or a
+// gRPC status error with code Canceled, detected without importing gRPC).
+// Neither tells whether the effect happened, so the runtime records UNKNOWN.
+//
+// Adapters that turn a handler's answer into an effect error (idemhttp,
+// idemgrpc, generated wrappers) must ask Uncertain first and hand such an
+// error to the runtime as it is, its tree intact; see [Runtime.Classify].
+func Uncertain(err error) bool {
+	if err == nil {
+		return false
+	}
+	return IsTimeout(err) || errors.Is(err, context.Canceled) || grpcCode(err, grpcCanceled)
+}
+
+// Classify returns the state rt records for an effect that returned err:
+// [StateSuccess] for nil; [StateUnknown] for an [Uncertain] error, whatever
+// [Permanent] or [Retryable] says and whatever the error policy;
+// [StateFailed] for a [Permanent] error; "" (the record is released) for a
+// [Retryable] one; otherwise what the runtime's [ErrorPolicy] says. It is
+// the one place that decides: [Do], the adapters and generated wrappers all
+// follow it.
+func (rt *Runtime) Classify(err error) State {
+	switch {
+	case err == nil:
+		return StateSuccess
+	case Uncertain(err):
+		return StateUnknown
+	}
+	var cl *classified
+	if errors.As(err, &cl) {
+		switch cl.class {
+		case classPermanent:
+			return StateFailed
+		case classRetryable:
+			return ""
+		}
+	}
+	switch rt.cfg.errorPolicy {
+	case RecordFailed:
+		return StateFailed
+	case ReleaseRecord:
+		return ""
+	}
+	return StateUnknown
+}
+
+// gRPC status codes the runtime recognises (google.golang.org/grpc/codes).
+const (
+	grpcCanceled         = 1
+	grpcDeadlineExceeded = 4
+)
+
+// grpcCode walks the tree for an error with a GRPCStatus() method whose
+// status has Code() == want.
+func grpcCode(err error, want uint64) bool {
 	for _, e := range chain(err) {
 		m := reflect.ValueOf(e).MethodByName("GRPCStatus")
 		if !m.IsValid() || m.Type().NumIn() != 0 || m.Type().NumOut() != 1 {
@@ -52,7 +105,7 @@ func grpcDeadline(err error) bool {
 			continue
 		}
 		c := code.Call(nil)[0]
-		if c.CanUint() && c.Uint() == deadlineExceeded {
+		if c.CanUint() && c.Uint() == want {
 			return true
 		}
 	}
