@@ -332,7 +332,7 @@ func (r *Reconciler) resolveNoQuery(ctx context.Context, rec Record, q registere
 	defer cancel()
 	due := rec.CreatedAt.Add(q.noQueryAfter)
 	if wait := due.Sub(rec.StoreNow); wait > 0 {
-		_, err := rt.store.Transition(cctx, TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version,
+		_, err := rt.transitionStore(cctx, &TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version,
 			To: StateUnknown, Lease: max(wait, 10*time.Millisecond), Token: rt.newToken(),
 			Note: "outcome unknown; the operation has no query: resolved by policy at " + due.UTC().Format(time.RFC3339Nano)})
 		if errors.Is(err, ErrLeaseLost) {
@@ -352,7 +352,7 @@ func (r *Reconciler) resolveNoQuery(ctx context.Context, rec Record, q registere
 			ttl = rt.cfg.ttl
 		}
 		msg := fmt.Sprintf("the outcome is unknown and %s has no query: recorded as failed by its policy after %v", op, q.noQueryAfter)
-		_, err = rt.store.Transition(cctx, TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version,
+		_, err = rt.transitionStore(cctx, &TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version,
 			To: StateFailed, TTL: ttl, Response: EncodeFailure(errors.New(msg)), Token: rt.newToken(), Note: "resolved by no-query policy: failed"})
 	} else {
 		err = rt.store.Release(cctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})

@@ -27,6 +27,7 @@ func RunFaults(t *testing.T, newStore NewStore) {
 		{"InvalidUTF8IdentityIsInvalidKey", testInvalidUTF8},
 		{"LeaseLostIsNeverAPermanentFailure", testLeaseLostNotPermanent},
 		{"NoQueryPolicyIgnoresMaxAttempts", testNoQueryIgnoresMaxAttempts},
+		{"EveryOutcomeOverLimitIsRecorded", testEveryOutcomeOverLimit},
 	})
 }
 
