@@ -191,10 +191,13 @@ func (r *Reconciler) runOps(ctx context.Context, ops []string, maxAttempts int32
 		recs, err := r.rt.store.AcquirePending(ctx, AcquireParams{
 			Owner: r.cfg.owner, Lease: r.cfg.lease, Limit: r.cfg.batch, MaxAttempts: maxAttempts, Operations: ops,
 		})
-		if err != nil {
-			return fmt.Errorf("idem: reconciler: acquiring records: %w", err)
-		}
 		var errs []error
+		if err != nil {
+			// The records taken before the error are this reconciler's:
+			// converge them before reporting it, or they would stay
+			// UNKNOWN with an attempt used and their query never asked.
+			errs = append(errs, fmt.Errorf("idem: reconciler: acquiring records: %w", err))
+		}
 		for _, rec := range recs {
 			st, err := r.converge(ctx, rec)
 			total.add(st)
