@@ -351,10 +351,13 @@ func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, p *Pa
 // before the lease could expire, the worker stops its effect: the effect's
 // context is cancelled with [ErrLeaseLost] while the lease still holds, so
 // that a duplicate that takes the record over afterwards never overlaps
-// with it (for an effect that honours its context).
+// with it (for an effect that honours its context). A round that starts
+// after that moment (the process itself was paused or starved) makes one
+// quick renewal first: its compare-and-set succeeds only if no one took
+// the record over meanwhile.
 const (
 	renewEvery  = 3 // renew every lease/renewEvery
-	leaseMargin = 5 // stop the effect lease/leaseMargin before the lease could expire
+	leaseMargin = 10 // stop the effect lease/leaseMargin before the lease could expire
 
 	maxRenewalsInFlight = 3  // renewal attempts waiting for an answer at once
 	maxRenewals         = 64 // renewal attempts in one round
@@ -425,6 +428,13 @@ func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, grant
 			return // stopped
 		}
 		safeUntil := h.confirmed.Add(ex.lease - margin)
+		if late := time.Until(safeUntil) < 0; late {
+			// This round starts after the lease could have expired (the
+			// process was starved or paused): one quick renewal tells
+			// whether anyone took over meanwhile (a takeover changes the
+			// version, and the renewal's compare-and-set fails).
+			safeUntil = time.Now().Add(min(every/2, margin))
+		}
 		rctx, rcancel := context.WithDeadline(h.ctx, safeUntil)
 		defer rcancel()
 		type result struct {
