@@ -356,7 +356,7 @@ func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, p *Pa
 // quick renewal first: its compare-and-set succeeds only if no one took
 // the record over meanwhile.
 const (
-	renewEvery  = 3 // renew every lease/renewEvery
+	renewEvery  = 3  // renew every lease/renewEvery
 	leaseMargin = 10 // stop the effect lease/leaseMargin before the lease could expire
 
 	maxRenewalsInFlight = 3  // renewal attempts waiting for an answer at once
