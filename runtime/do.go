@@ -217,7 +217,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	defer cancel(nil)
 	// The lease is renewed until the outcome is recorded: a completion that
 	// retries through a store outage must not lose the record to a takeover.
-	hb := ex.heartbeat(ctx, rec, ex.granted, cancel)
+	hb := ex.heartbeat(ctx, rec, ex.granted, true, cancel)
 	start := time.Now()
 	resp, panicked, err := ex.runEffect(effCtx)
 	ex.rt.phase(ctx, ex.id.Operation, PhaseEffect, start)
@@ -402,11 +402,11 @@ func (e *errLeaseUnconfirmed) Error() string {
 func (e *errLeaseUnconfirmed) Unwrap() error { return ErrLeaseLost }
 
 // heartbeat starts renewing the lease on rec, granted by a write sent at
-// granted (local clock), by the lease rule above; when the lease is lost
-// or cannot be confirmed while the effect runs it cancels the effect with
-// cause ErrLeaseLost. It uses a timer rather than a goroutine, so a fast
+// granted (local clock), by the lease rule above; when the lease is lost,
+// or (with stopUnconfirmed) cannot be confirmed, while the effect runs it
+// cancels the effect with cause ErrLeaseLost. It uses a timer rather than a goroutine, so a fast
 // call pays for one timer only.
-func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, granted time.Time, cancel context.CancelCauseFunc) *heartbeat {
+func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, granted time.Time, stopUnconfirmed bool, cancel context.CancelCauseFunc) *heartbeat {
 	every := ex.lease / renewEvery
 	margin := ex.lease / leaseMargin
 	h := &heartbeat{confirmed: granted}
@@ -497,6 +497,14 @@ func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, grant
 				if h.ctx.Err() != nil {
 					return // stopped
 				}
+				if !stopUnconfirmed || h.completing.Load() {
+					// No effect to stop (a query, or the effect returned
+					// and its outcome is being recorded by CAS): keep
+					// trying; the next round starts late, with one quick
+					// renewal.
+					h.timer.Reset(0)
+					return
+				}
 				// Past safeUntil the lease may be gone before this worker
 				// could learn it: stop the effect now.
 				if !h.completing.Load() {
@@ -565,7 +573,10 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	start := time.Now()
 	qctx, qcancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
 	defer qcancel(nil)
-	hb := ex.heartbeat(ctx, rec, ex.granted, qcancel)
+	// A query has no effect to stop when the lease cannot be confirmed:
+	// what it learns is recorded by CAS on the version, which fails if
+	// anyone took over meanwhile. Only a lost lease cancels it.
+	hb := ex.heartbeat(ctx, rec, ex.granted, false, qcancel)
 	defer hb.stop()
 	tctx, tcancel := context.WithTimeout(qctx, rt.cfg.queryTimeout)
 	resp, outcome, qerr := ex.runQuery(tctx)
