@@ -416,6 +416,9 @@ func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]
 		}
 		args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget}, ops...)
 		vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending, s.tags[b].ver}, args...).Slice()
+		if notNow(err) {
+			continue // the bucket's slot is migrating: its records wait for the next call
+		}
 		if err != nil {
 			// Records acquired from earlier buckets are held by p.Owner now:
 			// return them with the error so that they are not stranded.
@@ -458,6 +461,9 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 			break
 		}
 		m, err := sweepScript.Run(ctx, s.c, []string{s.tags[b].expiry}, limit-n, inspectBudget).Int()
+		if notNow(err) {
+			continue // the bucket's slot is migrating
+		}
 		if err != nil {
 			return n, fmt.Errorf("redisstore: sweep: %w", err)
 		}
@@ -506,6 +512,12 @@ func (s *Store) countDue(ctx context.Context, index string, eval bool) ([]*redis
 	})
 	return cmds, err
 }
+
+// notNow reports whether err is Redis Cluster's TRYAGAIN: the keys a script
+// declares are split between two nodes while their slot migrates (go-redis
+// already retried). The script did not run; a reconciler or sweeper
+// call skips the bucket and gets it on a later call.
+func notNow(err error) bool { return err != nil && redis.IsTryAgainError(err) }
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
