@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,11 +25,16 @@ func KeysOf(s *Store, id runtime.Identity) (rec, pending, expiry string) {
 // when its state says so, and that every pending-index entry names a
 // record. It returns the number of records.
 func CheckIndexes(ctx context.Context, s *Store) (int, error) {
-	var keys []string
+	var (
+		mu   sync.Mutex // ForEachMaster scans the masters concurrently
+		keys []string
+	)
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
 		for it.Next(ctx) {
+			mu.Lock()
 			keys = append(keys, it.Val())
+			mu.Unlock()
 		}
 		return it.Err()
 	}
