@@ -65,7 +65,7 @@ func CheckIndexes(ctx context.Context, s *Store) (int, error) {
 					return 0, fmt.Errorf("pending index %s names %s, which does not exist (%v)", key, m, err)
 				}
 			}
-		case strings.HasSuffix(key, "}:expiry"), strings.HasSuffix(key, "}:version"):
+		case strings.HasSuffix(key, "}:expiry"), strings.HasSuffix(key, "}:version"), strings.Contains(key, "}:acq:"):
 		default:
 			return 0, fmt.Errorf("unexpected key %q", key)
 		}
@@ -146,4 +146,10 @@ func TransitionWithNonce(ctx context.Context, s *Store, p runtime.TransitionPara
 func BucketOf(s *Store, id runtime.Identity) string {
 	k := s.keysOf(id).rec
 	return k[strings.IndexByte(k, '{')+1 : strings.IndexByte(k, '}')]
+}
+
+// AcquireWithNonce runs AcquirePending with the nonces a resend of the same
+// call would carry.
+func AcquireWithNonce(ctx context.Context, s *Store, p runtime.AcquireParams, nonce string) ([]runtime.Record, error) {
+	return s.acquirePending(ctx, p, func(b int) string { return nonce + ":" + strconv.Itoa(b) })
 }

@@ -396,7 +396,17 @@ func (s *Store) Release(ctx context.Context, p runtime.ReleaseParams) error {
 // is not positive). Each bucket's script is atomic, so two callers never
 // acquire the same record; within a bucket records come oldest lease first,
 // across buckets there is no global order.
+//
+// Each bucket's script carries a nonce, so that a resent script (go-redis
+// resends a command whose reply it did not get) answers with the records its
+// first run acquired instead of acquiring others.
 func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]runtime.Record, error) {
+	return s.acquirePending(ctx, p, func(int) string { return s.newNonce() })
+}
+
+// acquirePending is AcquirePending with the nonce of each bucket's script
+// given by nonce.
+func (s *Store) acquirePending(ctx context.Context, p runtime.AcquireParams, nonce func(bucket int) string) ([]runtime.Record, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = defaultAcquireLimit
@@ -414,7 +424,7 @@ func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]
 		if len(out) >= limit {
 			break
 		}
-		args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget}, ops...)
+		args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget, nonce(b)}, ops...)
 		vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending, s.tags[b].ver}, args...).Slice()
 		if notNow(err) {
 			continue // the bucket's slot is migrating: its records wait for the next call

@@ -244,23 +244,44 @@ return 1
 `)
 
 // acquireScript: KEYS pending index and version counter of one bucket; ARGV owner, lease (us),
-// limit, max attempts, inspection budget, then the operations to keep to
+// limit, max attempts, inspection budget, nonce, then the operations to keep to
 // (none: all). It walks the index from the oldest lease, acquires due
 // records (PROCESSING with an expired lease, UNKNOWN with a free lease below
 // max attempts) as UNKNOWN for the owner, drops stale entries, and skips
 // records over max attempts or of other operations. Reply: store now, then
 // the fields of each acquired record.
+//
+// The nonce names the call. A run that acquires records leaves a receipt
+// (<bucket>acq:<nonce>, a hash of record key to version, expiring with the
+// lease); a resend of the same call (go-redis resends a command whose reply
+// it did not get, e.g. after a read timeout) finds it and answers with the
+// records the first run acquired that are still as it left them, instead of
+// acquiring others and leaving those held, unconverged, until their lease
+// ends. (On the source of a migrating slot the receipt cannot be created,
+// which only makes a resend during a migration unrecognized.)
 var acquireScript = redis.NewScript(prelude + `
 local pend = KEYS[1]
 local now = now_us()
+local out = {fmt(now)}
+local rcpt = string.sub(pend, 1, #pend - #'pending') .. 'acq:' .. ARGV[6]
+local prev = redis.pcall('HGETALL', rcpt)
+if type(prev) == 'table' and prev.err == nil and #prev > 0 then
+  for i = 1, #prev, 2 do
+    local cur = look(prev[i], pend, 'st', 'ow', 'v')
+    if cur and cur[1] == 'UNKNOWN' and cur[2] == ARGV[1] and cur[3] == prev[i + 1] then
+      read(prev[i], out)
+    end
+  end
+  return out
+end
 local lease = now + tonumber(ARGV[2])
 local limit, maxa, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local ops = nil -- ARGV[6..]: only records of these operations, when given
-if #ARGV > 5 then
+local ops = nil -- ARGV[7..]: only records of these operations, when given
+if #ARGV > 6 then
   ops = {}
-  for i = 6, #ARGV do ops[ARGV[i]] = true end
+  for i = 7, #ARGV do ops[ARGV[i]] = true end
 end
-local out = {fmt(now)}
+local receipt = {}
 local n, offset, seen = 0, 0, {}
 while n < limit and budget > 0 do
   local batch = due(pend, now, offset)
@@ -282,10 +303,13 @@ while n < limit and budget > 0 do
     elseif le > now then
       redis.call('ZADD', pend, fmt(le), key) -- stale score: move it to its lease
     elseif st == 'PROCESSING' or maxa <= 0 or at < maxa then
+      local v = fmt(nextv(KEYS[2], tonumber(cur[5])))
       redis.call('HINCRBY', key, 'at', 1)
-      redis.call('HSET', key, 'st', 'UNKNOWN', 'ow', ARGV[1], 'v', fmt(nextv(KEYS[2], tonumber(cur[5]))), 'le', fmt(lease), 'ua', fmt(now), 'tn', '')
+      redis.call('HSET', key, 'st', 'UNKNOWN', 'ow', ARGV[1], 'v', v, 'le', fmt(lease), 'ua', fmt(now), 'tn', '')
       redis.call('ZADD', pend, fmt(lease), key)
       read(key, out)
+      receipt[#receipt + 1] = key
+      receipt[#receipt + 1] = v
       seen[key] = true
       n = n + 1
       if lease <= now then offset = offset + 1 end
@@ -293,6 +317,9 @@ while n < limit and budget > 0 do
       offset = offset + 1 -- over max attempts for this caller
     end
   end
+end
+if #receipt > 0 and type(redis.pcall('HSET', rcpt, unpack(receipt))) == 'number' then
+  redis.call('PEXPIRE', rcpt, fmt(math.max(1, math.floor(tonumber(ARGV[2]) / 1000))))
 end
 return out
 `)
