@@ -18,9 +18,12 @@
 //	idem:{b}:pending                       sorted set: PROCESSING and UNKNOWN records by lease expiry
 //	idem:{b}:expiry                        sorted set: SUCCESS and FAILED records by ExpiresAt
 //	idem:{b}:version                       counter: the bucket's last version (never expires)
+//	idem:{b}:acq:<nonce>                   hash: one acquire call's receipt (expires with its lease)
 //
 // The hash tag {b} puts a record and both indexes of its bucket in one
-// Cluster slot, so every script touches one slot. Scope, operation and key
+// Cluster slot, so every script touches one slot. While resharding splits a
+// slot's keys between two nodes, no script drops an index entry whose record
+// is on the other node (see docs/redisstore.md). Scope, operation and key
 // are escaped (%XX for '%', ':', '{', '}', '|', '\\' and bytes outside
 // visible ASCII), so no identity can be spelled as another one.
 //
