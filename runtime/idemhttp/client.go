@@ -252,6 +252,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// CloseIdleConnections closes the idle connections of Base (what
+// http.Client.CloseIdleConnections calls).
+func (t *Transport) CloseIdleConnections() {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if c, ok := base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // send sends one attempt. cancel releases the attempt's timeout; the
 // caller calls it when done with the response.
 func (t *Transport) send(ctx context.Context, req *http.Request, header, key string, body func() (io.ReadCloser, error), attempt int) (*http.Response, context.CancelFunc, error) {

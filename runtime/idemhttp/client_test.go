@@ -671,3 +671,19 @@ func (s *draftServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(rw.Code)
 	_, _ = w.Write(rw.Body.Bytes())
 }
+
+type closeCounter struct {
+	http.RoundTripper
+	closed atomic.Int32
+}
+
+func (c *closeCounter) CloseIdleConnections() { c.closed.Add(1) }
+
+// http.Client.CloseIdleConnections reaches the base transport.
+func TestClientCloseIdleConnections(t *testing.T) {
+	base := &closeCounter{RoundTripper: http.DefaultTransport}
+	idemhttp.NewClient(&idemhttp.Transport{Base: base}).CloseIdleConnections()
+	if base.closed.Load() != 1 {
+		t.Fatal("CloseIdleConnections did not reach the base transport")
+	}
+}
