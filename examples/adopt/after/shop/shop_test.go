@@ -111,7 +111,7 @@ func TestPay(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			psp := psptest.New(t)
-			psp.Plan = tt.plan
+			psp.SetPlan(tt.plan)
 			srv, q, _ := newShop(t, psp)
 			resp, rc := pay(t, srv, "c-1", "o-1", "")
 			if resp.StatusCode != http.StatusOK || rc.ChargeID == "" {
@@ -157,12 +157,12 @@ func TestPayRetryReplays(t *testing.T) {
 // charge, and the client's retry gets it, the card charged once.
 func TestPayUnknownReconciled(t *testing.T) {
 	psp := psptest.New(t)
-	psp.Plan = func(int) psptest.Fault { return psptest.LostReply }
+	psp.SetPlan(func(int) psptest.Fault { return psptest.LostReply })
 	srv, q, rt := newShop(t, psp)
 	if resp, _ := pay(t, srv, "c-1", "o-1", "k-1"); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("pay with every reply lost: %d; want 503", resp.StatusCode)
 	}
-	psp.Plan = nil
+	psp.SetPlan(nil)
 	rec, err := runtime.NewReconciler(rt)
 	if err != nil {
 		t.Fatal(err)

@@ -87,7 +87,7 @@ func TestPay(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			psp := psptest.New(t)
-			psp.Plan = tt.plan
+			psp.SetPlan(tt.plan)
 			srv, q := newShop(t, psp)
 			status, rc := pay(t, srv, "c-1", "o-1")
 			if status != http.StatusOK || rc.ChargeID == "" {

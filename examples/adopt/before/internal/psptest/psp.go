@@ -24,10 +24,9 @@ const (
 // PSP is a fake PSP.
 type PSP struct {
 	*httptest.Server
-	// Plan decides the fault of the n-th charge request; nil: none.
-	Plan func(n int) Fault
 
 	mu       sync.Mutex
+	plan     func(n int) Fault // see SetPlan
 	requests int
 	byKey    map[string]charge
 	byOrder  map[string]int
@@ -46,6 +45,14 @@ func New(t testing.TB) *PSP {
 	p.Server = httptest.NewServer(mux)
 	t.Cleanup(p.Close)
 	return p
+}
+
+// SetPlan sets what decides the fault of the n-th charge request; nil:
+// none. A request still being served when it changes may see either.
+func (p *PSP) SetPlan(plan func(n int) Fault) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.plan = plan
 }
 
 // Charges returns how many charges were made for an order.
@@ -71,8 +78,8 @@ func (p *PSP) create(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.requests++
 	fault := Pass
-	if p.Plan != nil {
-		fault = p.Plan(p.requests)
+	if p.plan != nil {
+		fault = p.plan(p.requests)
 	}
 	if fault == Unavailable {
 		p.mu.Unlock()
