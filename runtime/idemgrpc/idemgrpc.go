@@ -232,22 +232,29 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		}
 		return out, herr
 	}
-	switch {
-	case err == nil:
+	if err == nil {
 		return cfg.replay(ctx, rec)
-	case errors.Is(err, runtime.ErrNotReplayable):
-		return nil, notStored()
-	case errors.Is(err, runtime.ErrInvalidKey):
-		return nil, errStatus(codes.InvalidArgument, ReasonKeyInvalid, "the idempotency key, or the scope it is used in, is not valid", 0)
-	case errors.Is(err, runtime.ErrKeyReused):
-		return nil, errStatus(codes.FailedPrecondition, ReasonKeyReused, "this idempotency key was used with another request", 0)
-	case errors.Is(err, runtime.ErrInProgress):
-		return nil, errStatus(codes.Aborted, ReasonInProgress, "a call with this idempotency key is still in progress; retry later", time.Second)
-	case errors.Is(err, runtime.ErrOutcomeUnknown):
-		return nil, errStatus(codes.Aborted, ReasonOutcomeUnknown, "an earlier call with this idempotency key may or may not have taken effect; it is being reconciled", 5*time.Second)
 	}
-	cfg.logger.ErrorContext(ctx, "idemgrpc: the idempotency store failed; answered Unavailable", "method", info.FullMethod, "err", err)
-	return nil, errStatus(codes.Unavailable, ReasonStoreUnavailable, "the idempotency store is unavailable; retry later", 2*time.Second)
+	return nil, cfg.answer(ctx, info.FullMethod, err)
+}
+
+// answer maps an error of runtime.Do for a call that did not run the
+// handler to the status its caller gets.
+func (cfg *config) answer(ctx context.Context, fullMethod string, err error) error {
+	switch {
+	case errors.Is(err, runtime.ErrNotReplayable):
+		return notStored()
+	case errors.Is(err, runtime.ErrInvalidKey):
+		return errStatus(codes.InvalidArgument, ReasonKeyInvalid, "the idempotency key, or the scope it is used in, is not valid", 0)
+	case errors.Is(err, runtime.ErrKeyReused):
+		return errStatus(codes.FailedPrecondition, ReasonKeyReused, "this idempotency key was used with another request", 0)
+	case errors.Is(err, runtime.ErrInProgress):
+		return errStatus(codes.Aborted, ReasonInProgress, "a call with this idempotency key is still in progress; retry later", time.Second)
+	case errors.Is(err, runtime.ErrOutcomeUnknown):
+		return errStatus(codes.Aborted, ReasonOutcomeUnknown, "an earlier call with this idempotency key may or may not have taken effect; it is being reconciled", 5*time.Second)
+	}
+	cfg.logger.ErrorContext(ctx, "idemgrpc: the idempotency store failed; answered Unavailable", "method", fullMethod, "err", err)
+	return errStatus(codes.Unavailable, ReasonStoreUnavailable, "the idempotency store is unavailable; retry later", 2*time.Second)
 }
 
 // outcome maps the handler's result to the record to store, or to an error

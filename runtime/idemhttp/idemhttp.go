@@ -304,6 +304,15 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.problem(w, probNotReplayable, "The request with this key succeeded; its response was streamed and is not stored, so it cannot be replayed.")
 	case err == nil:
 		writeResponse(w, resp)
+	default:
+		m.answer(w, r, err)
+	}
+}
+
+// answer maps an error of runtime.Do for a request that did not run the
+// handler to the problem its client gets.
+func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
 	case errors.Is(err, runtime.ErrNotReplayable):
 		m.problem(w, probNotReplayable, "The request with this key succeeded; its response was too large to store, so it cannot be replayed.")
 	case errors.Is(err, runtime.ErrInvalidKey):
@@ -317,7 +326,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, runtime.ErrTooLarge):
 		m.problem(w, probBodyTooLarge, "The request is too large to record.")
 	default:
-		m.cfg.logger.ErrorContext(ctx, "idemhttp: the idempotency store failed; answered 503", "method", r.Method, "target", target, "err", err)
+		m.cfg.logger.ErrorContext(r.Context(), "idemhttp: the idempotency store failed; answered 503", "method", r.Method, "target", r.URL.RequestURI(), "err", err)
 		m.problem(w, probStoreUnavailable, "The idempotency store is unavailable; retry later.")
 	}
 }
