@@ -99,7 +99,7 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		}
 		if res.Claimed {
 			// Only a claim needs the execution: a replay allocates none.
-			ex := &execution[Req, Resp]{rt: rt, c: c, id: id, lease: lease, ttl: ttl}
+			ex := &execution[Req, Resp]{rt: rt, c: c, id: id, lease: lease, ttl: ttl, granted: start}
 			rec := res.Record
 			if !waitUntil.IsZero() {
 				rt.phase(ctx, id.Operation, PhaseWait, waitStart)
@@ -191,6 +191,9 @@ type execution[Req, Resp any] struct {
 	id    Identity
 	lease time.Duration
 	ttl   time.Duration
+	// granted is when (local clock) the write that granted the lease held
+	// now was sent: see the lease rule.
+	granted time.Time
 }
 
 func (ex *execution[Req, Resp]) attemptCtx(ctx context.Context, rec Record) context.Context {
@@ -214,13 +217,18 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	defer cancel(nil)
 	// The lease is renewed until the outcome is recorded: a completion that
 	// retries through a store outage must not lose the record to a takeover.
-	hb := ex.heartbeat(ctx, rec, cancel)
+	hb := ex.heartbeat(ctx, rec, ex.granted, cancel)
 	start := time.Now()
 	resp, panicked, err := ex.runEffect(effCtx)
 	ex.rt.phase(ctx, ex.id.Operation, PhaseEffect, start)
 	hb.completing.Store(true)
 
-	leaseLost := errors.Is(context.Cause(effCtx), ErrLeaseLost)
+	// A lease this worker stopped its effect for, unconfirmed, was not
+	// taken over (yet): the outcome is recorded as UNKNOWN like any
+	// cancellation, by compare-and-set.
+	var unconfirmed *errLeaseUnconfirmed
+	cause := context.Cause(effCtx)
+	leaseLost := errors.Is(cause, ErrLeaseLost) && !errors.As(cause, &unconfirmed)
 	to := ex.classify(err, panicked != nil)
 	tp := TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version, To: to, Token: ex.rt.newToken()}
 	switch to {
@@ -332,55 +340,176 @@ func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, p *Pa
 	return resp, nil, err
 }
 
-// heartbeat renews a lease every third of it until stop is called.
+// The lease rule. A worker holds its lease from the moment it sent the
+// write that granted it (a claim, a takeover, a compare-and-set): the store
+// set the expiry from its own clock at or after that moment, so the lease
+// lasts at least until then plus its length. The worker renews it every
+// third of the lease ([renewEvery]); a renewal that fails or does not answer
+// is retried at once with a short backoff, each attempt bounded by the time
+// left. A worker whose store answers therefore keeps its lease, however
+// slow one renewal is. When no renewal has been confirmed by [leaseMargin]
+// before the lease could expire, the worker stops its effect: the effect's
+// context is cancelled with [ErrLeaseLost] while the lease still holds, so
+// that a duplicate that takes the record over afterwards never overlaps
+// with it (for an effect that honours its context). A round that starts
+// after that moment (the process itself was paused or starved) makes one
+// quick renewal first: its compare-and-set succeeds only if no one took
+// the record over meanwhile.
+const (
+	renewEvery  = 3  // renew every lease/renewEvery
+	leaseMargin = 10 // stop the effect lease/leaseMargin before the lease could expire
+
+	maxRenewalsInFlight = 3  // renewal attempts waiting for an answer at once
+	maxRenewals         = 64 // renewal attempts in one round
+)
+
+// heartbeat renews a lease until stop is called.
 type heartbeat struct {
 	// completing is set once the effect returned: a renewal that finds the
 	// lease gone then says nothing, since the completion reports it.
 	completing atomic.Bool
-	mu         sync.Mutex
-	stopped    bool
-	timer      *time.Timer
+	// ctx bounds the renewals; stop cancels it so that a renewal in flight
+	// never holds up the end of a call.
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	timer  *time.Timer
+	// confirmed is the local time the lease was last granted or renewed
+	// from (the moment the confirmed write was sent).
+	confirmed time.Time
 }
 
-// stop ends the renewals, waiting for one in progress.
+// stop ends the renewals, waiting for one in progress (which it cancels).
 func (h *heartbeat) stop() {
+	h.cancel()
 	h.timer.Stop()
 	h.mu.Lock()
-	h.stopped = true
-	h.mu.Unlock()
+	defer h.mu.Unlock()
 }
 
-// heartbeat starts renewing the lease on rec; when the lease is lost while
-// the effect runs it cancels the effect with cause ErrLeaseLost. It uses a
-// timer rather than a goroutine, so a fast call pays for one timer only.
-func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, cancel context.CancelCauseFunc) *heartbeat {
-	every := ex.lease / 3
-	h := &heartbeat{}
+// errLeaseUnconfirmed is the cause an effect is cancelled with when its
+// lease could not be confirmed in time.
+type errLeaseUnconfirmed struct {
+	id   Identity
+	last error
+}
+
+func (e *errLeaseUnconfirmed) Error() string {
+	return fmt.Sprintf("%v: %s %q: the lease could not be renewed before it could expire (last renewal: %v); the effect was stopped",
+		ErrLeaseLost, e.id.Operation, e.id.Key, e.last)
+}
+
+func (e *errLeaseUnconfirmed) Unwrap() error { return ErrLeaseLost }
+
+// heartbeat starts renewing the lease on rec, granted by a write sent at
+// granted (local clock), by the lease rule above; when the lease is lost
+// or cannot be confirmed while the effect runs it cancels the effect with
+// cause ErrLeaseLost. It uses a timer rather than a goroutine, so a fast
+// call pays for one timer only.
+func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, granted time.Time, cancel context.CancelCauseFunc) *heartbeat {
+	every := ex.lease / renewEvery
+	margin := ex.lease / leaseMargin
+	h := &heartbeat{confirmed: granted}
+	h.ctx, h.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	stopEffect := func(cause error) {
+		if !h.completing.Load() {
+			cancel(cause)
+		}
+	}
+	// renew runs one renewal round: an attempt, another one every hedge
+	// while none has answered (a renewal stuck on a dead connection must
+	// not keep a live store from confirming the lease), and a retry after
+	// each quick failure, all bounded by the last moment the lease is
+	// known to hold.
 	renew := func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.stopped {
-			return
+		if h.ctx.Err() != nil {
+			return // stopped
 		}
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), every)
-		_, err := ex.rt.store.Renew(rctx, RenewParams{ID: ex.id, State: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version, Lease: ex.lease})
-		rcancel()
-		switch {
-		case errors.Is(err, ErrLeaseLost):
-			if !h.completing.Load() {
-				ex.rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
-					"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version)
-				cancel(fmt.Errorf("%w: %s %q", ErrLeaseLost, ex.id.Operation, ex.id.Key))
+		safeUntil := h.confirmed.Add(ex.lease - margin)
+		if late := time.Until(safeUntil) < 0; late {
+			// This round starts after the lease could have expired (the
+			// process was starved or paused): one quick renewal tells
+			// whether anyone took over meanwhile (a takeover changes the
+			// version, and the renewal's compare-and-set fails).
+			safeUntil = time.Now().Add(min(every/2, margin))
+		}
+		rctx, rcancel := context.WithDeadline(h.ctx, safeUntil)
+		defer rcancel()
+		type result struct {
+			sent time.Time
+			err  error
+		}
+		results := make(chan result, maxRenewals)
+		inflight, started := 0, 0
+		attempt := func() {
+			inflight++
+			started++
+			sent := time.Now()
+			go func() {
+				_, err := ex.rt.store.Renew(rctx, RenewParams{ID: ex.id, State: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version, Lease: ex.lease})
+				results <- result{sent, err}
+			}()
+		}
+		hedge := time.NewTimer(every / 2)
+		defer hedge.Stop()
+		var retry <-chan time.Time
+		backoff := 5 * time.Millisecond
+		var last error
+		attempt()
+		for {
+			select {
+			case r := <-results:
+				inflight--
+				switch {
+				case r.err == nil:
+					h.confirmed = r.sent
+					h.timer.Reset(max(0, time.Until(r.sent.Add(every))))
+					return
+				case errors.Is(r.err, ErrLeaseLost):
+					if !h.completing.Load() {
+						ex.rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
+							"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version)
+					}
+					stopEffect(fmt.Errorf("%w: %s %q", ErrLeaseLost, ex.id.Operation, ex.id.Key))
+					return
+				case rctx.Err() == nil:
+					last = r.err
+					ex.rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; retrying",
+						"operation", ex.id.Operation, "key", ex.id.Key, "err", r.err)
+					if retry == nil {
+						retry = time.After(backoff)
+						backoff = min(backoff*2, every/4)
+					}
+				}
+			case <-retry:
+				retry = nil
+				if inflight < maxRenewalsInFlight && started < maxRenewals {
+					attempt()
+				}
+			case <-hedge.C:
+				if inflight < maxRenewalsInFlight && started < maxRenewals {
+					attempt()
+				}
+				hedge.Reset(every / 2)
+			case <-rctx.Done():
+				if h.ctx.Err() != nil {
+					return // stopped
+				}
+				// Past safeUntil the lease may be gone before this worker
+				// could learn it: stop the effect now.
+				if !h.completing.Load() {
+					ex.rt.cfg.logger.WarnContext(ctx, "idem: the lease could not be renewed in time; the effect was stopped before the lease could expire",
+						"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version, "err", last)
+				}
+				stopEffect(&errLeaseUnconfirmed{id: ex.id, last: last})
+				return
 			}
-			return
-		case err != nil:
-			ex.rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; will retry",
-				"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
 		}
-		h.timer.Reset(every)
 	}
 	h.mu.Lock()
-	h.timer = time.AfterFunc(every, renew)
+	h.timer = time.AfterFunc(max(0, time.Until(granted.Add(every))), renew)
 	h.mu.Unlock()
 	return h
 }
@@ -436,7 +565,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	start := time.Now()
 	qctx, qcancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
 	defer qcancel(nil)
-	hb := ex.heartbeat(ctx, rec, qcancel)
+	hb := ex.heartbeat(ctx, rec, ex.granted, qcancel)
 	defer hb.stop()
 	tctx, tcancel := context.WithTimeout(qctx, rt.cfg.queryTimeout)
 	resp, outcome, qerr := ex.runQuery(tctx)
@@ -461,6 +590,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		// Compare-and-set to a new version before the effect: if another
 		// worker took the record over meanwhile, this one learns it here.
 		tp.To, tp.NewOwner, tp.Lease = StateProcessing, rt.cfg.owner, ex.lease
+		granted := time.Now()
 		v, err := ex.transition(ctx, tp)
 		hb.stop()
 		if err != nil {
@@ -468,6 +598,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		}
 		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateProcessing})
 		rec.State, rec.Version = StateProcessing, v
+		ex.granted = granted
 		return ex.execute(ctx, rec)
 	}
 	// UNKNOWN leaves no lease, so the next duplicate or reconciler may ask again.

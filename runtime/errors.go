@@ -106,8 +106,12 @@ type FailedError struct {
 	Key       string
 	// Code is the error's [Coder] code, if it had one.
 	Code string
-	// Message is the original error's message.
+	// Message is the original error's message (cut or left out when the
+	// store refused it as too large: see [Detailer]).
 	Message string
+	// Detail is the original error's [Detailer] payload, if it had one and
+	// the store took it.
+	Detail []byte
 }
 
 func (e *FailedError) Error() string {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -40,38 +39,71 @@ func WithAttempt(ctx context.Context, a Attempt) context.Context {
 }
 
 // maxFailureMessage bounds the message kept in a FAILED record, so that a
-// huge error text can never make the failure itself too large to record.
+// huge error text does not make every failure large; the size rule
+// ([fitTransition]) shortens it further when the store still refuses it.
 const maxFailureMessage = 4 << 10
 
-// EncodeFailure encodes a permanent failure (its message, cut to 4 KiB, and
-// [Coder] code) as stored in a FAILED record.
+// Detailer is implemented by permanent errors that carry a machine-readable
+// payload to store with the failure (for example a gRPC status with its
+// details). The payload is stored with the FAILED record when the store's
+// record limit allows and replayed as [FailedError.Detail]; over the limit
+// it is the first thing left out, then the message is shortened: the
+// failure itself is always recorded.
+type Detailer interface {
+	FailureDetail() []byte
+}
+
+// EncodeFailure encodes a permanent failure (its message, cut to 4 KiB, its
+// [Coder] code and its [Detailer] payload) as stored in a FAILED record.
 func EncodeFailure(err error) []byte {
 	f := failure{Message: "failed"}
 	if err != nil {
-		f.Message = err.Error()
-		if len(f.Message) > maxFailureMessage {
-			f.Message = strings.ToValidUTF8(f.Message[:maxFailureMessage], "") + "…"
-		}
+		f.Message = cut(err.Error(), maxFailureMessage)
 		var c Coder
 		if errors.As(err, &c) {
 			f.Code = c.ErrorCode()
 		}
+		var d Detailer
+		if errors.As(err, &d) {
+			f.Detail = d.FailureDetail()
+		}
 	}
-	b, _ := json.Marshal(f) // a struct of two strings always encodes
-	return b
+	return encodeFailure(f)
 }
 
 type failure struct {
 	Code    string `json:"code,omitempty"`
 	Message string `json:"message"`
+	Detail  []byte `json:"detail,omitempty"`
+}
+
+// encodeFailure encodes f as JSON without HTML escaping: a gateway's HTML
+// error page must not grow six times in the record.
+func encodeFailure(f failure) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(f) // strings and bytes always encode
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// parseFailure decodes a stored failure; an empty one (a failure the size
+// rule could not keep) is a failure with no message.
+func parseFailure(data []byte) (failure, error) {
+	var f failure
+	if len(bytes.TrimSpace(data)) == 0 {
+		return f, nil
+	}
+	err := json.Unmarshal(data, &f)
+	return f, err
 }
 
 func decodeFailure(id Identity, data []byte) error {
-	var f failure
-	if err := json.Unmarshal(data, &f); err != nil {
-		return fmt.Errorf("idem: %s %q: decoding stored failure: %w", id.Operation, id.Key, err)
+	fe, err := DecodeFailure(id, data)
+	if err != nil {
+		return err
 	}
-	return &FailedError{Operation: id.Operation, Key: id.Key, Code: f.Code, Message: f.Message}
+	return fe
 }
 
 // Replay returns what a duplicate with fingerprint gets from rec without

@@ -191,10 +191,13 @@ func (r *Reconciler) runOps(ctx context.Context, ops []string, maxAttempts int32
 		recs, err := r.rt.store.AcquirePending(ctx, AcquireParams{
 			Owner: r.cfg.owner, Lease: r.cfg.lease, Limit: r.cfg.batch, MaxAttempts: maxAttempts, Operations: ops,
 		})
-		if err != nil {
-			return fmt.Errorf("idem: reconciler: acquiring records: %w", err)
-		}
 		var errs []error
+		if err != nil {
+			// The records taken before the error are this reconciler's:
+			// converge them before reporting it, or they would stay
+			// UNKNOWN with an attempt used and their query never asked.
+			errs = append(errs, fmt.Errorf("idem: reconciler: acquiring records: %w", err))
+		}
 		for _, rec := range recs {
 			st, err := r.converge(ctx, rec)
 			total.add(st)
@@ -332,7 +335,7 @@ func (r *Reconciler) resolveNoQuery(ctx context.Context, rec Record, q registere
 	defer cancel()
 	due := rec.CreatedAt.Add(q.noQueryAfter)
 	if wait := due.Sub(rec.StoreNow); wait > 0 {
-		_, err := rt.store.Transition(cctx, TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version,
+		_, err := rt.transitionStore(cctx, &TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version,
 			To: StateUnknown, Lease: max(wait, 10*time.Millisecond), Token: rt.newToken(),
 			Note: "outcome unknown; the operation has no query: resolved by policy at " + due.UTC().Format(time.RFC3339Nano)})
 		if errors.Is(err, ErrLeaseLost) {
@@ -352,7 +355,7 @@ func (r *Reconciler) resolveNoQuery(ctx context.Context, rec Record, q registere
 			ttl = rt.cfg.ttl
 		}
 		msg := fmt.Sprintf("the outcome is unknown and %s has no query: recorded as failed by its policy after %v", op, q.noQueryAfter)
-		_, err = rt.store.Transition(cctx, TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version,
+		_, err = rt.transitionStore(cctx, &TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version,
 			To: StateFailed, TTL: ttl, Response: EncodeFailure(errors.New(msg)), Token: rt.newToken(), Note: "resolved by no-query policy: failed"})
 	} else {
 		err = rt.store.Release(cctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})

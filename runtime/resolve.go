@@ -221,10 +221,11 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 		}
 		err = retryWrite(wctx, false, func(ctx context.Context) error {
 			var err error
-			v, err = store.Transition(ctx, tp)
+			v, err = fitTransition(ctx, store, &tp) // the size rule: recorded, shortened if need be
 			return err
 		}, nil)
 		res.State = tp.To
+		note = tp.Note
 	}
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
@@ -324,7 +325,7 @@ func handBack(ctx context.Context, store Store, r Resolution, held *Record) erro
 	if held.State == StateProcessing {
 		tp.Lease = time.Millisecond
 	}
-	if _, err := store.Transition(ctx, tp); err != nil && !errors.Is(err, ErrLeaseLost) {
+	if _, err := fitTransition(ctx, store, &tp); err != nil && !errors.Is(err, ErrLeaseLost) {
 		return fmt.Errorf("idem: resolve %s: handing the record back (it is free again when its %v lease expires): %w", idText(r.ID), resolveLease, err)
 	}
 	return nil
@@ -373,11 +374,11 @@ func randomHex(n int) string {
 // DecodeFailure decodes a FAILED record's Response, as [EncodeFailure]
 // wrote it, into the [*FailedError] replayed to duplicates.
 func DecodeFailure(id Identity, data []byte) (*FailedError, error) {
-	var f failure
-	if err := json.Unmarshal(data, &f); err != nil {
+	f, err := parseFailure(data)
+	if err != nil {
 		return nil, fmt.Errorf("idem: %s %q: decoding stored failure: %w", id.Operation, id.Key, err)
 	}
-	return &FailedError{Operation: id.Operation, Key: id.Key, Code: f.Code, Message: f.Message}, nil
+	return &FailedError{Operation: id.Operation, Key: id.Key, Code: f.Code, Message: f.Message, Detail: f.Detail}, nil
 }
 
 // idText formats an identity for messages.

@@ -31,19 +31,12 @@ func (rt *Runtime) newToken() string {
 	return rt.cfg.owner + "#" + strconv.FormatUint(rt.tokens.Add(1), 36)
 }
 
-// transitionStore runs tp on the store. When the store refuses a SUCCESS
-// response as too large, the effect has still happened: it records SUCCESS
-// without the response (duplicates get [ErrNotReplayable]) instead of
-// leaving the record PROCESSING for a takeover to run the effect again. It
-// updates *tp to what was written.
+// transitionStore runs tp on the store, by the size rule (see
+// [fitTransition]): an outcome the store refuses as too large is recorded
+// smaller rather than left PROCESSING for a takeover to run the effect
+// again. It updates *tp to what was written.
 func (rt *Runtime) transitionStore(ctx context.Context, tp *TransitionParams) (int64, error) {
-	v, err := rt.store.Transition(ctx, *tp)
-	if errors.Is(err, ErrTooLarge) && tp.To == StateSuccess && !tp.ResponseOmitted {
-		tp.Note = fmt.Sprintf("response not stored: %d bytes, more than the store accepts (%v)", len(tp.Response), err)
-		tp.Response, tp.ResponseOmitted = nil, true
-		v, err = rt.store.Transition(ctx, *tp)
-	}
-	return v, err
+	return fitTransition(ctx, rt.store, tp)
 }
 
 // New returns a runtime on store.

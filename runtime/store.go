@@ -216,7 +216,9 @@ type Store interface {
 	// records that are UNKNOWN with a free lease or PROCESSING with an
 	// expired lease. Each comes back as UNKNOWN owned by p.Owner with a new
 	// lease and a new version, and Attempts increased by one. Two concurrent
-	// callers never acquire the same record.
+	// callers never acquire the same record. When it fails part way (a
+	// store that acquires bucket by bucket), it returns the records it
+	// acquired together with the error: the caller owns and converges them.
 	AcquirePending(ctx context.Context, p AcquireParams) ([]Record, error)
 	// Sweep deletes up to limit SUCCESS and FAILED records whose ExpiresAt
 	// passed, and returns how many it deleted. It never deletes PROCESSING or

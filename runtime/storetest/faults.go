@@ -27,6 +27,9 @@ func RunFaults(t *testing.T, newStore NewStore) {
 		{"InvalidUTF8IdentityIsInvalidKey", testInvalidUTF8},
 		{"LeaseLostIsNeverAPermanentFailure", testLeaseLostNotPermanent},
 		{"NoQueryPolicyIgnoresMaxAttempts", testNoQueryIgnoresMaxAttempts},
+		{"EveryOutcomeOverLimitIsRecorded", testEveryOutcomeOverLimit},
+		{"RenewalsKeepOrStopBeforeExpiry", testRenewals},
+		{"AcquiredRecordsConvergeDespiteAnError", testAcquiredRecordsConverge},
 	})
 }
 
@@ -474,5 +477,57 @@ func testNoQueryIgnoresMaxAttempts(t *testing.T, s runtime.Store) {
 	st, err := r.RunOnce(ctx)
 	if err != nil || st.Failed != 1 {
 		t.Fatalf("reconcile: %+v, %v; want the record resolved as FAILED by its policy", st, err)
+	}
+}
+
+// partialAcquire acquires records through the store, then reports an error
+// as if a later bucket (a later shard, a Redis Cluster slot being migrated)
+// failed: the records it took are the caller's all the same.
+type partialAcquire struct{ runtime.Store }
+
+var errLaterBucket = errors.New("acquire: a later bucket failed")
+
+func (s partialAcquire) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]runtime.Record, error) {
+	recs, err := s.Store.AcquirePending(ctx, p)
+	return recs, errors.Join(err, errLaterBucket)
+}
+
+// testAcquiredRecordsConverge: records an AcquirePending took before it
+// failed are converged, not dropped: a dropped record would stay UNKNOWN,
+// owned by the reconciler with an attempt used, and with MaxAttempts 1
+// never be acquired again nor reported.
+func testAcquiredRecordsConverge(t *testing.T, s runtime.Store) {
+	ctx := scoped(t)
+	op := "Payments.Charge." + uniqueScope(t)[len(uniqueScope(t))-12:]
+	l := newLedger()
+	rt := newRuntime(t, s)
+	for _, key := range []string{"k1", "k2", "k3"} {
+		_, err := runtime.Do(ctx, rt, runtime.Call[chargeReq, receipt]{Operation: op, Key: key, Request: chargeReq{"a", 1},
+			Effect: func(ctx context.Context, r chargeReq) (receipt, error) {
+				if _, err := l.charge(ctx, r); err != nil {
+					return receipt{}, err
+				}
+				return receipt{}, context.DeadlineExceeded // the reply was lost
+			}})
+		if !errors.Is(err, runtime.ErrOutcomeUnknown) {
+			t.Fatalf("%s: %v, want ErrOutcomeUnknown", key, err)
+		}
+	}
+	rrt := newRuntime(t, partialAcquire{s})
+	if err := runtime.Register(rrt, op, l.find, runtime.QueryOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := newReconciler(t, rrt, runtime.ReconcileMaxAttempts(1)).RunOnce(ctx)
+	if !errors.Is(err, errLaterBucket) {
+		t.Errorf("RunOnce: %v, want the acquire error reported", err)
+	}
+	if st.Succeeded != 3 {
+		t.Errorf("stats %+v: want the 3 acquired records converged", st)
+	}
+	for _, key := range []string{"k1", "k2", "k3"} {
+		rec, err := s.Get(ctx, runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: op, Key: key})
+		if err != nil || rec.State != runtime.StateSuccess {
+			t.Errorf("%s: record %s (%v), want SUCCESS from the query", key, rec.State, err)
+		}
 	}
 }

@@ -1,0 +1,105 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The size rule: an outcome is always recorded, whatever its size. When the
+// store refuses a transition as [ErrTooLarge], it is written again smaller,
+// step by step, until the store takes it:
+//
+//   - SUCCESS: the response is left out (duplicates get [ErrNotReplayable]:
+//     the effect happened and is never run again);
+//   - FAILED: the failure's [Detailer] payload is dropped, then its message
+//     is cut to [shortFailureMessage] bytes, then left out (the code stays:
+//     duplicates still get a [*FailedError]), then the stored failure is
+//     empty ("failed");
+//   - any state: the record's note is cut, then left out.
+//
+// Each step says in the note what was left out. Only when even the smallest
+// form is refused does the write fail with ErrTooLarge.
+const shortFailureMessage = 256
+
+// fitTransition runs tp on store, shrinking it as the size rule says while
+// the store answers ErrTooLarge. It updates *tp to what was written.
+func fitTransition(ctx context.Context, store Store, tp *TransitionParams) (int64, error) {
+	v, err := store.Transition(ctx, *tp)
+	for errors.Is(err, ErrTooLarge) {
+		if !shrink(tp, err) {
+			return v, err
+		}
+		v, err = store.Transition(ctx, *tp)
+	}
+	return v, err
+}
+
+// shrink makes tp one step smaller; false when it cannot be made smaller.
+func shrink(tp *TransitionParams, cause error) bool {
+	switch {
+	case tp.To == StateSuccess && !tp.ResponseOmitted:
+		tp.Note = joinNote(tp.Note, fmt.Sprintf("response not stored: %d bytes, more than the store accepts (%v)", len(tp.Response), cause))
+		tp.Response, tp.ResponseOmitted = nil, true
+		return true
+	case tp.To == StateFailed && len(tp.Response) > 0:
+		if smaller, what, ok := shrinkFailure(tp.Response); ok {
+			tp.Response = smaller
+			tp.Note = joinNote(tp.Note, what+" (the store refused the failure as too large)")
+			return true
+		}
+	}
+	switch {
+	case len(tp.Note) > shortFailureMessage:
+		tp.Note = cut(tp.Note, shortFailureMessage)
+		return true
+	case tp.Note != "":
+		tp.Note = ""
+		return true
+	}
+	return false
+}
+
+// shrinkFailure returns the encoded failure one step smaller and what was
+// left out; false when it is as small as it gets.
+func shrinkFailure(data []byte) ([]byte, string, bool) {
+	f, err := parseFailure(data)
+	switch {
+	case err != nil:
+		return encodeFailure(failure{}), "failure not stored: it could not be decoded", true
+	case len(f.Detail) > 0:
+		n := len(f.Detail)
+		f.Detail = nil
+		return encodeFailure(f), fmt.Sprintf("failure detail not stored (%d bytes)", n), true
+	case len(f.Message) > shortFailureMessage:
+		n := len(f.Message)
+		f.Message = cut(f.Message, shortFailureMessage)
+		return encodeFailure(f), fmt.Sprintf("failure message cut from %d bytes", n), true
+	case f.Message != "":
+		n := len(f.Message)
+		f.Message = ""
+		return encodeFailure(f), fmt.Sprintf("failure message not stored (%d bytes)", n), true
+	case len(f.Code) > shortFailureMessage:
+		f.Code = cut(f.Code, shortFailureMessage)
+		return encodeFailure(f), "failure code cut", true
+	case len(data) > 2 && f.Code == "":
+		return []byte("{}"), "failure not stored", true
+	}
+	return nil, "", false
+}
+
+func joinNote(note, add string) string {
+	if note == "" {
+		return add
+	}
+	return cut(note, shortFailureMessage) + "; " + add
+}
+
+// cut shortens s to at most n bytes of valid UTF-8, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}

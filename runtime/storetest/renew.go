@@ -1,0 +1,169 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/runtime"
+)
+
+// renewLease is the lease of the renewal cases: long enough for loopback
+// stores to answer well inside a third of it.
+const renewLease = 600 * time.Millisecond
+
+// renewFaults makes the runtime's lease renewals misbehave while every
+// other store call works.
+type renewFaults struct {
+	runtime.Store
+	// renew decides what renewal n (from 1) does: nil passes it to the
+	// store.
+	renew func(ctx context.Context, n int) error
+	n     atomic.Int32
+}
+
+func (s *renewFaults) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
+	if err := s.renew(ctx, int(s.n.Add(1))); err != nil {
+		return time.Time{}, err
+	}
+	return s.Store.Renew(ctx, p)
+}
+
+// hang blocks until the renewal's context ends: a store that does not
+// answer.
+func hang(ctx context.Context) error {
+	<-ctx.Done()
+	return fmt.Errorf("renew: %w", ctx.Err())
+}
+
+// slow answers after d (or when the context ends).
+func slow(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("renew: %w", ctx.Err())
+	}
+}
+
+var errRenewRefused = errors.New("renew: connection refused")
+
+// owners tracks how many effects run at once for one identity.
+type owners struct {
+	mu            sync.Mutex
+	now, max, ran int
+}
+
+func (o *owners) enter() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.now++
+	o.ran++
+	o.max = max(o.max, o.now)
+}
+
+func (o *owners) leave() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.now--
+}
+
+// testRenewals: a worker whose store answers keeps its lease however its
+// renewals are delayed or time out once; a worker that cannot confirm its
+// lease stops its effect (ErrLeaseLost) before the lease can expire, so
+// two owners never overlap. A duplicate polls for a takeover throughout.
+func testRenewals(t *testing.T, s runtime.Store) {
+	tests := []struct {
+		name  string
+		renew func(ctx context.Context, n int) error
+		// keeps: the first worker keeps its lease and records its outcome.
+		keeps bool
+	}{
+		{"one renewal times out", func(ctx context.Context, n int) error {
+			if n == 1 {
+				return hang(ctx)
+			}
+			return nil
+		}, true},
+		{"two renewals fail fast", func(ctx context.Context, n int) error {
+			if n <= 2 {
+				return errRenewRefused
+			}
+			return nil
+		}, true},
+		{"every renewal takes a third of the lease", func(ctx context.Context, n int) error {
+			return slow(ctx, renewLease/3)
+		}, true},
+		{"renewals time out, then fail, then time out", func(ctx context.Context, n int) error {
+			switch n {
+			case 1, 3:
+				return hang(ctx)
+			case 2:
+				return errRenewRefused
+			}
+			return nil
+		}, true},
+		{"the store never answers renewals", func(ctx context.Context, n int) error { return hang(ctx) }, false},
+		{"the store refuses every renewal", func(ctx context.Context, n int) error { return errRenewRefused }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := scoped(t)
+			var o owners
+			// The effect lasts three leases and honours its context.
+			effect := func(ctx context.Context, r chargeReq) (receipt, error) {
+				o.enter()
+				defer o.leave()
+				select {
+				case <-time.After(3 * renewLease):
+					return receipt{ID: "ch", Amount: r.Amount}, nil
+				case <-ctx.Done():
+					return receipt{}, context.Cause(ctx)
+				}
+			}
+			faulty := &renewFaults{Store: s, renew: tc.renew}
+			first := newRuntime(t, faulty, runtime.WithLease(renewLease), runtime.WithOwner("first"))
+			dup := newRuntime(t, s, runtime.WithLease(renewLease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))
+
+			done := make(chan error, 1)
+			go func() {
+				_, err := runtime.Do(ctx, first, call("k", chargeReq{"a", 1}, effect))
+				done <- err
+			}()
+			// The duplicate asks every 20ms until the first call returns,
+			// and once more a lease later.
+			var firstErr error
+			var dupErrs []error
+		poll:
+			for {
+				select {
+				case firstErr = <-done:
+					break poll
+				case <-time.After(20 * time.Millisecond):
+					_, err := runtime.Do(ctx, dup, call("k", chargeReq{"a", 1}, effect))
+					if err != nil && !errors.Is(err, runtime.ErrInProgress) {
+						dupErrs = append(dupErrs, err)
+					}
+				}
+			}
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			if o.max > 1 {
+				t.Fatalf("two owners ran the effect at once (%d effects; first call: %v; duplicate: %v)", o.ran, firstErr, dupErrs)
+			}
+			if tc.keeps {
+				if firstErr != nil || o.ran != 1 {
+					t.Fatalf("the first call lost a lease its store kept answering for: %v (%d effects; duplicate: %v)", firstErr, o.ran, dupErrs)
+				}
+				return
+			}
+			if !errors.Is(firstErr, runtime.ErrLeaseLost) && !errors.Is(firstErr, runtime.ErrOutcomeUnknown) {
+				t.Fatalf("first call: %v, want its effect stopped (ErrLeaseLost, or UNKNOWN recorded)", firstErr)
+			}
+		})
+	}
+}
