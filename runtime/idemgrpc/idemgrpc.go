@@ -411,7 +411,7 @@ func callerStatus(ctx context.Context) error {
 // ErrorInfo's metadata.
 func (cfg *config) failed(ctx context.Context, fe *runtime.FailedError) error {
 	_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedMetadata, "true"))
-	if d := failureDetail(fe); len(d) > 0 {
+	if d := fe.Detail; len(d) > 0 {
 		sp := &spb.Status{}
 		if err := proto.Unmarshal(d, sp); err == nil && sp.GetCode() != int32(codes.OK) {
 			return status.ErrorProto(sp)
@@ -479,6 +479,8 @@ func (cfg *config) outcome(out any, herr error) (record, error) {
 // (runtime.Detailer). A status too large for the store loses its detail
 // first, then its message is shortened: duplicates still get the code.
 type statusFailure struct{ st *status.Status }
+
+var _ runtime.Detailer = (*statusFailure)(nil)
 
 func (e *statusFailure) Error() string     { return e.st.Message() }
 func (e *statusFailure) ErrorCode() string { return code.Code_name[int32(e.st.Code())] }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"sync"
 
@@ -167,18 +166,4 @@ func (s *headerStream) header() metadata.MD {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.md.Copy()
-}
-
-// failureDetail returns the detail stored with a FAILED record
-// (runtime.FailedError.Detail, written from a runtime.Detailer).
-//
-// TODO(issue 16): read fe.Detail directly once the runtime has the field
-// on main; until then this finds it by name, so the package builds before
-// and after.
-func failureDetail(fe *runtime.FailedError) []byte {
-	v := reflect.ValueOf(fe).Elem().FieldByName("Detail")
-	if !v.IsValid() || v.Kind() != reflect.Slice || v.Type().Elem().Kind() != reflect.Uint8 {
-		return nil
-	}
-	return v.Bytes()
 }
