@@ -10,29 +10,41 @@
 //	conn, err := grpc.NewClient(target, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor()))
 //
 // Server side: the key is the one value of the "idempotency-key" metadata
-// (see [Metadata]); the operation is the full method name; the fingerprint
-// is the SHA-256 of the method and the deterministic proto encoding of the
-// request (only digests are stored). The handler's response message is
-// stored (its full name and deterministic encoding) and replayed, with the
-// header metadata "idempotent-replayed: true"; so is an error status that
-// is not retryable (InvalidArgument, NotFound, ... with its details).
-// Retryable codes ([RetryableCodes]: Unavailable, ResourceExhausted,
-// Aborted, Internal, Unknown by default) release the key; DeadlineExceeded
-// and Canceled follow the runtime's rule (UNKNOWN: register a
-// runtime.NoQueryPolicy for the method to converge them); a panicking
+// (see [Metadata]); the operation is the full method name; the scope is
+// replaced by a fixed-size digest when it is over 255 bytes (a long SPIFFE
+// ID); the fingerprint is the SHA-256 of the method and the deterministic
+// proto encoding of the request (only digests are stored, unless the method
+// has a [Query]). The handler's response message is stored (its full name
+// and deterministic encoding) with the header metadata it set (less
+// [NeverStoredMetadata]) and replayed, with the header metadata
+// "idempotent-replayed: true". An error that leaves the outcome unknown (a
+// timeout or a cancellation anywhere in the error's tree, or a
+// DeadlineExceeded or Canceled status: runtime.Uncertain) is handed to the
+// runtime as it is and records UNKNOWN, whatever its code and the error
+// policy (register a [Query] or a runtime.NoQueryPolicy to converge it).
+// Other retryable codes ([RetryableCodes]: Unavailable, ResourceExhausted,
+// Aborted, Internal, Unknown by default) release the key. Any other status
+// is stored as a permanent failure (FAILED, the status with its details as
+// the failure's detail) and replayed; a status too large for the store loses
+// its details and then part of its message, never its code. A panicking
 // handler releases the key and the panic is re-raised (put a recovering
 // interceptor before this one: grpc-go does not recover panics).
 //
 // The interceptor's own errors carry an errdetails.ErrorInfo (domain
 // [Domain], reason one of the Reason constants) and, when a retry may
-// succeed, an errdetails.RetryInfo; their messages name no key, method or
-// internal error:
+// succeed, an errdetails.RetryInfo and the grpc-retry-pushback-ms trailer
+// that grpc-go's retry policy honours; their messages name no key, method
+// or internal error:
 //
 //	missing, repeated or invalid key  InvalidArgument     KEY_MISSING, KEY_INVALID
 //	key reused with another request   FailedPrecondition  KEY_REUSED
 //	call with the key in flight       Aborted + retry     IN_PROGRESS (after the runtime's MaxWait)
 //	outcome unknown, reconciling      Aborted + retry     OUTCOME_UNKNOWN
+//	failed for good, no stored status FailedPrecondition  FAILED (or the stored code, if a gRPC code name)
 //	succeeded, response not stored    AlreadyExists       RESPONSE_NOT_STORED (stable for the TTL)
+//	request too large to store        ResourceExhausted   REQUEST_TOO_LARGE (methods with a Query)
+//	stored outcome unreadable         Internal            RECORD_UNREADABLE
+//	the caller's deadline or cancel   DeadlineExceeded, Canceled (nothing logged)
 //	store outage                      Unavailable + retry STORE_UNAVAILABLE
 package idemgrpc
 
@@ -137,8 +149,10 @@ func Methods(f func(fullMethod string) bool) Option { return func(c *config) { c
 
 // RetryableCodes sets which handler error codes release the key so that a
 // retry runs the handler again (default: Unavailable, ResourceExhausted,
-// Aborted, Internal, Unknown). Other codes are stored and replayed, except
-// DeadlineExceeded and Canceled, which the runtime records as UNKNOWN.
+// Aborted, Internal, Unknown). Other codes are stored and replayed. An
+// error that leaves the outcome unknown (runtime.Uncertain: DeadlineExceeded,
+// Canceled, or a timeout wrapped in any code) records UNKNOWN whatever the
+// codes listed here.
 func RetryableCodes(cs ...codes.Code) Option {
 	return func(c *config) { c.retryable = func(code codes.Code) bool { return slices.Contains(cs, code) } }
 }

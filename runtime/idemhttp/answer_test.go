@@ -85,3 +85,27 @@ func TestAnswerEveryRuntimeError(t *testing.T) {
 		})
 	}
 }
+
+func TestMatches(t *testing.T) {
+	for _, c := range []struct {
+		pattern, path string
+		want          bool
+	}{
+		{"/{id}", "/ord-1", true},
+		{"/{id}", "/payments/ord-1", false},
+		{"/{id}", "/", false},
+		{"/payments/", "/payments/ord-1", true},
+		{"/payments/", "/refunds/ord-1", false},
+		{"/files/{path...}", "/files/a/b/c", true},
+		{"/{$}", "/", true},
+		{"/{$}", "/x", false},
+		{"/charges", "/charges", true},
+		{"/charges", "/charges/x", false},
+		{"/a/{b}/c", "/a/x/c", true},
+		{"", "/", false},
+	} {
+		if got := matches(c.pattern, c.path); got != c.want {
+			t.Errorf("matches(%q, %q) = %v; want %v", c.pattern, c.path, got, c.want)
+		}
+	}
+}

@@ -16,29 +16,41 @@
 // key. A field that is empty, repeated, malformed or not 1 to 255 bytes of
 // visible ASCII is 400, whether the route requires a key or not.
 //
-// The operation is the method and the route pattern ("POST /charges/{id}"):
-// r.Pattern when the middleware sits inside a [http.ServeMux], or the pattern
-// the wrapped ServeMux would route to. Without a pattern it is the method
-// and the escaped path, or, for a long path, the method and a fixed-size
-// digest of it. The fingerprint covers the method, the path, the query and
-// the SHA-256 of the body: the same key with another fingerprint on the same
-// operation (another body, or another resource of the same route) is 422.
-// Only digests are stored, so the request's size never counts against the
-// store's record limit.
+// The operation is the method and the route pattern as the client sees the
+// route ("POST /charges/{id}"): the pattern of the wrapped [http.ServeMux]
+// or r.Pattern when the middleware sits inside one, with the prefix an
+// [http.StripPrefix] took off put back ("POST /refunds/{id}" for a
+// sub-mux's "POST /{id}" mounted at /refunds/), so that two mounted
+// sub-muxes never share identities. Without a pattern it is the method and
+// the escaped path as sent, or, for a long path, the method and a
+// fixed-size digest of it. A scope over 255 bytes is replaced by a digest
+// the same way. The fingerprint covers the method, the path and query as
+// sent, and the SHA-256 of the body: the same key with another fingerprint
+// on the same operation (another body, or another resource of the same
+// route) is 422. Only digests are stored (unless the route has a [Query]),
+// so the request's size never counts against the store's record limit.
 //
 // A duplicate of a request in flight waits up to the runtime's MaxWait,
 // then gets 409 with Retry-After. Responses with status 5xx, 408 and 429
-// release the key (see [RetryableStatus]); so does a panicking handler,
-// whose panic is then re-raised for net/http (or an outer recoverer) to
-// handle: the panic value is never sent to a client. A response too large
-// for the store, and a streamed one (the handler flushed, or hijacked the
-// connection), reaches the first client in full; the record says the
-// request succeeded without a response to replay, and duplicates get 410
-// Gone, stable for the record's TTL, without the handler running again.
+// release the key (see [RetryableStatus]), except those that leave the
+// outcome unknown: 504 (a downstream timed out) and a retryable status
+// written after the request's context ended record UNKNOWN, whatever the
+// runtime's error policy, so a retry never runs an effect that may have
+// happened (a [Query] or a runtime.NoQueryPolicy converges them). A
+// panicking handler releases the key; its panic is then re-raised for
+// net/http (or an outer recoverer) to handle: the panic value is never sent
+// to a client. A response too large for the store, and a streamed one (the
+// handler flushed, or hijacked the connection), reaches the first client in
+// full; the record says the request succeeded without a response to
+// replay, and duplicates get 410 Gone, stable for the record's TTL, without
+// the handler running again.
 //
 // Every error the middleware writes itself is an RFC 9457 problem
-// (application/problem+json) naming no operation, key or internal error;
-// a store outage is 503 with Retry-After. See docs/http.md.
+// (application/problem+json) naming no operation, key or internal error: a
+// request that failed for good (resolved as failed, by hand or by policy)
+// is 422 "failed" with the stored code and message; a store outage is 503
+// with Retry-After. docs/http.md has the answer to every error of
+// runtime.Do.
 package idemhttp
 
 import (
@@ -106,7 +118,8 @@ func Required(required bool) Option { return func(c *config) { c.required = requ
 func Scope(f func(*http.Request) string) Option { return func(c *config) { c.scope = f } }
 
 // Operation sets how a request's operation is named; the default is the
-// method and the route pattern (see the package documentation). A name over
+// method and the route pattern as the client sees it (see the package
+// documentation). A name over
 // 255 bytes, or not UTF-8, is replaced by a fixed-size digest of it; it must
 // not be empty nor contain control bytes.
 func Operation(f func(*http.Request) string) Option { return func(c *config) { c.operation = f } }
@@ -117,7 +130,8 @@ func Operation(f func(*http.Request) string) Option { return func(c *config) { c
 func MaxBody(n int64) Option { return func(c *config) { c.maxBody = n } }
 
 // RetryableStatus sets which response statuses release the key so that a
-// retry runs the handler again (default: 5xx, 408, 429).
+// retry runs the handler again (default: 5xx, 408, 429). 504, and any of
+// them written after the request's context ended, record UNKNOWN instead.
 func RetryableStatus(f func(status int) bool) Option { return func(c *config) { c.retryable = f } }
 
 // DropHeaders adds response headers that are never stored nor replayed, to

@@ -116,7 +116,7 @@ func TestIssue16UncertainAnswers(t *testing.T) {
 // sub-mux), never share identities: a refund is not answered with the
 // payment's response.
 func TestIssue16StripPrefix(t *testing.T) {
-	for _, placement := range []string{"around each handler", "around each sub-mux"} {
+	for _, placement := range []string{"around each handler", "around each sub-mux", "under StripPrefix, no sub-mux"} {
 		t.Run(placement, func(t *testing.T) {
 			var payments, refunds atomic.Int32
 			rt, err := runtime.New(teststores.All()[0].New(t))
@@ -129,6 +129,12 @@ func TestIssue16StripPrefix(t *testing.T) {
 					w.WriteHeader(http.StatusCreated)
 					fmt.Fprintf(w, `{"%s":"%s_%d"}`, name, r.PathValue("id"), n.Add(1))
 				})
+				if placement == "under StripPrefix, no sub-mux" {
+					return mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						r.SetPathValue("id", strings.TrimPrefix(r.URL.Path, "/"))
+						h.ServeHTTP(w, r)
+					}))
+				}
 				mux := http.NewServeMux()
 				if placement == "around each handler" {
 					mux.Handle("POST /{id}", mw(h))
