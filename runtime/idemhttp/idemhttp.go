@@ -369,9 +369,9 @@ func (cfg *config) outcome(ctx context.Context, resp Response) (Response, error)
 	case !cfg.retryable(resp.Status) && resp.Status != http.StatusGatewayTimeout:
 		return resp, nil
 	case ctx.Err() != nil:
-		return resp, &uncertainStatus{resp.Status, context.Cause(ctx)}
+		return resp, &uncertainStatus{resp.Status, []error{ctx.Err(), context.Cause(ctx)}}
 	case resp.Status == http.StatusGatewayTimeout:
-		return resp, &uncertainStatus{resp.Status, errGatewayTimeout}
+		return resp, &uncertainStatus{resp.Status, []error{errGatewayTimeout}}
 	}
 	return resp, runtime.Retryable(&statusError{resp.Status})
 }
@@ -424,17 +424,17 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // uncertainStatus is a response that leaves the outcome unknown (see
-// config.outcome). It unwraps to the context's cause, or to
-// errGatewayTimeout: both are runtime.Uncertain, so the record is UNKNOWN.
+// config.outcome). It unwraps to the context's error and cause, or to
+// errGatewayTimeout: runtime.Uncertain, so the record is UNKNOWN.
 type uncertainStatus struct {
 	status int
-	cause  error
+	causes []error
 }
 
 func (e *uncertainStatus) Error() string {
-	return "handler answered " + strconv.Itoa(e.status) + ": " + e.cause.Error()
+	return "handler answered " + strconv.Itoa(e.status) + ": " + errors.Join(e.causes...).Error()
 }
-func (e *uncertainStatus) Unwrap() error { return e.cause }
+func (e *uncertainStatus) Unwrap() []error { return e.causes }
 
 // errGatewayTimeout is the cause of a 504: a downstream timed out.
 var errGatewayTimeout error = gatewayTimeout{}
