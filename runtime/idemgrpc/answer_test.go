@@ -13,19 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/runtime"
 )
-
-// levelLog remembers the highest level logged.
-type levelLog struct{ max slog.Level }
-
-func (l *levelLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
-	l.max = max(l.max, r.Level)
-	return nil
-}
-func (l *levelLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *levelLog) WithGroup(string) slog.Handler      { return l }
 
 // Every error runtime.Do can return for a call that did not run the
 // handler has its own answer; only a store error is a store outage.
@@ -67,8 +57,8 @@ func TestAnswerEveryRuntimeError(t *testing.T) {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			logs := &levelLog{max: slog.LevelDebug}
-			cfg := &config{logger: slog.New(logs)}
+			log, logs := testlog.New()
+			cfg := &config{logger: log}
 			err := cfg.answer(ctx, "/p.S/M", c.err)
 			st := status.Convert(err)
 			var reason string
@@ -84,8 +74,8 @@ func TestAnswerEveryRuntimeError(t *testing.T) {
 			if st.Code() != c.code || reason != c.reason || retry != c.retry {
 				t.Fatalf("%v (reason %q, retry %v); want %v %q retry %v", err, reason, retry, c.code, c.reason, c.retry)
 			}
-			if (logs.max >= slog.LevelError) != c.logErr {
-				t.Fatalf("highest log level %v; logged at ERROR: want %v", logs.max, c.logErr)
+			if e := logs.At(slog.LevelError); (len(e) > 0) != c.logErr {
+				t.Fatalf("logged at ERROR: %q; want some: %v", e, c.logErr)
 			}
 			if strings.Contains(st.Message(), "k1") || strings.Contains(st.Message(), "idem:") {
 				t.Fatalf("message shows internals: %s", st.Message())

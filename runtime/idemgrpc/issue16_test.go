@@ -18,31 +18,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/internal/teststores"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/idemgrpc"
 )
-
-// errorLog counts the records logged at ERROR.
-type errorLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (l *errorLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelError }
-func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.msgs = append(l.msgs, r.Message)
-	return nil
-}
-func (l *errorLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *errorLog) WithGroup(string) slog.Handler      { return l }
-func (l *errorLog) errors() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.msgs...)
-}
 
 // Bug 1: a handler error that says the outcome is unknown (a timeout or a
 // cancellation anywhere in its tree, or the caller's own deadline) leaves
@@ -93,8 +73,8 @@ func TestIssue16UncertainHandlerErrors(t *testing.T) {
 func TestIssue16FailedRecord(t *testing.T) {
 	for _, st := range teststores.All() {
 		t.Run(st.Name, func(t *testing.T) {
-			logs := &errorLog{}
-			f := start(t, setup{store: st.New(t), opts: []idemgrpc.Option{idemgrpc.Logger(slog.New(logs))}})
+			log, logs := testlog.New()
+			f := start(t, setup{store: st.New(t), opts: []idemgrpc.Option{idemgrpc.Logger(log)}})
 			ctx := context.Background()
 			tenant := teststores.Unique()
 			if err := runtime.RegisterNoQuery(f.rt, method, runtime.NoQueryPolicy{After: time.Millisecond, Resolve: runtime.NotHappenedFail}); err != nil {
@@ -141,7 +121,7 @@ func TestIssue16FailedRecord(t *testing.T) {
 			if n := f.runs.Load(); n != 3 {
 				t.Fatalf("handler ran %d times; want 3", n)
 			}
-			if e := logs.errors(); len(e) != 0 {
+			if e := logs.At(slog.LevelError); len(e) != 0 {
 				t.Fatalf("logged at ERROR: %q", e)
 			}
 		})
@@ -183,8 +163,8 @@ func TestIssue16LargeErrorStatus(t *testing.T) {
 // it waits for the call in flight gets its own status, and nothing is
 // logged at ERROR.
 func TestIssue16DuplicateContextEnds(t *testing.T) {
-	logs := &errorLog{}
-	f := start(t, setup{store: teststores.All()[0].New(t), opts: []idemgrpc.Option{idemgrpc.Logger(slog.New(logs))}})
+	log, logs := testlog.New()
+	f := start(t, setup{store: teststores.All()[0].New(t), opts: []idemgrpc.Option{idemgrpc.Logger(log)}})
 	tenant := teststores.Unique()
 	for _, c := range []struct {
 		key  string
@@ -220,7 +200,7 @@ func TestIssue16DuplicateContextEnds(t *testing.T) {
 		<-done
 		<-f.served
 	}
-	if e := logs.errors(); len(e) != 0 {
+	if e := logs.At(slog.LevelError); len(e) != 0 {
 		t.Fatalf("logged at ERROR: %q", e)
 	}
 }

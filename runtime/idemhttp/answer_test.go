@@ -12,19 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/runtime"
 )
-
-// levelLog remembers the highest level logged.
-type levelLog struct{ max slog.Level }
-
-func (l *levelLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *levelLog) Handle(_ context.Context, r slog.Record) error {
-	l.max = max(l.max, r.Level)
-	return nil
-}
-func (l *levelLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *levelLog) WithGroup(string) slog.Handler      { return l }
 
 // Every error runtime.Do can return for a request that did not run the
 // handler has its own answer; only a store error is a store outage.
@@ -65,8 +55,8 @@ func TestAnswerEveryRuntimeError(t *testing.T) {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			logs := &levelLog{max: slog.LevelDebug}
-			m := &middleware{cfg: &config{logger: slog.New(logs), problemBase: DefaultProblemBase}}
+			log, logs := testlog.New()
+			m := &middleware{cfg: &config{logger: log, problemBase: DefaultProblemBase}}
 			w := httptest.NewRecorder()
 			m.answer(w, httptest.NewRequestWithContext(ctx, http.MethodPost, "/charges", nil), c.err)
 			var p Problem
@@ -76,8 +66,8 @@ func TestAnswerEveryRuntimeError(t *testing.T) {
 			if w.Code != c.status || p.Status != c.status || p.Type != DefaultProblemBase+c.problem || (w.Header().Get("Retry-After") != "") != c.retryAfter {
 				t.Fatalf("%d %s (Retry-After %q); want %d %s, Retry-After %v", w.Code, w.Body, w.Header().Get("Retry-After"), c.status, c.problem, c.retryAfter)
 			}
-			if (logs.max >= slog.LevelError) != c.logErr {
-				t.Fatalf("highest log level %v; logged at ERROR: want %v", logs.max, c.logErr)
+			if e := logs.At(slog.LevelError); (len(e) > 0) != c.logErr {
+				t.Fatalf("logged at ERROR: %q; want some: %v", e, c.logErr)
 			}
 			if strings.Contains(w.Body.String(), "k1") || strings.Contains(w.Body.String(), "idem:") {
 				t.Fatalf("problem shows internals: %s", w.Body)

@@ -17,31 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testlog"
 	"github.com/idemkit/idem/internal/teststores"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/idemhttp"
 )
-
-// errorLog counts the records logged at ERROR.
-type errorLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (l *errorLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelError }
-func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.msgs = append(l.msgs, r.Message)
-	return nil
-}
-func (l *errorLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *errorLog) WithGroup(string) slog.Handler      { return l }
-func (l *errorLog) errors() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.msgs...)
-}
 
 // withTimeout gives each request a deadline, as an outer middleware or a
 // load balancer's budget would.
@@ -165,7 +145,7 @@ func TestIssue16StripPrefix(t *testing.T) {
 func TestIssue16FailedRecord(t *testing.T) {
 	for _, st := range teststores.All() {
 		t.Run(st.Name, func(t *testing.T) {
-			logs := &errorLog{}
+			log, logs := testlog.New()
 			store := st.New(t)
 			rt, err := runtime.New(store)
 			if err != nil {
@@ -181,7 +161,7 @@ func TestIssue16FailedRecord(t *testing.T) {
 				t.Fatal(err)
 			}
 			hs := &harness{}
-			hs.Server = newHTTPServer(t, idemhttp.Middleware(rt, idemhttp.Logger(slog.New(logs)),
+			hs.Server = newHTTPServer(t, idemhttp.Middleware(rt, idemhttp.Logger(log),
 				idemhttp.Scope(func(r *http.Request) string { return r.Header.Get("X-Tenant") }))(mux))
 			tenant := teststores.Unique()
 			for _, k := range []string{"policy", "by-hand"} {
@@ -221,7 +201,7 @@ func TestIssue16FailedRecord(t *testing.T) {
 			if n := runs.Load(); n != 2 {
 				t.Fatalf("handler ran %d times", n)
 			}
-			if e := logs.errors(); len(e) != 0 {
+			if e := logs.At(slog.LevelError); len(e) != 0 {
 				t.Fatalf("logged at ERROR: %q", e)
 			}
 		})
@@ -237,7 +217,7 @@ func (c coded) ErrorCode() string { return c.code }
 // request in flight is answered as such (504 for a deadline), and nothing
 // is logged at ERROR.
 func TestIssue16DuplicateContextEnds(t *testing.T) {
-	logs := &errorLog{}
+	log, logs := testlog.New()
 	rt, err := runtime.New(teststores.All()[0].New(t))
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +230,7 @@ func TestIssue16DuplicateContextEnds(t *testing.T) {
 		<-release
 		w.WriteHeader(http.StatusCreated)
 	})
-	mw := idemhttp.Middleware(rt, idemhttp.Logger(slog.New(logs)))(mux)
+	mw := idemhttp.Middleware(rt, idemhttp.Logger(log))(mux)
 	hs := &harness{}
 	hs.Server = newHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Budget") != "" {
@@ -280,7 +260,7 @@ func TestIssue16DuplicateContextEnds(t *testing.T) {
 	if resp.StatusCode != http.StatusGatewayTimeout || problemType(result{body: string(b)}) != "timeout" {
 		t.Fatalf("duplicate past its deadline: %d %s", resp.StatusCode, b)
 	}
-	if e := logs.errors(); len(e) != 0 {
+	if e := logs.At(slog.LevelError); len(e) != 0 {
 		t.Fatalf("logged at ERROR: %q", e)
 	}
 }
