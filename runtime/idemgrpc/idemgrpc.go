@@ -409,11 +409,17 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 	return errStatus(ctx, codes.Unavailable, ReasonStoreUnavailable, "the idempotency store is unavailable; retry later", 2*time.Second)
 }
 
+// deadlineSlack is how close to its deadline a cancelled call counts as
+// past it: a client's expired deadline reaches the server as a
+// cancellation (RST_STREAM), which can come before the server's own copy of
+// the deadline, set when the call arrived, passes.
+const deadlineSlack = 100 * time.Millisecond
+
 // callerStatus is the status of a call whose context ended: DeadlineExceeded
-// once its deadline has passed (the client's expiry reaches the server as a
-// cancellation, which may come first), Canceled otherwise.
+// when its deadline has passed or is within deadlineSlack, Canceled
+// otherwise.
 func callerStatus(ctx context.Context) error {
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < deadlineSlack {
 		return status.Error(codes.DeadlineExceeded, "the call's deadline passed while it waited for the call in flight with its idempotency key")
 	}
 	return status.Error(codes.Canceled, "the call was canceled while it waited for the call in flight with its idempotency key")

@@ -155,7 +155,7 @@ func (f *fixture) charge(ctx context.Context, in *structpb.Struct) (*structpb.St
 	case "big-error":
 		return nil, status.Error(codes.InvalidArgument, "card rejected: "+strings.Repeat("x", 1<<20+1))
 	case "wait":
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(time.Second)
 	case "unavailable-once":
 		if n == 1 {
 			return nil, status.Error(codes.Unavailable, "database down")
