@@ -130,8 +130,9 @@ func Operation(f func(*http.Request) string) Option { return func(c *config) { c
 func MaxBody(n int64) Option { return func(c *config) { c.maxBody = n } }
 
 // RetryableStatus sets which response statuses release the key so that a
-// retry runs the handler again (default: 5xx, 408, 429). 504, and any of
-// them written after the request's context ended, record UNKNOWN instead.
+// retry runs the handler again (default: 5xx, 408, 429). Of these, 504 and
+// any written after the request's context ended record UNKNOWN instead; a
+// status not listed is stored and replayed.
 func RetryableStatus(f func(status int) bool) Option { return func(c *config) { c.retryable = f } }
 
 // DropHeaders adds response headers that are never stored nor replayed, to
@@ -359,14 +360,15 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // outcome maps the response a handler wrote to what the runtime records.
-// A response that says the outcome is unknown is UNKNOWN, whatever the
-// runtime's error policy: 504 (a downstream timed out: the effect may have
-// happened), or a retryable status written after the request's context
-// ended (the handler gave up waiting on something that may have acted).
-// Other retryable statuses release the key; everything else is stored.
+// A retryable status (see [RetryableStatus]) that says the outcome is
+// unknown is UNKNOWN, whatever the runtime's error policy: 504 (a
+// downstream timed out: the effect may have happened), or any retryable
+// status written after the request's context ended (the handler gave up
+// waiting on something that may have acted). Other retryable statuses
+// release the key; everything else is stored and replayed.
 func (cfg *config) outcome(ctx context.Context, resp Response) (Response, error) {
 	switch {
-	case !cfg.retryable(resp.Status) && resp.Status != http.StatusGatewayTimeout:
+	case !cfg.retryable(resp.Status):
 		return resp, nil
 	case ctx.Err() != nil:
 		return resp, &uncertainStatus{resp.Status, []error{ctx.Err(), context.Cause(ctx)}}
