@@ -571,11 +571,9 @@ func errStatus(ctx context.Context, c codes.Code, reason, msg string, retry time
 }
 
 // operation is the full method name, or a fixed-size name derived from it
-// when it is not a valid operation (over 255 bytes, or not UTF-8).
+// when it is not a valid operation (over 255 bytes, not UTF-8, or with
+// control bytes).
 func operation(fullMethod string) string {
-	if fullMethod == "" {
-		return idname.Fit("\x00", 0) // never a valid method name
-	}
 	return idname.Fit(fullMethod, runtime.MaxKeyLen)
 }
 

@@ -46,26 +46,33 @@ func TestIssue16UncertainHandlerErrors(t *testing.T) {
 					f := start(t, setup{store: store, rtOpts: p.opts})
 					tenant := teststores.Unique()
 					for _, mode := range modes {
-						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-						if mode == "own-deadline" {
-							ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
-						}
-						before := f.runs.Load()
-						first := f.call(t, ctx, call{tenant: tenant, keys: []string{mode}, mode: mode})
-						cancel()
-						if first.err == nil {
-							t.Fatalf("%s: first call succeeded", mode)
-						}
-						retry := f.call(t, context.Background(), call{tenant: tenant, keys: []string{mode}, mode: mode})
-						if n := f.runs.Load() - before; n != 1 {
-							t.Fatalf("%s: the handler ran %d times for one key (retry answered %v)", mode, n, retry.err)
-						}
-						wantCode(t, retry, codes.Aborted, idemgrpc.ReasonOutcomeUnknown, true)
+						t.Run(mode, func(t *testing.T) { uncertainRetry(t, f, tenant, mode) })
 					}
 				})
 			}
 		})
 	}
+}
+
+// uncertainRetry calls in mode and retries with the same key: the retry
+// gets OUTCOME_UNKNOWN and the handler ran once.
+func uncertainRetry(t *testing.T, f *fixture, tenant, mode string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if mode == "own-deadline" {
+		ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	}
+	before := f.runs.Load()
+	first := f.call(t, ctx, call{tenant: tenant, keys: []string{mode}, mode: mode})
+	cancel()
+	if first.err == nil {
+		t.Fatal("first call succeeded")
+	}
+	retry := f.call(t, context.Background(), call{tenant: tenant, keys: []string{mode}, mode: mode})
+	if n := f.runs.Load() - before; n != 1 {
+		t.Fatalf("the handler ran %d times for one key (retry answered %v)", n, retry.err)
+	}
+	wantCode(t, retry, codes.Aborted, idemgrpc.ReasonOutcomeUnknown, true)
 }
 
 // Bug 6: a record that became FAILED through a no-query policy or a

@@ -75,15 +75,17 @@ func TestIssue16UncertainAnswers(t *testing.T) {
 						idemhttp.Scope(func(r *http.Request) string { return r.Header.Get("X-Tenant") }))(mux)))
 					tenant := teststores.Unique()
 					for _, path := range []string{"/gateway-timeout", "/context-ended"} {
-						before := hs.runs.Load()
-						first := hs.do(t, req{path: path, keys: keys("k1"), tenant: tenant})
-						retry := hs.do(t, req{path: path, keys: keys("k1"), tenant: tenant})
-						if n := hs.runs.Load() - before; n != 1 || first.status < 500 {
-							t.Fatalf("%s: the handler ran %d times (first %d, retry %d %s)", path, n, first.status, retry.status, retry.body)
-						}
-						if retry.status != http.StatusConflict || problemType(retry) != "outcome-unknown" {
-							t.Fatalf("%s: retry got %d %s; want 409 outcome-unknown", path, retry.status, retry.body)
-						}
+						t.Run(path, func(t *testing.T) {
+							before := hs.runs.Load()
+							first := hs.do(t, req{path: path, keys: keys("k1"), tenant: tenant})
+							retry := hs.do(t, req{path: path, keys: keys("k1"), tenant: tenant})
+							if n := hs.runs.Load() - before; n != 1 || first.status < 500 {
+								t.Fatalf("%s: the handler ran %d times (first %d, retry %d %s)", path, n, first.status, retry.status, retry.body)
+							}
+							if retry.status != http.StatusConflict || problemType(retry) != "outcome-unknown" {
+								t.Fatalf("%s: retry got %d %s; want 409 outcome-unknown", path, retry.status, retry.body)
+							}
+						})
 					}
 				})
 			}
