@@ -68,7 +68,11 @@ func uncertainRetry(t *testing.T, f *fixture, tenant, mode string) {
 	if first.err == nil {
 		t.Fatal("first call succeeded")
 	}
-	retry := f.call(t, context.Background(), call{tenant: tenant, keys: []string{mode}, mode: mode})
+	// Bounded: a retry that runs the handler again in mode own-deadline
+	// waits for its deadline.
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+	defer rcancel()
+	retry := f.call(t, rctx, call{tenant: tenant, keys: []string{mode}, mode: mode})
 	if n := f.runs.Load() - before; n != 1 {
 		t.Fatalf("the handler ran %d times for one key (retry answered %v)", n, retry.err)
 	}
