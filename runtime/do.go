@@ -217,7 +217,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	defer cancel(nil)
 	// The lease is renewed until the outcome is recorded: a completion that
 	// retries through a store outage must not lose the record to a takeover.
-	hb := ex.heartbeat(ctx, rec, ex.granted, cancel)
+	hb := ex.heartbeat(ctx, rec, ex.granted, true, cancel)
 	start := time.Now()
 	resp, panicked, err := ex.runEffect(effCtx)
 	ex.rt.phase(ctx, ex.id.Operation, PhaseEffect, start)
@@ -368,12 +368,14 @@ type heartbeat struct {
 	// completing is set once the effect returned: a renewal that finds the
 	// lease gone then says nothing, since the completion reports it.
 	completing atomic.Bool
-	// ctx bounds the renewals; stop cancels it so that a renewal in flight
-	// never holds up the end of a call.
-	ctx    context.Context
-	cancel context.CancelFunc
-	mu     sync.Mutex
-	timer  *time.Timer
+	// stopped is set by stop; cancel, set by the first renewal round (a
+	// call that ends before it allocates no context), cancels the
+	// renewals, so that one in flight never holds up the end of a call.
+	stopped atomic.Bool
+	cancel  atomic.Pointer[context.CancelFunc]
+	ctx     context.Context // the renewals' context; guarded by mu
+	mu      sync.Mutex
+	timer   *time.Timer
 	// confirmed is the local time the lease was last granted or renewed
 	// from (the moment the confirmed write was sent).
 	confirmed time.Time
@@ -381,10 +383,27 @@ type heartbeat struct {
 
 // stop ends the renewals, waiting for one in progress (which it cancels).
 func (h *heartbeat) stop() {
-	h.cancel()
+	h.stopped.Store(true)
+	if c := h.cancel.Load(); c != nil {
+		(*c)()
+	}
 	h.timer.Stop()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+}
+
+// renewCtx returns the renewals' context, made on first use; nil once
+// stopped. Call with h.mu held.
+func (h *heartbeat) renewCtx(parent context.Context) context.Context {
+	if h.ctx == nil {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+		h.ctx = ctx
+		h.cancel.Store(&cancel)
+	}
+	if h.stopped.Load() {
+		return nil
+	}
+	return h.ctx
 }
 
 // errLeaseUnconfirmed is the cause an effect is cancelled with when its
@@ -402,15 +421,14 @@ func (e *errLeaseUnconfirmed) Error() string {
 func (e *errLeaseUnconfirmed) Unwrap() error { return ErrLeaseLost }
 
 // heartbeat starts renewing the lease on rec, granted by a write sent at
-// granted (local clock), by the lease rule above; when the lease is lost
-// or cannot be confirmed while the effect runs it cancels the effect with
-// cause ErrLeaseLost. It uses a timer rather than a goroutine, so a fast
+// granted (local clock), by the lease rule above; when the lease is lost,
+// or (with stopUnconfirmed) cannot be confirmed, while the effect runs it
+// cancels the effect with cause ErrLeaseLost. It uses a timer rather than a goroutine, so a fast
 // call pays for one timer only.
-func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, granted time.Time, cancel context.CancelCauseFunc) *heartbeat {
+func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, granted time.Time, stopUnconfirmed bool, cancel context.CancelCauseFunc) *heartbeat {
 	every := ex.lease / renewEvery
 	margin := ex.lease / leaseMargin
 	h := &heartbeat{confirmed: granted}
-	h.ctx, h.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	stopEffect := func(cause error) {
 		if !h.completing.Load() {
 			cancel(cause)
@@ -424,7 +442,8 @@ func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, grant
 	renew := func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.ctx.Err() != nil {
+		hctx := h.renewCtx(ctx)
+		if hctx == nil || hctx.Err() != nil {
 			return // stopped
 		}
 		safeUntil := h.confirmed.Add(ex.lease - margin)
@@ -435,7 +454,7 @@ func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, grant
 			// version, and the renewal's compare-and-set fails).
 			safeUntil = time.Now().Add(min(every/2, margin))
 		}
-		rctx, rcancel := context.WithDeadline(h.ctx, safeUntil)
+		rctx, rcancel := context.WithDeadline(hctx, safeUntil)
 		defer rcancel()
 		type result struct {
 			sent time.Time
@@ -494,8 +513,16 @@ func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, grant
 				}
 				hedge.Reset(every / 2)
 			case <-rctx.Done():
-				if h.ctx.Err() != nil {
+				if hctx.Err() != nil {
 					return // stopped
+				}
+				if !stopUnconfirmed || h.completing.Load() {
+					// No effect to stop (a query, or the effect returned
+					// and its outcome is being recorded by CAS): keep
+					// trying; the next round starts late, with one quick
+					// renewal.
+					h.timer.Reset(0)
+					return
 				}
 				// Past safeUntil the lease may be gone before this worker
 				// could learn it: stop the effect now.
@@ -565,7 +592,10 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	start := time.Now()
 	qctx, qcancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
 	defer qcancel(nil)
-	hb := ex.heartbeat(ctx, rec, ex.granted, qcancel)
+	// A query has no effect to stop when the lease cannot be confirmed:
+	// what it learns is recorded by CAS on the version, which fails if
+	// anyone took over meanwhile. Only a lost lease cancels it.
+	hb := ex.heartbeat(ctx, rec, ex.granted, false, qcancel)
 	defer hb.stop()
 	tctx, tcancel := context.WithTimeout(qctx, rt.cfg.queryTimeout)
 	resp, outcome, qerr := ex.runQuery(tctx)

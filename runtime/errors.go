@@ -29,7 +29,9 @@ var (
 
 	// ErrLeaseLost: this worker's lease on the record was taken over by
 	// another worker (its version moved on); this worker's transition was
-	// rejected and changed nothing.
+	// rejected and changed nothing. It is also the cause of an effect's
+	// context cancelled because the lease could not be confirmed before it
+	// could expire (the lease rule: see the README).
 	ErrLeaseLost = errors.New("idem: lease lost")
 
 	// ErrPermanent marks errors that are stored as FAILED and replayed to

@@ -110,6 +110,9 @@ func (c *checker) mintCall(call *ast.CallExpr) *mint {
 	if m := builtinMint(call, fn); m != nil {
 		return m
 	}
+	if m := clientMint(call, fn); m != nil {
+		return m
+	}
 	if what, ok := c.helpers[fn]; ok {
 		return &mint{call, rulekit.ShortName(fn) + "() (" + what + ")"}
 	}
@@ -490,7 +493,7 @@ func path0(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 func (c *checker) call(call *ast.CallExpr, stack rulekit.Stack) {
 	info := c.pass.TypesInfo
 	fn := rulekit.Callee(info, call)
-	if fn == nil {
+	if fn == nil || c.clientKey(call, fn, stack) {
 		return
 	}
 	if _, rn := rulekit.RecvNamed(fn); rn == "Header" && rulekit.PkgPath(fn) == "net/http" && (fn.Name() == "Set" || fn.Name() == "Add") && len(call.Args) == 2 {

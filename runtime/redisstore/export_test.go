@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,11 +25,16 @@ func KeysOf(s *Store, id runtime.Identity) (rec, pending, expiry string) {
 // when its state says so, and that every pending-index entry names a
 // record. It returns the number of records.
 func CheckIndexes(ctx context.Context, s *Store) (int, error) {
-	var keys []string
+	var (
+		mu   sync.Mutex // ForEachMaster scans the masters concurrently
+		keys []string
+	)
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
 		for it.Next(ctx) {
+			mu.Lock()
 			keys = append(keys, it.Val())
+			mu.Unlock()
 		}
 		return it.Err()
 	}
@@ -59,7 +65,7 @@ func CheckIndexes(ctx context.Context, s *Store) (int, error) {
 					return 0, fmt.Errorf("pending index %s names %s, which does not exist (%v)", key, m, err)
 				}
 			}
-		case strings.HasSuffix(key, "}:expiry"), strings.HasSuffix(key, "}:version"):
+		case strings.HasSuffix(key, "}:expiry"), strings.HasSuffix(key, "}:version"), strings.Contains(key, "}:acq:"):
 		default:
 			return 0, fmt.Errorf("unexpected key %q", key)
 		}
@@ -140,4 +146,10 @@ func TransitionWithNonce(ctx context.Context, s *Store, p runtime.TransitionPara
 func BucketOf(s *Store, id runtime.Identity) string {
 	k := s.keysOf(id).rec
 	return k[strings.IndexByte(k, '{')+1 : strings.IndexByte(k, '}')]
+}
+
+// AcquireWithNonce runs AcquirePending with the nonces a resend of the same
+// call would carry.
+func AcquireWithNonce(ctx context.Context, s *Store, p runtime.AcquireParams, nonce string) ([]runtime.Record, error) {
+	return s.acquirePending(ctx, p, func(b int) string { return nonce + ":" + strconv.Itoa(b) })
 }

@@ -18,9 +18,12 @@
 //	idem:{b}:pending                       sorted set: PROCESSING and UNKNOWN records by lease expiry
 //	idem:{b}:expiry                        sorted set: SUCCESS and FAILED records by ExpiresAt
 //	idem:{b}:version                       counter: the bucket's last version (never expires)
+//	idem:{b}:acq:<nonce>                   hash: one acquire call's receipt (expires with its lease)
 //
 // The hash tag {b} puts a record and both indexes of its bucket in one
-// Cluster slot, so every script touches one slot. Scope, operation and key
+// Cluster slot, so every script touches one slot. While resharding splits a
+// slot's keys between two nodes, no script drops an index entry whose record
+// is on the other node (see docs/redisstore.md). Scope, operation and key
 // are escaped (%XX for '%', ':', '{', '}', '|', '\\' and bytes outside
 // visible ASCII), so no identity can be spelled as another one.
 //
@@ -396,7 +399,17 @@ func (s *Store) Release(ctx context.Context, p runtime.ReleaseParams) error {
 // is not positive). Each bucket's script is atomic, so two callers never
 // acquire the same record; within a bucket records come oldest lease first,
 // across buckets there is no global order.
+//
+// Each bucket's script carries a nonce, so that a resent script (go-redis
+// resends a command whose reply it did not get) answers with the records its
+// first run acquired instead of acquiring others.
 func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]runtime.Record, error) {
+	return s.acquirePending(ctx, p, func(int) string { return s.newNonce() })
+}
+
+// acquirePending is AcquirePending with the nonce of each bucket's script
+// given by nonce.
+func (s *Store) acquirePending(ctx context.Context, p runtime.AcquireParams, nonce func(bucket int) string) ([]runtime.Record, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = defaultAcquireLimit
@@ -414,8 +427,11 @@ func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]
 		if len(out) >= limit {
 			break
 		}
-		args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget}, ops...)
+		args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget, nonce(b)}, ops...)
 		vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending, s.tags[b].ver}, args...).Slice()
+		if notNow(err) {
+			continue // the bucket's slot is migrating: its records wait for the next call
+		}
 		if err != nil {
 			// Records acquired from earlier buckets are held by p.Owner now:
 			// return them with the error so that they are not stranded.
@@ -458,6 +474,9 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 			break
 		}
 		m, err := sweepScript.Run(ctx, s.c, []string{s.tags[b].expiry}, limit-n, inspectBudget).Int()
+		if notNow(err) {
+			continue // the bucket's slot is migrating
+		}
 		if err != nil {
 			return n, fmt.Errorf("redisstore: sweep: %w", err)
 		}
@@ -506,6 +525,12 @@ func (s *Store) countDue(ctx context.Context, index string, eval bool) ([]*redis
 	})
 	return cmds, err
 }
+
+// notNow reports whether err is Redis Cluster's TRYAGAIN: the keys a script
+// declares are split between two nodes while their slot migrates (go-redis
+// already retried). The script did not run; a reconciler or sweeper
+// call skips the bucket and gets it on a later call.
+func notNow(err error) bool { return err != nil && redis.IsTryAgainError(err) }
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")

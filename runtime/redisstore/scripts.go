@@ -42,24 +42,54 @@ local function read(key, out)
   return out
 end
 local function final(st) return st == 'SUCCESS' or st == 'FAILED' end
--- peek reads fields of a record named by an index entry (not a declared
--- key): while Cluster migrates the bucket's slot, the record may already
--- live on the target node, and the read errors; the caller skips it.
-local function peek(k, ...)
+-- While Cluster migrates a bucket's slot, its keys are split between the
+-- source node (MIGRATING) and the target (IMPORTING). Redis checks the
+-- declared KEYS before a script runs (TRYAGAIN when they are split, ASK
+-- when the source has none of them), so a running script holds all of them;
+-- but a key it did not declare (a record named by an index entry), or a
+-- declared index it emptied itself, may be missing from this node. On the
+-- source, touching such a key raises an error (ASK), which would abort the
+-- script after some of its writes; on the target it reads as absent
+-- although it still lives on the source. Neither means "gone".
+--
+-- look reads fields of a record named by an index entry, the state ('st')
+-- first. It returns the fields when the record is here, false when it is
+-- certainly gone, and nil when this node cannot tell now (the slot is
+-- migrating and the record is not here): the caller must then leave the
+-- entry alone, never drop it as stale. The second read is a two-key
+-- command with anchor, another key of the slot: on a migrating slot Redis
+-- refuses a multi-key command unless this node holds every key, so it
+-- answers only where the slot is stable.
+local function look(k, anchor, ...)
   local r = redis.pcall('HMGET', k, ...)
-  if type(r) == 'table' and r.err == nil then return r end
-  return nil
+  if type(r) ~= 'table' or r.err ~= nil then return nil end
+  if r[1] then return r end
+  local e = redis.pcall('EXISTS', k, anchor)
+  if type(e) ~= 'number' then return nil end
+  return false
+end
+-- due returns up to 64 entries of index idx due by now, from offset; none
+-- when the index is gone (a script emptied it, and on a migrating slot
+-- reading a missing key raises).
+local function due(idx, now, offset)
+  local r = redis.pcall('ZRANGEBYSCORE', idx, '-inf', fmt(now), 'LIMIT', offset, 64)
+  if type(r) ~= 'table' or r.err ~= nil then return {} end
+  return r
+end
+-- unindex removes key from idx; an index that is gone holds nothing.
+local function unindex(idx, key)
+  redis.pcall('ZREM', idx, key)
 end
 local function index(key, pend, exp, st, le, ex)
   if st == 'UNKNOWN' or (st == 'PROCESSING' and le > 0) then
     redis.call('ZADD', pend, fmt(le), key)
   else
-    redis.call('ZREM', pend, key)
+    unindex(pend, key)
   end
   if final(st) then
     redis.call('ZADD', exp, fmt(ex), key)
   else
-    redis.call('ZREM', exp, key)
+    unindex(exp, key)
   end
 end
 `
@@ -97,16 +127,18 @@ if not st or (final(st) and ex > 0 and ex <= now) then
   local cutoff = now - tonumber(ARGV[10])
   for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(cutoff), 'LIMIT', 0, 2)) do
     local c = nil
-    if k ~= key then c = peek(k, 'st', 'ex') end
-    if c then
+    if k ~= key then c = look(k, KEYS[3], 'st', 'ex') end
+    if c == false then
+      unindex(KEYS[3], k) -- the record is gone
+    elseif c then
       local kex = tonumber(c[2]) or 0
       if final(c[1]) and kex > cutoff then
         redis.call('ZADD', KEYS[3], fmt(kex), k)
       else
         if final(c[1]) then redis.call('DEL', k) end
-        redis.call('ZREM', KEYS[3], k)
+        unindex(KEYS[3], k)
       end
-    end
+    end -- nil: not on this node while the slot migrates; not now
   end
   redis.call('DEL', key)
   redis.call('HSET', key, 'sc', ARGV[6], 'op', ARGV[7], 'ky', ARGV[8], 'fp', ARGV[1],
@@ -212,46 +244,72 @@ return 1
 `)
 
 // acquireScript: KEYS pending index and version counter of one bucket; ARGV owner, lease (us),
-// limit, max attempts, inspection budget, then the operations to keep to
+// limit, max attempts, inspection budget, nonce, then the operations to keep to
 // (none: all). It walks the index from the oldest lease, acquires due
 // records (PROCESSING with an expired lease, UNKNOWN with a free lease below
 // max attempts) as UNKNOWN for the owner, drops stale entries, and skips
 // records over max attempts or of other operations. Reply: store now, then
 // the fields of each acquired record.
+//
+// The nonce names the call. A run that acquires records leaves a receipt
+// (<bucket>acq:<nonce>, a hash of record key to version, expiring with the
+// lease); a resend of the same call (go-redis resends a command whose reply
+// it did not get, e.g. after a read timeout) finds it and answers with the
+// records the first run acquired that are still as it left them, instead of
+// acquiring others and leaving those held, unconverged, until their lease
+// ends. (On the source of a migrating slot the receipt cannot be created,
+// which only makes a resend during a migration unrecognized.)
 var acquireScript = redis.NewScript(prelude + `
 local pend = KEYS[1]
 local now = now_us()
+local out = {fmt(now)}
+local rcpt = string.sub(pend, 1, #pend - #'pending') .. 'acq:' .. ARGV[6]
+local prev = redis.pcall('HGETALL', rcpt)
+if type(prev) == 'table' and prev.err == nil and #prev > 0 then
+  for i = 1, #prev, 2 do
+    local cur = look(prev[i], pend, 'st', 'ow', 'v')
+    if cur and cur[1] == 'UNKNOWN' and cur[2] == ARGV[1] and cur[3] == prev[i + 1] then
+      read(prev[i], out)
+    end
+  end
+  return out
+end
 local lease = now + tonumber(ARGV[2])
 local limit, maxa, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local ops = nil -- ARGV[6..]: only records of these operations, when given
-if #ARGV > 5 then
+local ops = nil -- ARGV[7..]: only records of these operations, when given
+if #ARGV > 6 then
   ops = {}
-  for i = 6, #ARGV do ops[ARGV[i]] = true end
+  for i = 7, #ARGV do ops[ARGV[i]] = true end
 end
-local out = {fmt(now)}
+local receipt = {}
 local n, offset, seen = 0, 0, {}
 while n < limit and budget > 0 do
-  local batch = redis.call('ZRANGEBYSCORE', pend, '-inf', fmt(now), 'LIMIT', offset, 64)
+  local batch = due(pend, now, offset)
   if #batch == 0 then break end
   for _, key in ipairs(batch) do
     if n >= limit or budget <= 0 then break end
     budget = budget - 1
-    local cur = peek(key, 'st', 'le', 'at', 'op', 'v')
+    local cur = look(key, pend, 'st', 'le', 'at', 'op', 'v')
     local st, le, at = nil, 0, 0
     if cur then st, le, at = cur[1], tonumber(cur[2]) or 0, tonumber(cur[3]) or 0 end
-    if seen[key] or not cur then
-      offset = offset + 1
-    elseif ops and st and not ops[cur[4]] then
+    if seen[key] or cur == nil then
+      offset = offset + 1 -- nil: on the other node of a migrating slot, not now
+    elseif cur == false then
+      unindex(pend, key) -- stale entry: the record is gone
+    elseif ops and not ops[cur[4]] then
       offset = offset + 1 -- another operation: not this caller's
-    elseif not st or not (st == 'UNKNOWN' or (st == 'PROCESSING' and le > 0)) then
-      redis.call('ZREM', pend, key) -- stale entry: the record is gone or not pending
+    elseif not (st == 'UNKNOWN' or (st == 'PROCESSING' and le > 0)) then
+      unindex(pend, key) -- stale entry: the record is not pending
     elseif le > now then
       redis.call('ZADD', pend, fmt(le), key) -- stale score: move it to its lease
     elseif st == 'PROCESSING' or maxa <= 0 or at < maxa then
+      local v = fmt(nextv(KEYS[2], tonumber(cur[5])))
       redis.call('HINCRBY', key, 'at', 1)
-      redis.call('HSET', key, 'st', 'UNKNOWN', 'ow', ARGV[1], 'v', fmt(nextv(KEYS[2], tonumber(cur[5]))), 'le', fmt(lease), 'ua', fmt(now), 'tn', '')
+      redis.call('HSET', key, 'st', 'UNKNOWN', 'ow', ARGV[1], 'v', v, 'le', fmt(lease), 'ua', fmt(now), 'tn', '')
       redis.call('ZADD', pend, fmt(lease), key)
       read(key, out)
+      receipt[#receipt + 1] = key
+      receipt[#receipt + 1] = v
       seen[key] = true
       n = n + 1
       if lease <= now then offset = offset + 1 end
@@ -260,6 +318,9 @@ while n < limit and budget > 0 do
     end
   end
 end
+if #receipt > 0 and type(redis.pcall('HSET', rcpt, unpack(receipt))) == 'number' then
+  redis.call('PEXPIRE', rcpt, fmt(math.max(1, math.floor(tonumber(ARGV[2]) / 1000))))
+end
 return out
 `)
 
@@ -267,34 +328,33 @@ return out
 // budget. Deletes finished records whose ExpiresAt passed, oldest first,
 // and drops stale entries (records Redis already expired, or replaced).
 // Reply: how many records it deleted.
-var sweepScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+var sweepScript = redis.NewScript(prelude + `
+local now = now_us()
 local exp = KEYS[1]
 local limit, budget = tonumber(ARGV[1]), tonumber(ARGV[2])
 local n, offset = 0, 0
 while n < limit and budget > 0 do
-  local batch = redis.call('ZRANGEBYSCORE', exp, '-inf', string.format('%.0f', now), 'LIMIT', offset, 64)
+  local batch = due(exp, now, offset)
   if #batch == 0 then break end
   for _, key in ipairs(batch) do
     if n >= limit or budget <= 0 then break end
     budget = budget - 1
-    local cur = redis.pcall('HMGET', key, 'st', 'ex')
-    local fin, ex = false, 0
-    if type(cur) == 'table' and cur.err == nil then
-      fin = cur[1] == 'SUCCESS' or cur[1] == 'FAILED'
-      ex = tonumber(cur[2]) or 0
-    end
-    if type(cur) ~= 'table' or cur.err ~= nil then
-      offset = offset + 1 -- not readable here (slot migrating): skip
-    elseif fin and ex > 0 and ex <= now then
-      redis.call('DEL', key)
-      redis.call('ZREM', exp, key)
-      n = n + 1
-    elseif fin and ex > now then
-      redis.call('ZADD', exp, string.format('%.0f', ex), key)
+    local cur = look(key, exp, 'st', 'ex')
+    if cur == nil then
+      offset = offset + 1 -- on the other node of a migrating slot: not now
+    elseif cur == false then
+      unindex(exp, key) -- Redis expired it
     else
-      redis.call('ZREM', exp, key)
+      local ex = tonumber(cur[2]) or 0
+      if final(cur[1]) and ex > 0 and ex <= now then
+        redis.call('DEL', key)
+        unindex(exp, key)
+        n = n + 1
+      elseif final(cur[1]) and ex > now then
+        redis.call('ZADD', exp, fmt(ex), key)
+      else
+        unindex(exp, key) -- replaced by a claim
+      end
     end
   end
 end

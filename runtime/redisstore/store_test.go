@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -160,6 +162,60 @@ func TestResentScripts(t *testing.T) {
 	if n, err := redisstore.CheckIndexes(ctx, s); err != nil || n != 1 {
 		t.Fatalf("CheckIndexes = %d, %v", n, err)
 	}
+}
+
+// TestResentAcquire runs the acquire script twice with the same nonce, as
+// go-redis does when it resends a command whose reply was lost (a read
+// timeout while the server was busy): the second run must answer with the
+// records the first one acquired, not acquire others nor leave the first
+// run's records held by the caller, who never learnt of them, until their
+// lease ends (with an attempt used: under MaxAttempts 1 never acquired
+// again).
+func TestResentAcquire(t *testing.T) {
+	s := newStore(t, standaloneClient(t), redisstore.WithPrefix(testPrefix(t)), redisstore.WithBuckets(1))
+	ctx := context.Background()
+	for i := range 3 {
+		u := mustClaim(t, s, claimP(runtime.Identity{Scope: "resent", Operation: "T.Op", Key: fmt.Sprint("u", i)}, "w", time.Minute))
+		mustFinish(t, s, u, runtime.StateUnknown, 0)
+	}
+	p := runtime.AcquireParams{Owner: "reconciler", Lease: time.Hour, Limit: 2, MaxAttempts: 1}
+	first, err := redisstore.AcquireWithNonce(ctx, s, p, "a1")
+	if err != nil || len(first) != 2 {
+		t.Fatalf("AcquirePending = %d records, %v; want 2", len(first), err)
+	}
+	again, err := redisstore.AcquireWithNonce(ctx, s, p, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(r runtime.Record) string { return fmt.Sprint(r.ID.Key, "@", r.Version) }
+	if !slices.Equal(slices.Sorted(slices.Values(mapRecords(first, key))), slices.Sorted(slices.Values(mapRecords(again, key)))) {
+		t.Fatalf("resent acquire = %v, want the first run's %v", mapRecords(again, key), mapRecords(first, key))
+	}
+	// Another call acquires the third record only.
+	other, err := redisstore.AcquireWithNonce(ctx, s, p, "a2")
+	if err != nil || len(other) != 1 || slices.ContainsFunc(first, func(r runtime.Record) bool { return r.ID == other[0].ID }) {
+		t.Fatalf("another call = %v, %v; want the third record", mapRecords(other, key), err)
+	}
+	// Once a record acquired by the first run moves on, a late resend no
+	// longer returns it; it never acquires a record that became due since.
+	mustFinish(t, s, first[0], runtime.StateSuccess, time.Hour)
+	u := mustClaim(t, s, claimP(runtime.Identity{Scope: "resent", Operation: "T.Op", Key: "u3"}, "w", time.Minute))
+	mustFinish(t, s, u, runtime.StateUnknown, 0)
+	late, err := redisstore.AcquireWithNonce(ctx, s, p, "a1")
+	if err != nil || len(late) != 1 || late[0].ID != first[1].ID {
+		t.Fatalf("late resend = %v, %v; want only %s", mapRecords(late, key), err, first[1].ID.Key)
+	}
+	if _, err := redisstore.CheckIndexes(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mapRecords(rs []runtime.Record, f func(runtime.Record) string) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = f(r)
+	}
+	return out
 }
 
 // TestIndexesStayConsistent drives every transition and checks the pending

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS idem_records;
+DROP SEQUENCE IF EXISTS idem_records_version_seq;

@@ -1,0 +1,67 @@
+-- The idem record table, rendered by `idemgen schema` (idemgen (devel) go1.26.8).
+-- Apply it with your migration tool; pgstore.Migrate applies the same DDL,
+-- which lives in github.com/idemkit/idem/queries (schema.sql).
+
+-- idem: the idempotency record table.
+--
+-- One row per identity (scope, operation, key). Leases and expiry are
+-- compared with the database clock at the statement (clock_timestamp()),
+-- never the application's, and never the transaction's start (now()): a
+-- claim made inside a long transaction must not commit a lease or expiry
+-- that is already past. Apply with pgstore.Migrate, or copy into your
+-- migration tool; every statement is idempotent.
+
+-- Versions (fencing tokens) come from one sequence, so a version never
+-- repeats for an identity, across releases, sweeps and TTL replacements.
+-- NO CYCLE and no CACHE: values grow in the order they are drawn.
+CREATE SEQUENCE IF NOT EXISTS idem_records_version_seq AS bigint NO CYCLE;
+
+CREATE TABLE IF NOT EXISTS idem_records (
+    scope            text        NOT NULL,
+    operation        text        NOT NULL,
+    key              text        NOT NULL,
+    fingerprint      bytea       NOT NULL,
+    state            text        NOT NULL,
+    owner            text        NOT NULL DEFAULT '',
+    version          bigint      NOT NULL,
+    lease_expires_at timestamptz,
+    expires_at       timestamptz,
+    request          bytea,
+    response         bytea,
+    takeovers        integer     NOT NULL DEFAULT 0,
+    attempts         integer     NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- token of the transition that last wrote the row ('' after a claim),
+    -- so that a retried write whose reply was lost recognises itself.
+    token            text        NOT NULL DEFAULT '',
+    -- why the response was omitted, or an operator's resolution reason.
+    note             text        NOT NULL DEFAULT '',
+    -- SUCCESS whose response was not stored (too large, not encodable).
+    response_omitted boolean     NOT NULL DEFAULT false,
+    PRIMARY KEY (scope, operation, key),
+    CONSTRAINT idem_records_state_check
+        CHECK (state IN ('PROCESSING', 'SUCCESS', 'FAILED', 'UNKNOWN')),
+    CONSTRAINT idem_records_key_check
+        CHECK (octet_length(key) BETWEEN 1 AND 255)
+);
+
+-- Tables created before the columns above existed.
+ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS token text NOT NULL DEFAULT '';
+ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS note text NOT NULL DEFAULT '';
+ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS response_omitted boolean NOT NULL DEFAULT false;
+-- ... and whose versions came from a counter per record: start the sequence
+-- above every version already written.
+SELECT setval('idem_records_version_seq', v, true)
+FROM (SELECT max(version) AS v FROM idem_records) m
+WHERE m.v > (SELECT last_value FROM idem_records_version_seq);
+
+-- The sweeper walks finished records by expiry.
+CREATE INDEX IF NOT EXISTS idem_records_expires_at_idx
+    ON idem_records (expires_at)
+    WHERE expires_at IS NOT NULL;
+
+-- The reconciler walks UNKNOWN and PROCESSING records by lease.
+CREATE INDEX IF NOT EXISTS idem_records_pending_idx
+    ON idem_records (lease_expires_at)
+    WHERE state IN ('PROCESSING', 'UNKNOWN');

@@ -1,0 +1,434 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client defaults; a zero field of [Transport] means its default.
+const (
+	DefaultMaxAttempts     = 5
+	DefaultMinBackoff      = 100 * time.Millisecond
+	DefaultMaxBackoff      = 5 * time.Second
+	DefaultMaxRetryAfter   = 30 * time.Second
+	DefaultMaxBufferedBody = 1 << 20
+)
+
+// ErrBodyNotReplayable is returned, before anything is sent, for a request
+// whose body cannot be sent again: it has no GetBody and is larger than
+// [Transport.MaxBufferedBody]. Set Request.GetBody (http.NewRequest does
+// for *bytes.Buffer, *bytes.Reader and *strings.Reader bodies) or raise
+// the limit.
+var ErrBodyNotReplayable = errors.New("idemhttp: request body cannot be replayed")
+
+// Transport is an [http.RoundTripper] for the client side of the
+// Idempotency-Key draft: it gives each logical request one key and sends it
+// on every attempt, and retries what is safe to retry.
+//
+// A request with an unsafe method (not GET, HEAD, OPTIONS, TRACE) gets its
+// key from, in this order: the request's own Idempotency-Key header, the
+// request context ([WithKey]), or a new random UUIDv4 ([NewKey]), minted
+// once per call of RoundTrip. Requests with a safe method get no key and
+// are retried the same way.
+//
+// What is retried, with the same key and body: connection errors (a
+// dropped connection, a reset, a refused dial, a timed-out attempt with
+// [Transport.AttemptTimeout]) and responses with status 408, 409, 425,
+// 429, 502, 503 and 504 (see [Transport.RetryStatus]) that are not
+// replays. A server following the draft answers a duplicate of a request
+// still in flight with 409: the retry, once the first is done, gets its
+// response replayed. Never retried: any other status (400 and 422 are the
+// client's bug, other 4xx and 5xx definitive), a response marked
+// "Idempotent-Replayed: true" (a recorded outcome does not change), and
+// errors that another attempt cannot fix (a certificate or a host that
+// does not exist, a body that cannot be replayed).
+//
+// Waits between attempts grow exponentially from MinBackoff, capped at
+// MaxBackoff, with jitter (a random half of each); a Retry-After header
+// (delay-seconds or an HTTP-date) is honoured: the wait is at least that
+// long. A Retry-After over MaxRetryAfter ends the retries with that
+// response. The request context bounds everything: when the next attempt
+// would start after its deadline, RoundTrip returns the last response (or
+// error) at once instead of sleeping; when it is cancelled during a wait,
+// RoundTrip returns its error. An [http.Client]'s Timeout is such a
+// deadline, on the whole logical request.
+//
+// The body is sent again on each attempt: through Request.GetBody when set,
+// otherwise buffered once, up to MaxBufferedBody bytes (beyond it,
+// [ErrBodyNotReplayable] before anything is sent).
+//
+// [ResultOf] tells, from the response, the key, the number of attempts and
+// whether the answer was a replay; errors are [*RequestError] with the
+// same. A Transport is safe for concurrent use; its fields must not change
+// once it is in use. The zero value is usable.
+//
+// Compose it with other transports through Base. The key is minted in
+// RoundTrip, so anything that retries *around* the Transport (a
+// retryablehttp.Client, an application loop calling Do again) sends a new
+// key per attempt unless the key is fixed before it: turn those retries off
+// (retryablehttp: RetryMax = 0) or set the key once with [WithKey] or the
+// header. Transports under it (Base: otelhttp.NewTransport, a logging
+// transport) see every attempt with its key. net/http's own transport
+// resends a request carrying an Idempotency-Key on a reused connection that
+// failed before any byte of a response: same request, same key. See
+// docs/http.md.
+type Transport struct {
+	// Base sends each attempt (default http.DefaultTransport).
+	Base http.RoundTripper
+	// Header is the key's header (default [DefaultHeader]).
+	Header string
+	// NewKey mints the key of a request without one (default [NewKey]).
+	NewKey func() string
+	// MaxAttempts bounds the attempts of one logical request, the first
+	// included (default [DefaultMaxAttempts]; 1: no retries).
+	MaxAttempts int
+	// MinBackoff and MaxBackoff bound the computed wait between attempts
+	// (defaults [DefaultMinBackoff], [DefaultMaxBackoff]).
+	MinBackoff, MaxBackoff time.Duration
+	// MaxRetryAfter is the longest Retry-After waited for (default
+	// [DefaultMaxRetryAfter]); a longer one returns its response.
+	MaxRetryAfter time.Duration
+	// AttemptTimeout bounds each attempt, until its response's headers
+	// are read and, for the response returned, until its body is closed
+	// (default: none; the request context bounds them all). An attempt
+	// that times out is retried.
+	AttemptTimeout time.Duration
+	// MaxBufferedBody bounds the body buffered to be sent again, for
+	// requests without GetBody (default [DefaultMaxBufferedBody]).
+	MaxBufferedBody int64
+	// RetryStatus reports whether a response status, not replayed, is
+	// retried (default: 408, 409, 425, 429, 502, 503, 504).
+	RetryStatus func(status int) bool
+}
+
+// NewClient returns an http.Client whose transport is t (a zero Transport
+// when t is nil).
+func NewClient(t *Transport) *http.Client {
+	if t == nil {
+		t = &Transport{}
+	}
+	return &http.Client{Transport: t}
+}
+
+type clientKeyCtx struct{}
+
+// WithKey returns a context whose requests through a [Transport] carry key
+// (unless they have the header already). Set it once per logical operation,
+// before any retry loop of your own, and persist it with the intent: every
+// attempt, in this process or after a restart, then sends the same key.
+func WithKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, clientKeyCtx{}, key)
+}
+
+// KeyFrom returns the key set by [WithKey].
+func KeyFrom(ctx context.Context) (string, bool) {
+	k, ok := ctx.Value(clientKeyCtx{}).(string)
+	return k, ok
+}
+
+// NewKey returns a random version 4 UUID, from crypto/rand.
+func NewKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// Result is what a [Transport] did for one logical request.
+type Result struct {
+	// Key is the idempotency key sent ("" for a safe method).
+	Key string
+	// Attempts is the number of attempts sent, 1 when not retried.
+	Attempts int
+	// Replayed: the response carries "Idempotent-Replayed: true", the
+	// server's record of an earlier attempt (or an earlier request with
+	// the same key).
+	Replayed bool
+}
+
+type resultCtx struct{}
+
+// ResultOf returns the Result of a response a [Transport] returned
+// (directly or through an http.Client); false for other responses. The
+// Transport sets the response's Request to the last attempt's request,
+// whose context carries the Result.
+func ResultOf(resp *http.Response) (Result, bool) {
+	if resp == nil || resp.Request == nil {
+		return Result{}, false
+	}
+	r, ok := resp.Request.Context().Value(resultCtx{}).(Result)
+	return r, ok
+}
+
+// RequestError is the error of a logical request that got no response.
+type RequestError struct {
+	Key      string // the key sent ("" for a safe method)
+	Attempts int    // attempts sent; 0 when the request was refused before
+	Err      error  // the last attempt's error, or the context's
+}
+
+func (e *RequestError) Error() string {
+	if e.Attempts == 0 {
+		return "idemhttp: " + e.Err.Error()
+	}
+	return fmt.Sprintf("idemhttp: %d attempt(s) with the same key: %v", e.Attempts, e.Err)
+}
+
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// RoundTrip sends req, retrying it with the same key; see [Transport].
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	header := t.Header
+	if header == "" {
+		header = DefaultHeader
+	}
+	key := ""
+	if !safeMethod(req.Method) {
+		if vs := req.Header.Values(header); len(vs) > 0 {
+			key = vs[0]
+		} else if k, ok := KeyFrom(ctx); ok && k != "" {
+			key = k
+		} else if t.NewKey != nil {
+			key = t.NewKey()
+		} else {
+			key = NewKey()
+		}
+	}
+	body, err := t.replayable(req)
+	if err != nil {
+		return nil, &RequestError{Key: key, Err: err}
+	}
+	maxAttempts := orDefault(t.MaxAttempts, DefaultMaxAttempts)
+	for attempt := 1; ; attempt++ {
+		resp, cancel, err := t.send(ctx, req, header, key, body, attempt)
+		res := Result{Key: key, Attempts: attempt}
+		retry, after := t.retryable(ctx, resp, err)
+		wait := t.backoff(attempt)
+		if after > wait {
+			wait = after
+		}
+		stop := !retry || attempt >= maxAttempts || after > orDefault(t.MaxRetryAfter, DefaultMaxRetryAfter)
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
+			stop = true // the next attempt would start after the deadline: answer now
+		}
+		if stop {
+			if err != nil {
+				cancel()
+				return nil, &RequestError{Key: key, Attempts: attempt, Err: err}
+			}
+			res.Replayed = strings.EqualFold(resp.Header.Get(ReplayedHeader), "true")
+			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+			resp.Request = resp.Request.WithContext(context.WithValue(resp.Request.Context(), resultCtx{}, res))
+			return resp, nil
+		}
+		last := err
+		if resp != nil {
+			last = fmt.Errorf("status %s", resp.Status)
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // reuse the connection
+			_ = resp.Body.Close()
+		}
+		cancel()
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, &RequestError{Key: key, Attempts: attempt, Err: fmt.Errorf("%w while waiting to retry after %v", context.Cause(ctx), last)}
+		case <-timer.C:
+		}
+	}
+}
+
+// CloseIdleConnections closes the idle connections of Base (what
+// http.Client.CloseIdleConnections calls).
+func (t *Transport) CloseIdleConnections() {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if c, ok := base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// send sends one attempt. cancel releases the attempt's timeout; the
+// caller calls it when done with the response.
+func (t *Transport) send(ctx context.Context, req *http.Request, header, key string, body func() (io.ReadCloser, error), attempt int) (*http.Response, context.CancelFunc, error) {
+	cancel := context.CancelFunc(func() {})
+	if t.AttemptTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, t.AttemptTimeout)
+	}
+	r := req.Clone(ctx)
+	if key != "" && len(r.Header.Values(header)) == 0 {
+		r.Header.Set(header, key)
+	}
+	if body != nil {
+		r.GetBody = body
+		if attempt > 1 || req.GetBody == nil {
+			b, err := body()
+			if err != nil {
+				cancel()
+				return nil, cancel, fmt.Errorf("%w: GetBody: %w", ErrBodyNotReplayable, err)
+			}
+			r.Body = b
+		}
+	}
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	resp, err := base.RoundTrip(r)
+	if err != nil {
+		cancel()
+		return nil, cancel, err
+	}
+	if resp.Request == nil {
+		resp.Request = r
+	}
+	return resp, cancel, nil
+}
+
+// replayable returns how to get the request's body again (nil: no body),
+// buffering it when the request has no GetBody. It closes req.Body when
+// it buffers it or fails.
+func (t *Transport) replayable(req *http.Request) (func() (io.ReadCloser, error), error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, nil
+	}
+	if req.GetBody != nil {
+		return req.GetBody, nil
+	}
+	limit := t.MaxBufferedBody
+	if limit <= 0 {
+		limit = DefaultMaxBufferedBody
+	}
+	if req.ContentLength > limit {
+		_ = req.Body.Close()
+		return nil, fmt.Errorf("%w: the body is %d bytes, over the %d-byte buffer, and the request has no GetBody", ErrBodyNotReplayable, req.ContentLength, limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(req.Body, limit+1))
+	_ = req.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("idemhttp: reading the request body: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: the body is over the %d-byte buffer and the request has no GetBody", ErrBodyNotReplayable, limit)
+	}
+	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, nil
+}
+
+// retryable decides whether an attempt's outcome is retried, and the
+// Retry-After it asked for.
+func (t *Transport) retryable(ctx context.Context, resp *http.Response, err error) (bool, time.Duration) {
+	if ctx.Err() != nil {
+		return false, 0 // the caller gave up
+	}
+	if err != nil {
+		return retryableError(err), 0
+	}
+	if strings.EqualFold(resp.Header.Get(ReplayedHeader), "true") {
+		return false, 0 // a recorded outcome: another attempt replays it again
+	}
+	retry := t.RetryStatus
+	if retry == nil {
+		retry = defaultRetryStatus
+	}
+	if !retry(resp.StatusCode) {
+		return false, 0
+	}
+	return true, retryAfter(resp.Header.Get("Retry-After"), time.Now())
+}
+
+func defaultRetryStatus(s int) bool {
+	switch s {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// retryableError: an error another attempt may not get. Errors are
+// retried unless they say that no attempt can succeed.
+func retryableError(err error) bool {
+	var (
+		cert    *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+		dns     *net.DNSError
+	)
+	switch {
+	case errors.Is(err, ErrBodyNotReplayable), errors.As(err, &cert), errors.As(err, &unknown),
+		errors.As(err, &host), errors.As(err, &invalid):
+		return false
+	case errors.As(err, &dns) && dns.IsNotFound:
+		return false
+	case strings.Contains(err.Error(), "unsupported protocol scheme"):
+		return false
+	}
+	return true
+}
+
+// retryAfter parses a Retry-After field: delay-seconds or an HTTP-date
+// (RFC 9110 section 10.2.3); 0 when absent, malformed or past.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(min(s, int64(24*time.Hour/time.Second))) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil && at.After(now) {
+		return at.Sub(now)
+	}
+	return 0
+}
+
+// backoff returns the wait after attempt n: MinBackoff doubled per attempt,
+// capped at MaxBackoff, of which a random half.
+func (t *Transport) backoff(n int) time.Duration {
+	lo, hi := orDefault(t.MinBackoff, DefaultMinBackoff), orDefault(t.MaxBackoff, DefaultMaxBackoff)
+	d := lo
+	for i := 1; i < n && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	return d/2 + mrand.N(d/2+1)
+}
+
+func orDefault[T int | time.Duration](v, d T) T {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+// cancelBody releases an attempt's timeout when its body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
