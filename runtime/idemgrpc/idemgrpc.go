@@ -10,45 +10,60 @@
 //	conn, err := grpc.NewClient(target, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor()))
 //
 // Server side: the key is the one value of the "idempotency-key" metadata
-// (see [Metadata]); the operation is the full method name; the fingerprint
-// is the SHA-256 of the method and the deterministic proto encoding of the
-// request (only digests are stored). The handler's response message is
-// stored (its full name and deterministic encoding) and replayed, with the
-// header metadata "idempotent-replayed: true"; so is an error status that
-// is not retryable (InvalidArgument, NotFound, ... with its details).
-// Retryable codes ([RetryableCodes]: Unavailable, ResourceExhausted,
-// Aborted, Internal, Unknown by default) release the key; DeadlineExceeded
-// and Canceled follow the runtime's rule (UNKNOWN: register a
-// runtime.NoQueryPolicy for the method to converge them); a panicking
+// (see [Metadata]); the operation is the full method name; the scope is
+// replaced by a fixed-size digest when it is over 255 bytes (a long SPIFFE
+// ID); the fingerprint is the SHA-256 of the method and the deterministic
+// proto encoding of the request (only digests are stored, unless the method
+// has a [Query]). The handler's response message is stored (its full name
+// and deterministic encoding) with the header metadata it set (less
+// [NeverStoredMetadata]) and replayed, with the header metadata
+// "idempotent-replayed: true". An error that leaves the outcome unknown (a
+// timeout or a cancellation anywhere in the error's tree, or a
+// DeadlineExceeded or Canceled status: runtime.Uncertain) is handed to the
+// runtime as it is and records UNKNOWN, whatever its code and the error
+// policy (register a [Query] or a runtime.NoQueryPolicy to converge it).
+// Other retryable codes ([RetryableCodes]: Unavailable, ResourceExhausted,
+// Aborted, Internal, Unknown by default) release the key. Any other status
+// is stored as a permanent failure (FAILED, the status with its details as
+// the failure's detail) and replayed; a status too large for the store loses
+// its details and then part of its message, never its code. A panicking
 // handler releases the key and the panic is re-raised (put a recovering
 // interceptor before this one: grpc-go does not recover panics).
 //
 // The interceptor's own errors carry an errdetails.ErrorInfo (domain
 // [Domain], reason one of the Reason constants) and, when a retry may
-// succeed, an errdetails.RetryInfo; their messages name no key, method or
-// internal error:
+// succeed, an errdetails.RetryInfo and the grpc-retry-pushback-ms trailer
+// that grpc-go's retry policy honours; their messages name no key, method
+// or internal error:
 //
 //	missing, repeated or invalid key  InvalidArgument     KEY_MISSING, KEY_INVALID
 //	key reused with another request   FailedPrecondition  KEY_REUSED
 //	call with the key in flight       Aborted + retry     IN_PROGRESS (after the runtime's MaxWait)
 //	outcome unknown, reconciling      Aborted + retry     OUTCOME_UNKNOWN
+//	failed for good, no stored status FailedPrecondition  FAILED (or the stored code, if a gRPC code name)
 //	succeeded, response not stored    AlreadyExists       RESPONSE_NOT_STORED (stable for the TTL)
+//	request too large to store        ResourceExhausted   REQUEST_TOO_LARGE (methods with a Query)
+//	stored outcome unreadable         Internal            RECORD_UNREADABLE
+//	the caller's deadline or cancel   DeadlineExceeded, Canceled (nothing logged)
 //	store outage                      Unavailable + retry STORE_UNAVAILABLE
 package idemgrpc
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -61,6 +76,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/idemkit/idem/internal/idname"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -83,6 +99,17 @@ const (
 	ReasonOutcomeUnknown    = "OUTCOME_UNKNOWN"
 	ReasonResponseNotStored = "RESPONSE_NOT_STORED"
 	ReasonStoreUnavailable  = "STORE_UNAVAILABLE"
+	// ReasonFailed: the call with this key failed for good (a record
+	// resolved as failed by hand or by a no-query policy, or a query's
+	// answer) and no status was stored for it; the ErrorInfo's metadata
+	// "code" carries the stored code, if any.
+	ReasonFailed = "FAILED"
+	// ReasonRequestTooLarge: the request is too large for the store to
+	// record (only a method with a [Query] stores its request).
+	ReasonRequestTooLarge = "REQUEST_TOO_LARGE"
+	// ReasonRecordUnreadable: the stored outcome cannot be read (a record
+	// resolved by hand in a wrong form); the server logs why.
+	ReasonRecordUnreadable = "RECORD_UNREADABLE"
 )
 
 // Option configures the server interceptor.
@@ -96,6 +123,12 @@ type config struct {
 	retryable func(codes.Code) bool
 	resolver  protoregistry.MessageTypeResolver
 	logger    *slog.Logger
+	drop      map[string]bool // header metadata keys never stored
+	// rawQueries and queryOpts are the [Query] options by full method;
+	// queries the same by operation, wrapped for runtime.Do.
+	rawQueries map[string]QueryFunc
+	queryOpts  map[string]runtime.QueryOptions
+	queries    map[string]runtime.QueryFunc[request, record]
 }
 
 // Metadata sets the metadata key carrying the idempotency key.
@@ -116,8 +149,10 @@ func Methods(f func(fullMethod string) bool) Option { return func(c *config) { c
 
 // RetryableCodes sets which handler error codes release the key so that a
 // retry runs the handler again (default: Unavailable, ResourceExhausted,
-// Aborted, Internal, Unknown). Other codes are stored and replayed, except
-// DeadlineExceeded and Canceled, which the runtime records as UNKNOWN.
+// Aborted, Internal, Unknown). Other codes are stored and replayed. An
+// error that leaves the outcome unknown (runtime.Uncertain: DeadlineExceeded,
+// Canceled, or a timeout wrapped in any code) records UNKNOWN whatever the
+// codes listed here.
 func RetryableCodes(cs ...codes.Code) Option {
 	return func(c *config) { c.retryable = func(code codes.Code) bool { return slices.Contains(cs, code) } }
 }
@@ -136,21 +171,76 @@ func Logger(l *slog.Logger) Option {
 	}
 }
 
-// request is what the fingerprint covers.
+// request is what the fingerprint covers (Method, MessageSz, SHA256), and,
+// for a method with a query, the message itself, for the query.
 type request struct {
 	Method    string `json:"method"`
 	MessageSz int    `json:"message_len"`
 	SHA256    string `json:"message_sha256"`
-}
-
-// record is a stored outcome: a response message or an error status.
-type record struct {
+	// Type and Message are stored only for a method with a [Query].
 	Type    string `json:"type,omitempty"`
 	Message []byte `json:"message,omitempty"`
-	Status  []byte `json:"status,omitempty"`
 }
 
-// UnaryServerInterceptor returns the server interceptor on rt.
+// record is a stored success: a response message (Type and Message, or
+// JSONMessage for a record resolved by hand in the documented JSON form),
+// the header metadata the handler set, or neither when the response was not
+// stored. Error statuses are stored as FAILED records (see statusFailure);
+// Status is read for records written before that.
+type record struct {
+	Type    string              `json:"type,omitempty"`
+	Message []byte              `json:"message,omitempty"`
+	Status  []byte              `json:"status,omitempty"`
+	Header  map[string][]string `json:"header,omitempty"`
+	// JSONMessage is Message in protojson, as `idemctl resolve -to success`
+	// writes it: {"type":"pkg.Reply","message":{...}}.
+	JSONMessage json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON reads a record in its stored form or in the documented form
+// for records resolved by hand, whose "message" is the response in protojson
+// rather than its binary encoding in base64.
+func (r *record) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Type    string              `json:"type"`
+		Message json.RawMessage     `json:"message"`
+		Status  []byte              `json:"status"`
+		Header  map[string][]string `json:"header"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return &recordError{err}
+	}
+	*r = record{Type: raw.Type, Status: raw.Status, Header: raw.Header}
+	msg := bytes.TrimSpace(raw.Message)
+	switch {
+	case len(msg) == 0 || string(msg) == "null":
+	case msg[0] == '"':
+		if err := json.Unmarshal(msg, &r.Message); err != nil {
+			return &recordError{fmt.Errorf("message: %w", err)}
+		}
+	case msg[0] == '{':
+		r.JSONMessage = msg
+	default:
+		return &recordError{errors.New(`"message" must be the response in protojson (an object) or its binary encoding in base64 (a string)`)}
+	}
+	if (r.Message != nil || r.JSONMessage != nil) && r.Type == "" {
+		return &recordError{errors.New(`a record with a "message" needs its "type", the message's full name`)}
+	}
+	return nil
+}
+
+// recordError is a stored record the interceptor cannot read: a record
+// resolved by hand in a wrong form, most likely.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string {
+	return "idemgrpc: the stored record cannot be read: " + e.err.Error()
+}
+func (e *recordError) Unwrap() error { return e.err }
+
+// UnaryServerInterceptor returns the server interceptor on rt. The queries
+// set with [Query] are registered on rt (runtime.Register) for the
+// reconciler.
 func UnaryServerInterceptor(rt *runtime.Runtime, opts ...Option) grpc.UnaryServerInterceptor {
 	cfg := &config{
 		metadata: DefaultMetadata, methods: func(string) bool { return true },
@@ -162,9 +252,20 @@ func UnaryServerInterceptor(rt *runtime.Runtime, opts ...Option) grpc.UnaryServe
 			return false
 		},
 		resolver: protoregistry.GlobalTypes, logger: slog.Default(),
+		drop: map[string]bool{}, queries: map[string]runtime.QueryFunc[request, record]{},
 	}
 	for _, o := range opts {
 		o(cfg)
+	}
+	for _, k := range NeverStoredMetadata() {
+		cfg.drop[k] = true
+	}
+	for m, q := range cfg.rawQueries {
+		rq := cfg.query(q)
+		cfg.queries[operation(m)] = rq
+		// Register fails only for an empty operation or a nil query, and
+		// neither can be here.
+		_ = runtime.Register(rt, operation(m), rq, cfg.queryOpts[m])
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		return serve(ctx, rt, cfg, req, info, handler)
@@ -179,15 +280,15 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	vals := md.Get(cfg.metadata)
 	switch {
 	case len(vals) == 0 && cfg.required:
-		return nil, errStatus(codes.InvalidArgument, ReasonKeyMissing, "this method needs an "+cfg.metadata+" metadata value", 0)
+		return nil, errStatus(ctx, codes.InvalidArgument, ReasonKeyMissing, "this method needs an "+cfg.metadata+" metadata value", 0)
 	case len(vals) == 0:
 		return handler(ctx, req)
 	case len(vals) > 1:
-		return nil, errStatus(codes.InvalidArgument, ReasonKeyInvalid, fmt.Sprintf("the call has %d %s values; send exactly one", len(vals), cfg.metadata), 0)
+		return nil, errStatus(ctx, codes.InvalidArgument, ReasonKeyInvalid, fmt.Sprintf("the call has %d %s values; send exactly one", len(vals), cfg.metadata), 0)
 	}
 	key := vals[0]
 	if runtime.ValidateKey(key) != nil {
-		return nil, errStatus(codes.InvalidArgument, ReasonKeyInvalid, "the "+cfg.metadata+" metadata must be 1 to 255 bytes of visible ASCII", 0)
+		return nil, errStatus(ctx, codes.InvalidArgument, ReasonKeyInvalid, "the "+cfg.metadata+" metadata must be 1 to 255 bytes of visible ASCII", 0)
 	}
 	msg, ok := req.(proto.Message)
 	if !ok {
@@ -197,27 +298,57 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, "the request cannot be encoded")
 	}
+	// The handler sees the scope as it is; the identity gets a fixed-size
+	// name for a scope over 255 bytes (a long SPIFFE ID), which is the
+	// server's business, not the client's error.
+	handlerCtx := ctx
 	if cfg.scope != nil {
-		ctx = runtime.WithScope(ctx, cfg.scope(ctx))
+		handlerCtx = runtime.WithScope(ctx, cfg.scope(ctx))
 	}
+	scope := runtime.ScopeFrom(handlerCtx)
+	ctx = runtime.WithScope(handlerCtx, idname.Fit(scope, runtime.MaxKeyLen))
 	sum := sha256.Sum256(append([]byte(info.FullMethod+"\x00"), b...))
+	rq := request{Method: info.FullMethod, MessageSz: len(b), SHA256: hex.EncodeToString(sum[:])}
+	// The fingerprint covers the digests only, whether or not the message
+	// is stored for a query.
+	fpBytes, err := rt.Codec().Marshal(rq)
+	if err != nil {
+		return nil, status.Error(codes.Internal, "the request cannot be encoded")
+	}
+	op := operation(info.FullMethod)
+	query := cfg.queries[op]
+	if query != nil {
+		rq.Type, rq.Message = string(msg.ProtoReflect().Descriptor().FullName()), b
+	}
 	var (
 		ran  bool
 		out  any
 		herr error
 		pnc  *panicked
+		hs   *headerStream
 	)
 	rec, err := runtime.Do(ctx, rt, runtime.Call[request, record]{
-		Operation: operation(info.FullMethod),
-		Key:       key,
-		Request:   request{Method: info.FullMethod, MessageSz: len(b), SHA256: hex.EncodeToString(sum[:])},
-		Effect: func(ctx context.Context, _ request) (record, error) {
+		Operation:   op,
+		Key:         key,
+		Request:     rq,
+		Fingerprint: runtime.Fingerprint(fpBytes),
+		Query:       query,
+		Effect: func(ectx context.Context, _ request) (record, error) {
 			ran = true
-			out, pnc, herr = callRecovering(ctx, handler, req)
+			ectx = runtime.WithScope(ectx, scope)
+			if ts := grpc.ServerTransportStreamFromContext(ectx); ts != nil {
+				hs = &headerStream{ServerTransportStream: ts}
+				ectx = grpc.NewContextWithServerTransportStream(ectx, hs)
+			}
+			out, pnc, herr = callRecovering(ectx, handler, req)
 			if pnc != nil {
 				return record{}, runtime.Retryable(handlerPanicked{})
 			}
-			return cfg.outcome(out, herr)
+			rec, err := cfg.outcome(out, herr)
+			if err == nil && hs != nil {
+				rec.Header = cfg.storedHeader(hs.header())
+			}
+			return rec, err
 		},
 	})
 	if ran { // this call ran the handler: its caller gets what it returned
@@ -226,47 +357,128 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 				"method", info.FullMethod, "panic", fmt.Sprint(pnc.value), "stack", string(pnc.stack))
 			panic(pnc.value)
 		}
-		var ce *codeError
-		if err != nil && !errors.As(err, &ce) && herr == nil {
+		if err != nil && herr == nil {
 			cfg.logger.WarnContext(ctx, "idemgrpc: the handler answered but its outcome was not recorded", "method", info.FullMethod, "err", err)
 		}
 		return out, herr
 	}
-	switch {
-	case err == nil:
+	if err == nil {
 		return cfg.replay(ctx, rec)
-	case errors.Is(err, runtime.ErrNotReplayable):
-		return nil, notStored()
-	case errors.Is(err, runtime.ErrInvalidKey):
-		return nil, errStatus(codes.InvalidArgument, ReasonKeyInvalid, "the idempotency key, or the scope it is used in, is not valid", 0)
-	case errors.Is(err, runtime.ErrKeyReused):
-		return nil, errStatus(codes.FailedPrecondition, ReasonKeyReused, "this idempotency key was used with another request", 0)
-	case errors.Is(err, runtime.ErrInProgress):
-		return nil, errStatus(codes.Aborted, ReasonInProgress, "a call with this idempotency key is still in progress; retry later", time.Second)
-	case errors.Is(err, runtime.ErrOutcomeUnknown):
-		return nil, errStatus(codes.Aborted, ReasonOutcomeUnknown, "an earlier call with this idempotency key may or may not have taken effect; it is being reconciled", 5*time.Second)
 	}
-	cfg.logger.ErrorContext(ctx, "idemgrpc: the idempotency store failed; answered Unavailable", "method", info.FullMethod, "err", err)
-	return nil, errStatus(codes.Unavailable, ReasonStoreUnavailable, "the idempotency store is unavailable; retry later", 2*time.Second)
+	return nil, cfg.answer(ctx, info.FullMethod, err)
 }
 
-// outcome maps the handler's result to the record to store, or to an error
-// that releases the key (retryable codes) or leaves it UNKNOWN (deadline,
-// cancellation).
+// answer maps an error of runtime.Do for a call that did not run the
+// handler to the status its caller gets. Every error Do returns has its
+// answer (see the table in docs/http.md); only what is left is a store
+// outage.
+func (cfg *config) answer(ctx context.Context, fullMethod string, err error) error {
+	var (
+		fe *runtime.FailedError
+		re *recordError
+	)
+	switch {
+	case errors.Is(err, runtime.ErrNotReplayable):
+		return notStored(ctx)
+	case errors.Is(err, runtime.ErrInvalidKey):
+		return errStatus(ctx, codes.InvalidArgument, ReasonKeyInvalid, "the idempotency key is not valid", 0)
+	case errors.Is(err, runtime.ErrKeyReused):
+		return errStatus(ctx, codes.FailedPrecondition, ReasonKeyReused, "this idempotency key was used with another request", 0)
+	case errors.Is(err, runtime.ErrInProgress), errors.Is(err, runtime.ErrLeaseLost):
+		// ErrLeaseLost: another worker took the call over while this one
+		// asked the query; it is in progress there.
+		return errStatus(ctx, codes.Aborted, ReasonInProgress, "a call with this idempotency key is still in progress; retry later", time.Second)
+	case errors.Is(err, runtime.ErrOutcomeUnknown):
+		return errStatus(ctx, codes.Aborted, ReasonOutcomeUnknown, "an earlier call with this idempotency key may or may not have taken effect; it is being reconciled", 5*time.Second)
+	case errors.As(err, &fe):
+		return cfg.failed(ctx, fe)
+	case errors.Is(err, runtime.ErrPermanent):
+		return cfg.failed(ctx, &runtime.FailedError{Message: "the call with this idempotency key failed"})
+	case errors.Is(err, runtime.ErrTooLarge):
+		return errStatus(ctx, codes.ResourceExhausted, ReasonRequestTooLarge, "the request is too large to record", 0)
+	case errors.As(err, &re):
+		cfg.logger.ErrorContext(ctx, "idemgrpc: the stored outcome cannot be read; answered Internal", "method", fullMethod, "err", err)
+		return errStatus(ctx, codes.Internal, ReasonRecordUnreadable, "the stored outcome of the call with this idempotency key cannot be read", 0)
+	case ctx.Err() != nil:
+		// The caller's own deadline passed, or it cancelled, while the
+		// runtime waited or read: its own status, and nothing to log.
+		cfg.logger.DebugContext(ctx, "idemgrpc: the call ended before its outcome was known", "method", fullMethod, "err", err)
+		return callerStatus(ctx)
+	}
+	cfg.logger.ErrorContext(ctx, "idemgrpc: the idempotency store failed; answered Unavailable", "method", fullMethod, "err", err)
+	return errStatus(ctx, codes.Unavailable, ReasonStoreUnavailable, "the idempotency store is unavailable; retry later", 2*time.Second)
+}
+
+// deadlineSlack is how close to its deadline a cancelled call counts as
+// past it: a client's expired deadline reaches the server as a
+// cancellation (RST_STREAM), which can come before the server's own copy of
+// the deadline, set when the call arrived, passes.
+const deadlineSlack = 100 * time.Millisecond
+
+// callerStatus is the status of a call whose context ended: DeadlineExceeded
+// when its deadline has passed or is within deadlineSlack, Canceled
+// otherwise.
+func callerStatus(ctx context.Context) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < deadlineSlack {
+		return status.Error(codes.DeadlineExceeded, "the call's deadline passed while it waited for the call in flight with its idempotency key")
+	}
+	return status.Error(codes.Canceled, "the call was canceled while it waited for the call in flight with its idempotency key")
+}
+
+// failed answers a call whose record is FAILED: the stored status when
+// there is one, else the stored code when it is a gRPC code name, else
+// FailedPrecondition with reason FAILED and the stored code in the
+// ErrorInfo's metadata.
+func (cfg *config) failed(ctx context.Context, fe *runtime.FailedError) error {
+	_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedMetadata, "true"))
+	if d := fe.Detail; len(d) > 0 {
+		sp := &spb.Status{}
+		if err := proto.Unmarshal(d, sp); err == nil && sp.GetCode() != int32(codes.OK) {
+			return status.ErrorProto(sp)
+		}
+	}
+	if c, ok := parseCode(fe.Code); ok {
+		return status.Error(c, fe.Message)
+	}
+	st := status.New(codes.FailedPrecondition, fe.Message)
+	info := &errdetails.ErrorInfo{Reason: ReasonFailed, Domain: Domain}
+	if fe.Code != "" {
+		info.Metadata = map[string]string{"code": fe.Code}
+	}
+	if withDetails, err := st.WithDetails(info); err == nil {
+		st = withDetails
+	}
+	return st.Err()
+}
+
+// parseCode reads a gRPC code name as statusFailure stores it
+// ("NOT_FOUND"); OK is not a failure.
+func parseCode(s string) (codes.Code, bool) {
+	if s == "" || strings.ContainsAny(s, `"\`) {
+		return 0, false
+	}
+	var c codes.Code
+	if err := c.UnmarshalJSON([]byte(`"` + s + `"`)); err != nil || c == codes.OK {
+		return 0, false
+	}
+	return c, true
+}
+
+// outcome maps the handler's result to the record to store, or to the
+// error the runtime classifies: an error that leaves the outcome unknown
+// (runtime.Uncertain: a timeout or a cancellation anywhere in its tree) as
+// it is, whatever its code, so the record is UNKNOWN; a retryable code
+// released; any other status stored as a permanent failure.
 func (cfg *config) outcome(out any, herr error) (record, error) {
 	if herr != nil {
-		st := status.Convert(herr)
-		switch {
-		case st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled:
+		if runtime.Uncertain(herr) {
 			return record{}, herr
-		case cfg.retryable(st.Code()):
-			return record{}, runtime.Retryable(&codeError{st.Code()})
 		}
-		b, err := proto.Marshal(st.Proto())
-		if err != nil {
-			return record{}, runtime.Retryable(&codeError{st.Code()})
+		st := status.Convert(herr)
+		if cfg.retryable(st.Code()) {
+			return record{}, runtime.Retryable(&codeError{st.Code(), herr})
 		}
-		return record{Status: b}, nil
+		return record{}, runtime.Permanent(&statusFailure{st})
 	}
 	m, ok := out.(proto.Message)
 	if !ok || m == nil {
@@ -281,8 +493,31 @@ func (cfg *config) outcome(out any, herr error) (record, error) {
 	return record{Type: string(m.ProtoReflect().Descriptor().FullName()), Message: b}, nil
 }
 
+// statusFailure is a handler's error status stored as a permanent failure:
+// its message and its code's name ("NOT_FOUND") as the record's message and
+// code, and the status itself (with its details) as the failure's detail
+// (runtime.Detailer). A status too large for the store loses its detail
+// first, then its message is shortened: duplicates still get the code.
+type statusFailure struct{ st *status.Status }
+
+var _ runtime.Detailer = (*statusFailure)(nil)
+
+func (e *statusFailure) Error() string     { return e.st.Message() }
+func (e *statusFailure) ErrorCode() string { return code.Code_name[int32(e.st.Code())] }
+
+// FailureDetail returns the encoded status (runtime.Detailer).
+func (e *statusFailure) FailureDetail() []byte {
+	b, err := proto.Marshal(e.st.Proto())
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 func (cfg *config) replay(ctx context.Context, rec record) (any, error) {
-	_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedMetadata, "true"))
+	md := cfg.storedHeader(rec.Header)
+	md.Set(ReplayedMetadata, "true")
+	_ = grpc.SetHeader(ctx, md)
 	if rec.Status != nil {
 		sp := &spb.Status{}
 		if err := proto.Unmarshal(rec.Status, sp); err != nil {
@@ -291,7 +526,7 @@ func (cfg *config) replay(ctx context.Context, rec record) (any, error) {
 		return nil, status.ErrorProto(sp)
 	}
 	if rec.Type == "" {
-		return nil, notStored()
+		return nil, notStored(ctx)
 	}
 	mt, err := cfg.resolver.FindMessageByName(protoreflect.FullName(rec.Type))
 	if err != nil {
@@ -299,23 +534,35 @@ func (cfg *config) replay(ctx context.Context, rec record) (any, error) {
 		return nil, status.Error(codes.Internal, "the stored response cannot be decoded")
 	}
 	m := mt.New().Interface()
-	if err := proto.Unmarshal(rec.Message, m); err != nil {
+	if rec.JSONMessage != nil {
+		err = cfg.protojson().Unmarshal(rec.JSONMessage, m)
+	} else {
+		err = proto.Unmarshal(rec.Message, m)
+	}
+	if err != nil {
+		cfg.logger.ErrorContext(ctx, "idemgrpc: the stored response cannot be decoded", "type", rec.Type, "err", err)
 		return nil, status.Error(codes.Internal, "the stored response cannot be decoded")
 	}
 	return m, nil
 }
 
-func notStored() error {
-	return errStatus(codes.AlreadyExists, ReasonResponseNotStored, "the call with this idempotency key succeeded; its response was not stored, so it cannot be replayed", 0)
+func notStored(ctx context.Context) error {
+	return errStatus(ctx, codes.AlreadyExists, ReasonResponseNotStored, "the call with this idempotency key succeeded; its response was not stored, so it cannot be replayed", 0)
 }
 
-// errStatus is an interceptor error: ErrorInfo, and RetryInfo when retry
-// is positive.
-func errStatus(c codes.Code, reason, msg string, retry time.Duration) error {
+// PushbackMetadata is the trailer through which grpc-go's retry policy
+// takes a server's retry advice, in milliseconds (gRFC A6); the interceptor
+// sends it with every RetryInfo.
+const PushbackMetadata = "grpc-retry-pushback-ms"
+
+// errStatus is an interceptor error: ErrorInfo, and when retry is positive
+// a RetryInfo and the grpc-retry-pushback-ms trailer.
+func errStatus(ctx context.Context, c codes.Code, reason, msg string, retry time.Duration) error {
 	st := status.New(c, msg)
 	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: Domain}}
 	if retry > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(retry)})
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackMetadata, strconv.FormatInt(retry.Milliseconds(), 10)))
 	}
 	if withDetails, err := st.WithDetails(details...); err == nil {
 		st = withDetails
@@ -324,18 +571,20 @@ func errStatus(c codes.Code, reason, msg string, retry time.Duration) error {
 }
 
 // operation is the full method name, or a fixed-size name derived from it
-// when it is not a valid operation (over 255 bytes, or not UTF-8).
+// when it is not a valid operation (over 255 bytes, not UTF-8, or with
+// control bytes).
 func operation(fullMethod string) string {
-	if len(fullMethod) <= runtime.MaxKeyLen && utf8.ValidString(fullMethod) && fullMethod != "" {
-		return fullMethod
-	}
-	sum := sha256.Sum256([]byte(fullMethod))
-	return strings.ToValidUTF8(fullMethod[:min(len(fullMethod), 64)], "") + "…#sha256:" + hex.EncodeToString(sum[:])
+	return idname.Fit(fullMethod, runtime.MaxKeyLen)
 }
 
-type codeError struct{ code codes.Code }
+// codeError is a retryable handler error: the key is released.
+type codeError struct {
+	code codes.Code
+	err  error
+}
 
 func (e *codeError) Error() string { return "handler answered " + e.code.String() }
+func (e *codeError) Unwrap() error { return e.err }
 
 // handlerPanicked is the effect's error when the handler panicked: the
 // key is released, and the panic re-raised once the record is.

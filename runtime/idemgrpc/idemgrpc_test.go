@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,12 +35,15 @@ const method = "/idemtest.Payments/Charge"
 // interceptor, serving one hand-written method on structpb messages.
 type fixture struct {
 	conn     *grpc.ClientConn
+	rt       *runtime.Runtime
+	served   chan error // what the interceptor chain below lossy answered, per call (buffered)
 	runs     atomic.Int32
 	attempts atomic.Int32 // calls that reached the server
 	keysSeen sync.Map     // key -> attempts
 	block    chan struct{}
 	caught   atomic.Value // panic value an outer interceptor recovered
 	loseOnce atomic.Bool  // drop the first successful response (Unavailable)
+	ledger   *sync.Map    // order -> charge, the downstream's own record (mode effect-then-timeout)
 }
 
 type setup struct {
@@ -47,6 +52,7 @@ type setup struct {
 	opts    []idemgrpc.Option
 	dial    []grpc.DialOption
 	loseOne bool
+	ledger  *sync.Map
 }
 
 func start(t *testing.T, s setup) *fixture {
@@ -55,7 +61,7 @@ func start(t *testing.T, s setup) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{block: make(chan struct{})}
+	f := &fixture{rt: rt, block: make(chan struct{}), served: make(chan error, 100), ledger: s.ledger}
 	f.loseOnce.Store(s.loseOne)
 	opts := append([]idemgrpc.Option{
 		idemgrpc.Required(true),
@@ -116,15 +122,40 @@ func (f *fixture) lossy(ctx context.Context, req any, info *grpc.UnaryServerInfo
 		n.(*atomic.Int32).Add(1)
 	}
 	resp, err := h(ctx, req)
+	select {
+	case f.served <- err:
+	default:
+	}
 	if err == nil && f.loseOnce.CompareAndSwap(true, false) {
 		return nil, status.Error(codes.Unavailable, "connection reset (simulated)")
 	}
 	return resp, err
 }
 
-func (f *fixture) charge(_ context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+func (f *fixture) charge(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
 	n := f.runs.Add(1)
 	switch in.Fields["mode"].GetStringValue() {
+	case "effect-then-timeout": // the charge is made, but its answer comes too late
+		charge, _ := structpb.NewStruct(map[string]any{"charge": fmt.Sprintf("ch_%d", n), "cents": in.Fields["cents"].GetNumberValue()})
+		f.ledger.Store(in.Fields["order"].GetStringValue(), charge)
+		return nil, fmt.Errorf("charging: %w", context.DeadlineExceeded)
+	case "wrapped-deadline": // the charge went out; its answer did not come back in time
+		return nil, fmt.Errorf("charging: %w", context.DeadlineExceeded)
+	case "url-timeout":
+		return nil, fmt.Errorf("charging: %w", &url.Error{Op: "Post", URL: "https://psp.example/charges", Err: os.ErrDeadlineExceeded})
+	case "wrapped-canceled":
+		return nil, fmt.Errorf("charging: %w", context.Canceled)
+	case "status-canceled":
+		return nil, status.Error(codes.Canceled, "the payment service canceled the call")
+	case "own-deadline": // waits for the caller's deadline, as a downstream call would
+		<-ctx.Done()
+		return nil, fmt.Errorf("charging: %w", ctx.Err())
+	case "header":
+		_ = grpc.SetHeader(ctx, metadata.Pairs("x-charge-id", fmt.Sprintf("ch_%d", n), "authorization", "Bearer secret", "set-cookie", "s=1"))
+	case "big-error":
+		return nil, status.Error(codes.InvalidArgument, "card rejected: "+strings.Repeat("x", 1<<20+1))
+	case "wait":
+		time.Sleep(time.Second)
 	case "unavailable-once":
 		if n == 1 {
 			return nil, status.Error(codes.Unavailable, "database down")
@@ -151,29 +182,32 @@ type call struct {
 	keys   []string
 	mode   string
 	cents  float64
+	order  string
 }
 
 type reply struct {
 	resp     *structpb.Struct
 	err      error
 	replayed bool
+	header   metadata.MD
+	trailer  metadata.MD
 }
 
 func (f *fixture) call(t *testing.T, ctx context.Context, c call, opts ...grpc.CallOption) reply {
 	t.Helper()
-	req, _ := structpb.NewStruct(map[string]any{"mode": c.mode, "cents": c.cents})
+	req, _ := structpb.NewStruct(map[string]any{"mode": c.mode, "cents": c.cents, "order": c.order})
 	md := metadata.Pairs("x-tenant", c.tenant)
 	for _, k := range c.keys {
 		md.Append(idemgrpc.DefaultMetadata, k)
 	}
 	ctx = metadata.NewOutgoingContext(ctx, md)
-	var hdr metadata.MD
+	var hdr, tr metadata.MD
 	resp := &structpb.Struct{}
-	err := f.conn.Invoke(ctx, method, req, resp, append(opts, grpc.Header(&hdr))...)
+	err := f.conn.Invoke(ctx, method, req, resp, append(opts, grpc.Header(&hdr), grpc.Trailer(&tr))...)
 	if err != nil {
 		resp = nil
 	}
-	return reply{resp, err, strings.Join(hdr.Get(idemgrpc.ReplayedMetadata), "") == "true"}
+	return reply{resp, err, strings.Join(hdr.Get(idemgrpc.ReplayedMetadata), "") == "true", hdr, tr}
 }
 
 // reason returns the ErrorInfo reason and whether a RetryInfo is attached.

@@ -16,29 +16,41 @@
 // key. A field that is empty, repeated, malformed or not 1 to 255 bytes of
 // visible ASCII is 400, whether the route requires a key or not.
 //
-// The operation is the method and the route pattern ("POST /charges/{id}"):
-// r.Pattern when the middleware sits inside a [http.ServeMux], or the pattern
-// the wrapped ServeMux would route to. Without a pattern it is the method
-// and the escaped path, or, for a long path, the method and a fixed-size
-// digest of it. The fingerprint covers the method, the path, the query and
-// the SHA-256 of the body: the same key with another fingerprint on the same
-// operation (another body, or another resource of the same route) is 422.
-// Only digests are stored, so the request's size never counts against the
-// store's record limit.
+// The operation is the method and the route pattern as the client sees the
+// route ("POST /charges/{id}"): the pattern of the wrapped [http.ServeMux]
+// or r.Pattern when the middleware sits inside one, with the prefix an
+// [http.StripPrefix] took off put back ("POST /refunds/{id}" for a
+// sub-mux's "POST /{id}" mounted at /refunds/), so that two mounted
+// sub-muxes never share identities. Without a pattern it is the method and
+// the escaped path as sent, or, for a long path, the method and a
+// fixed-size digest of it. A scope over 255 bytes is replaced by a digest
+// the same way. The fingerprint covers the method, the path and query as
+// sent, and the SHA-256 of the body: the same key with another fingerprint
+// on the same operation (another body, or another resource of the same
+// route) is 422. Only digests are stored (unless the route has a [Query]),
+// so the request's size never counts against the store's record limit.
 //
 // A duplicate of a request in flight waits up to the runtime's MaxWait,
 // then gets 409 with Retry-After. Responses with status 5xx, 408 and 429
-// release the key (see [RetryableStatus]); so does a panicking handler,
-// whose panic is then re-raised for net/http (or an outer recoverer) to
-// handle: the panic value is never sent to a client. A response too large
-// for the store, and a streamed one (the handler flushed, or hijacked the
-// connection), reaches the first client in full; the record says the
-// request succeeded without a response to replay, and duplicates get 410
-// Gone, stable for the record's TTL, without the handler running again.
+// release the key (see [RetryableStatus]), except those that leave the
+// outcome unknown: 504 (a downstream timed out) and a retryable status
+// written after the request's context ended record UNKNOWN, whatever the
+// runtime's error policy, so a retry never runs an effect that may have
+// happened (a [Query] or a runtime.NoQueryPolicy converges them). A
+// panicking handler releases the key; its panic is then re-raised for
+// net/http (or an outer recoverer) to handle: the panic value is never sent
+// to a client. A response too large for the store, and a streamed one (the
+// handler flushed, or hijacked the connection), reaches the first client in
+// full; the record says the request succeeded without a response to
+// replay, and duplicates get 410 Gone, stable for the record's TTL, without
+// the handler running again.
 //
 // Every error the middleware writes itself is an RFC 9457 problem
-// (application/problem+json) naming no operation, key or internal error;
-// a store outage is 503 with Retry-After. See docs/http.md.
+// (application/problem+json) naming no operation, key or internal error: a
+// request that failed for good (resolved as failed, by hand or by policy)
+// is 422 "failed" with the stored code and message; a store outage is 503
+// with Retry-After. docs/http.md has the answer to every error of
+// runtime.Do.
 package idemhttp
 
 import (
@@ -51,11 +63,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+	"time"
 
+	"github.com/idemkit/idem/internal/idname"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -84,6 +98,11 @@ type config struct {
 	allow       map[string]bool
 	logger      *slog.Logger
 	problemBase string
+	// rawQueries and queryOpts are the [Query] options by operation;
+	// queries the same, wrapped for runtime.Do.
+	rawQueries map[string]QueryFunc
+	queryOpts  map[string]runtime.QueryOptions
+	queries    map[string]runtime.QueryFunc[request, Response]
 }
 
 // Header sets the request header that carries the key.
@@ -99,7 +118,8 @@ func Required(required bool) Option { return func(c *config) { c.required = requ
 func Scope(f func(*http.Request) string) Option { return func(c *config) { c.scope = f } }
 
 // Operation sets how a request's operation is named; the default is the
-// method and the route pattern (see the package documentation). A name over
+// method and the route pattern as the client sees it (see the package
+// documentation). A name over
 // 255 bytes, or not UTF-8, is replaced by a fixed-size digest of it; it must
 // not be empty nor contain control bytes.
 func Operation(f func(*http.Request) string) Option { return func(c *config) { c.operation = f } }
@@ -110,7 +130,9 @@ func Operation(f func(*http.Request) string) Option { return func(c *config) { c
 func MaxBody(n int64) Option { return func(c *config) { c.maxBody = n } }
 
 // RetryableStatus sets which response statuses release the key so that a
-// retry runs the handler again (default: 5xx, 408, 429).
+// retry runs the handler again (default: 5xx, 408, 429). Of these, 504 and
+// any written after the request's context ended record UNKNOWN instead; a
+// status not listed is stored and replayed.
 func RetryableStatus(f func(status int) bool) Option { return func(c *config) { c.retryable = f } }
 
 // DropHeaders adds response headers that are never stored nor replayed, to
@@ -177,12 +199,15 @@ func (c *config) stored(name string) bool {
 }
 
 // request is what the fingerprint covers: digests only, so that the stored
-// request stays small whatever the body.
+// request stays small whatever the body. URL and Body are stored only for a
+// route with a [Query], for the query.
 type request struct {
 	Method     string `json:"method"`
 	Target     string `json:"target"`
 	BodyLen    int    `json:"body_len"`
 	BodySHA256 string `json:"body_sha256"`
+	URL        string `json:"url,omitempty"`
+	Body       []byte `json:"body,omitempty"`
 }
 
 // Response is a recorded HTTP response.
@@ -210,6 +235,14 @@ func Middleware(rt *runtime.Runtime, opts ...Option) func(http.Handler) http.Han
 	}
 	for _, n := range NeverStored() {
 		cfg.drop[http.CanonicalHeaderKey(n)] = true
+	}
+	cfg.queries = map[string]runtime.QueryFunc[request, Response]{}
+	for op, q := range cfg.rawQueries {
+		rq := cfg.query(q)
+		cfg.queries[op] = rq
+		// Register fails only for an empty operation or a nil query, and
+		// neither can be here.
+		_ = runtime.Register(rt, op, rq, cfg.queryOpts[op])
 	}
 	return func(next http.Handler) http.Handler {
 		return &middleware{rt: rt, cfg: cfg, next: next}
@@ -266,33 +299,50 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.problem(w, probBodyTooLarge, fmt.Sprintf("The request body is over %d bytes.", cfg.maxBody))
 		return
 	}
+	// The handler sees the scope as it is; the identity gets a fixed-size
+	// name for a scope over 255 bytes (a long SPIFFE ID), which is the
+	// server's business, not the client's error.
 	ctx := r.Context()
 	if cfg.scope != nil {
 		ctx = runtime.WithScope(ctx, cfg.scope(r))
 	}
+	scope := runtime.ScopeFrom(ctx)
+	ctx = runtime.WithScope(ctx, idname.Fit(scope, runtime.MaxKeyLen))
+	origPath, origQuery := original(r)
+	target := origPath
+	if origQuery != "" {
+		target += "?" + origQuery
+	}
 	sum := sha256.Sum256(body)
-	target := r.URL.EscapedPath()
-	if r.URL.RawQuery != "" {
-		target += "?" + r.URL.RawQuery
+	rq := request{Method: r.Method, Target: idname.Fit(target, 1024), BodyLen: len(body), BodySHA256: hex.EncodeToString(sum[:])}
+	// The fingerprint covers the digests only, whether or not the request
+	// is stored for a query.
+	fpBytes, err := m.rt.Codec().Marshal(rq)
+	if err != nil {
+		m.answer(w, r, err)
+		return
+	}
+	op := m.operationOf(r, origPath)
+	query := cfg.queries[op]
+	if query != nil {
+		rq.URL, rq.Body = target, body
 	}
 	var rw *writer // set when the handler ran in this request
 	var handlerPanic *panicked
 	resp, err := runtime.Do(ctx, m.rt, runtime.Call[request, Response]{
-		Operation: m.operationOf(r),
-		Key:       key,
-		Request:   request{Method: r.Method, Target: digestIfLong(target, 1024), BodyLen: len(body), BodySHA256: hex.EncodeToString(sum[:])},
+		Operation:   op,
+		Key:         key,
+		Request:     rq,
+		Fingerprint: runtime.Fingerprint(fpBytes),
+		Query:       query,
 		Effect: func(ctx context.Context, _ request) (Response, error) {
 			rw = &writer{w: w, header: http.Header{}, status: http.StatusOK}
-			r2 := r.WithContext(ctx)
+			r2 := r.WithContext(runtime.WithScope(ctx, scope))
 			r2.Body = io.NopCloser(bytes.NewReader(body))
 			if handlerPanic = serveRecovering(m.next, rw, r2); handlerPanic != nil {
 				return Response{}, runtime.Retryable(handlerPanicked{})
 			}
-			resp := rw.response(cfg)
-			if cfg.retryable(resp.Status) {
-				return resp, runtime.Retryable(&statusError{resp.Status})
-			}
-			return resp, nil
+			return cfg.outcome(ctx, rw.response(cfg))
 		},
 	})
 	if rw != nil { // this request ran the handler: its client gets what it wrote
@@ -304,28 +354,105 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.problem(w, probNotReplayable, "The request with this key succeeded; its response was streamed and is not stored, so it cannot be replayed.")
 	case err == nil:
 		writeResponse(w, resp)
+	default:
+		m.answer(w, r, err)
+	}
+}
+
+// outcome maps the response a handler wrote to what the runtime records.
+// A retryable status (see [RetryableStatus]) that says the outcome is
+// unknown is UNKNOWN, whatever the runtime's error policy: 504 (a
+// downstream timed out: the effect may have happened), or any retryable
+// status written after the request's context ended (the handler gave up
+// waiting on something that may have acted). Other retryable statuses
+// release the key; everything else is stored and replayed.
+func (cfg *config) outcome(ctx context.Context, resp Response) (Response, error) {
+	switch {
+	case !cfg.retryable(resp.Status):
+		return resp, nil
+	case ctx.Err() != nil:
+		return resp, &uncertainStatus{resp.Status, []error{ctx.Err(), context.Cause(ctx)}}
+	case resp.Status == http.StatusGatewayTimeout:
+		return resp, &uncertainStatus{resp.Status, []error{errGatewayTimeout}}
+	}
+	return resp, runtime.Retryable(&statusError{resp.Status})
+}
+
+// answer maps an error of runtime.Do for a request that did not run the
+// handler to the problem its client gets. Every error Do returns has its
+// answer (see the table in docs/http.md); only what is left is a store
+// outage.
+func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		fe *runtime.FailedError
+		re *recordError
+	)
+	ctx := r.Context()
+	switch {
 	case errors.Is(err, runtime.ErrNotReplayable):
 		m.problem(w, probNotReplayable, "The request with this key succeeded; its response was too large to store, so it cannot be replayed.")
 	case errors.Is(err, runtime.ErrInvalidKey):
-		m.problem(w, probKeyInvalid, "The idempotency key, or the scope or route it is used on, is not valid.")
+		m.problem(w, probKeyInvalid, "The idempotency key is not valid.")
 	case errors.Is(err, runtime.ErrKeyReused):
 		m.problem(w, probKeyReused, "This idempotency key was used with another request (method, resource or body).")
-	case errors.Is(err, runtime.ErrInProgress):
+	case errors.Is(err, runtime.ErrInProgress), errors.Is(err, runtime.ErrLeaseLost):
+		// ErrLeaseLost: another worker took the request over while this
+		// one asked the query; it is in progress there.
 		m.problem(w, probInProgress, "A request with this key is still being processed; retry later.")
 	case errors.Is(err, runtime.ErrOutcomeUnknown):
 		m.problem(w, probOutcomeUnknown, "An earlier request with this key may or may not have taken effect; it is being reconciled. Retry later.")
+	case errors.As(err, &fe):
+		m.failed(w, fe.Code, fe.Message)
+	case errors.Is(err, runtime.ErrPermanent):
+		m.failed(w, "", "The request with this key failed.")
 	case errors.Is(err, runtime.ErrTooLarge):
 		m.problem(w, probBodyTooLarge, "The request is too large to record.")
+	case errors.As(err, &re):
+		m.cfg.logger.ErrorContext(ctx, "idemhttp: the stored outcome cannot be read; answered 500", "method", r.Method, "target", r.URL.RequestURI(), "err", err)
+		m.problem(w, probRecordUnreadable, "The stored outcome of the request with this key cannot be read.")
+	case ctx.Err() != nil:
+		// The request's own deadline passed, or it was cancelled, while
+		// the runtime waited or read: nothing to log.
+		m.cfg.logger.DebugContext(ctx, "idemhttp: the request ended before its outcome was known", "method", r.Method, "err", err)
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			m.problem(w, probTimeout, "The request's deadline passed while it waited for the request in flight with this key.")
+			return
+		}
+		m.problem(w, probCanceled, "The request was canceled while it waited for the request in flight with this key.")
 	default:
-		m.cfg.logger.ErrorContext(ctx, "idemhttp: the idempotency store failed; answered 503", "method", r.Method, "target", target, "err", err)
+		m.cfg.logger.ErrorContext(ctx, "idemhttp: the idempotency store failed; answered 503", "method", r.Method, "target", r.URL.RequestURI(), "err", err)
 		m.problem(w, probStoreUnavailable, "The idempotency store is unavailable; retry later.")
 	}
 }
 
+// uncertainStatus is a response that leaves the outcome unknown (see
+// config.outcome). It unwraps to the context's error and cause, or to
+// errGatewayTimeout: runtime.Uncertain, so the record is UNKNOWN.
+type uncertainStatus struct {
+	status int
+	causes []error
+}
+
+func (e *uncertainStatus) Error() string {
+	return "handler answered " + strconv.Itoa(e.status) + ": " + errors.Join(e.causes...).Error()
+}
+func (e *uncertainStatus) Unwrap() []error { return e.causes }
+
+// errGatewayTimeout is the cause of a 504: a downstream timed out.
+var errGatewayTimeout error = gatewayTimeout{}
+
+type gatewayTimeout struct{}
+
+func (gatewayTimeout) Error() string { return "a downstream timed out (504)" }
+func (gatewayTimeout) Timeout() bool { return true }
+
 // finish answers the client whose request ran the handler.
 func (m *middleware) finish(w http.ResponseWriter, r *http.Request, rw *writer, p *panicked, err error) {
-	var se *statusError
-	if err != nil && p == nil && !errors.As(err, &se) {
+	var (
+		se *statusError
+		us *uncertainStatus
+	)
+	if err != nil && p == nil && !errors.As(err, &se) && !errors.As(err, &us) {
 		// The handler ran and answered: its client gets the answer, whatever
 		// became of the record (the runtime logged what it could not write).
 		m.cfg.logger.WarnContext(r.Context(), "idemhttp: the handler answered but its outcome was not recorded", "method", r.Method, "err", err)
@@ -360,36 +487,91 @@ func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (p 
 }
 
 // operationOf names the operation of r (see the package documentation).
-func (m *middleware) operationOf(r *http.Request) string {
+// origPath is the escaped path as the client sent it.
+func (m *middleware) operationOf(r *http.Request, origPath string) string {
 	if m.cfg.operation != nil {
-		return digestIfLong(m.cfg.operation(r), runtime.MaxKeyLen)
+		return idname.Fit(m.cfg.operation(r), runtime.MaxKeyLen)
 	}
-	pattern := r.Pattern
+	// The wrapped mux's pattern, when there is one, is matched against the
+	// path the middleware sees; r.Pattern was set by a mux outside, which
+	// saw either the same path or, through http.StripPrefix, a longer one.
+	pattern := ""
+	if mux, ok := m.next.(interface {
+		Handler(*http.Request) (http.Handler, string)
+	}); ok {
+		_, pattern = mux.Handler(r)
+	}
 	if pattern == "" {
-		if mux, ok := m.next.(interface {
-			Handler(*http.Request) (http.Handler, string)
-		}); ok {
-			_, pattern = mux.Handler(r)
-		}
+		pattern = r.Pattern
 	}
 	if pattern == "" {
-		return r.Method + " " + digestIfLong(r.URL.EscapedPath(), 128)
+		return r.Method + " " + idname.Fit(origPath, 128)
 	}
-	if !strings.ContainsAny(pattern, " \t") { // a pattern without a method
-		pattern = r.Method + " " + pattern
+	method, rest, ok := strings.Cut(pattern, " ")
+	if !ok {
+		method, rest = r.Method, pattern // a pattern without a method
+	} else {
+		rest = strings.TrimLeft(rest, " \t")
 	}
-	return digestIfLong(pattern, runtime.MaxKeyLen)
+	host, path := rest, ""
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		host, path = rest[:i], rest[i:]
+	}
+	cur := r.URL.EscapedPath()
+	switch {
+	case cur == origPath || matches(path, origPath):
+		// No prefix was stripped, or the pattern is an outer mux's.
+	case strings.HasSuffix(origPath, cur) && matches(path, cur):
+		// Mounted under a prefix (http.StripPrefix): the operation is the
+		// route as the client sees it, "POST /refunds/{id}".
+		path = strings.TrimSuffix(origPath, cur) + path
+	default:
+		// The path was rewritten some other way: the pattern alone would
+		// name two different routes alike, so the client's path goes in.
+		return idname.Fit(method+" "+host+path+" at "+origPath, runtime.MaxKeyLen)
+	}
+	return idname.Fit(method+" "+host+path, runtime.MaxKeyLen)
 }
 
-// digestIfLong returns s when it is at most n bytes of valid UTF-8, and a
-// fixed-size name derived from it otherwise: its first 64 bytes and its
-// SHA-256.
-func digestIfLong(s string, n int) string {
-	if len(s) <= n && utf8.ValidString(s) {
-		return s
+// matches reports whether the path of a ServeMux pattern could have
+// matched path: segment by segment, "{name}" matching any one segment,
+// "{name...}" and a trailing slash the rest, "{$}" the end.
+func matches(pattern, path string) bool {
+	if pattern == "" {
+		return false
 	}
-	sum := sha256.Sum256([]byte(s))
-	return strings.ToValidUTF8(s[:min(len(s), 64)], "") + "…#sha256:" + hex.EncodeToString(sum[:])
+	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
+	for i, p := range ps {
+		switch {
+		case p == "{$}":
+			return i == len(xs)-1 && xs[i] == ""
+		case strings.HasPrefix(p, "{") && strings.HasSuffix(p, "...}"):
+			return i < len(xs)
+		case i == len(ps)-1 && p == "":
+			return i < len(xs) // a trailing slash: a prefix
+		case i >= len(xs):
+			return false
+		case strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}"):
+			if xs[i] == "" {
+				return false
+			}
+		case p != xs[i]:
+			return false
+		}
+	}
+	return len(xs) == len(ps)
+}
+
+// original returns the escaped path and the query of r as the client sent
+// them (r.RequestURI), before any http.StripPrefix; r.URL's when r has no
+// RequestURI (a request built in a test).
+func original(r *http.Request) (path, query string) {
+	if r.RequestURI != "" {
+		if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
+			return u.EscapedPath(), u.RawQuery
+		}
+	}
+	return r.URL.EscapedPath(), r.URL.RawQuery
 }
 
 // parseKey reads the key from a header field: an sf-string (RFC 8941

@@ -1,0 +1,42 @@
+// Package idname makes names the adapters derive from requests (scopes,
+// operations) fit the runtime's identity rules: at most a given number of
+// bytes of UTF-8 without control bytes. A name that does not fit is replaced
+// by a fixed-size one derived from it, so that a long or odd name is the
+// server's business, never the client's error.
+package idname
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"unicode/utf8"
+)
+
+// Fit returns s when it is at most n bytes of valid UTF-8 without control
+// bytes, and otherwise a fixed-size name derived from it: its first 64 bytes
+// (control bytes and invalid UTF-8 removed) and its SHA-256, at most 139
+// bytes. Two different names never share a derived one (short of a SHA-256
+// collision), and a derived name is never a name that fits: it has the
+// "…#sha256:" marker and 64 hex digits where names that fit rarely do.
+func Fit(s string, n int) string {
+	if len(s) <= n && utf8.ValidString(s) && !hasControl(s) {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	prefix := strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(s[:min(len(s), 64)], ""))
+	return prefix + "…#sha256:" + hex.EncodeToString(sum[:])
+}
+
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
+}

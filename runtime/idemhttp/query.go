@@ -1,0 +1,146 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/idemkit/idem/runtime"
+)
+
+// StoredRequest is what is stored of a request on a route with a [Query]:
+// its method, its target (path and query) as the client sent it, and its
+// body.
+type StoredRequest struct {
+	Method string
+	Target string
+	Body   []byte
+}
+
+// QueryFunc answers "did the request happen?" for a route: the response
+// to record (with runtime.OutcomeSucceeded), runtime.OutcomeFailed with the
+// failure (answered as problem "failed"), runtime.OutcomeNotHappened, or
+// runtime.OutcomeUnknown. ctx carries the attempt (runtime.FencingToken,
+// runtime.DownstreamKeyFrom) as it does for the handler.
+type QueryFunc func(ctx context.Context, req StoredRequest) (Response, runtime.Outcome, error)
+
+// Query registers q as the "did it happen?" query of the route whose
+// operation is operation ("POST /charges/{id}", the method and the pattern
+// as the client sees the route, prefix included: see the package
+// documentation), as runtime.Register does for runtime.Do. A duplicate that
+// finds the request's record UNKNOWN (the handler answered 504, say), or
+// taken over from a worker that died, asks q instead of answering
+// outcome-unknown, and a reconciler on the runtime converges the route's
+// records with it. The middleware then stores each request's target and
+// body with its record (only on routes with a query), so the body counts
+// against the store's record limit (413 beyond it). A nil q removes the
+// route's query.
+func Query(operation string, q QueryFunc, opts runtime.QueryOptions) Option {
+	return func(c *config) {
+		if c.rawQueries == nil {
+			c.rawQueries, c.queryOpts = map[string]QueryFunc{}, map[string]runtime.QueryOptions{}
+		}
+		if q == nil || operation == "" {
+			delete(c.rawQueries, operation)
+			return
+		}
+		c.rawQueries[operation], c.queryOpts[operation] = q, opts
+	}
+}
+
+func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, Response] {
+	return func(ctx context.Context, rq request) (Response, runtime.Outcome, error) {
+		if rq.URL == "" {
+			return Response{}, runtime.OutcomeUnknown, errors.New("idemhttp: the request was not stored (the query was registered after it)")
+		}
+		resp, o, err := q(ctx, StoredRequest{Method: rq.Method, Target: rq.URL, Body: rq.Body})
+		if o == runtime.OutcomeSucceeded {
+			if resp.Status < 100 || resp.Status > 999 {
+				return Response{}, runtime.OutcomeUnknown, fmt.Errorf("idemhttp: the query answered status %d", resp.Status)
+			}
+			h := http.Header{}
+			for k, vs := range resp.Header {
+				if k = http.CanonicalHeaderKey(k); cfg.stored(k) {
+					h[k] = vs
+				}
+			}
+			resp.Header = h
+		}
+		return resp, o, err
+	}
+}
+
+// UnmarshalJSON reads a Response in its stored form or in the documented
+// form of a record resolved by hand (`idemctl resolve -to success`):
+//
+//	{"status": 201, "headers": {"Content-Type": "application/json"}, "body": {"charge": "ch_1"}}
+//
+// "header" or "headers" maps names to a value or a list of values; "body"
+// is the body's bytes in base64 when it is a string (the stored form) and
+// the JSON body itself otherwise (an object, an array, a number, true,
+// false); "body_text" is a text body as it is.
+func (r *Response) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Status   *int                       `json:"status"`
+		Header   map[string]json.RawMessage `json:"header"`
+		Headers  map[string]json.RawMessage `json:"headers"`
+		Body     json.RawMessage            `json:"body"`
+		BodyText *string                    `json:"body_text"`
+		Streamed bool                       `json:"streamed"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return &recordError{err}
+	}
+	if raw.Status == nil || *raw.Status < 100 || *raw.Status > 999 {
+		return &recordError{errors.New(`"status" must be an HTTP status, 100 to 999`)}
+	}
+	*r = Response{Status: *raw.Status, Streamed: raw.Streamed}
+	if raw.Header != nil || raw.Headers != nil {
+		r.Header = http.Header{}
+	}
+	for _, hs := range []map[string]json.RawMessage{raw.Header, raw.Headers} {
+		for k, v := range hs {
+			var one string
+			var many []string
+			switch {
+			case json.Unmarshal(v, &one) == nil:
+				r.Header[http.CanonicalHeaderKey(k)] = append(r.Header[http.CanonicalHeaderKey(k)], one)
+			case json.Unmarshal(v, &many) == nil:
+				r.Header[http.CanonicalHeaderKey(k)] = append(r.Header[http.CanonicalHeaderKey(k)], many...)
+			default:
+				return &recordError{fmt.Errorf("header %q must be a string or a list of strings", k)}
+			}
+		}
+	}
+	body := bytes.TrimSpace(raw.Body)
+	switch {
+	case raw.BodyText != nil && len(body) > 0 && string(body) != "null":
+		return &recordError{errors.New(`give "body" or "body_text", not both`)}
+	case raw.BodyText != nil:
+		r.Body = []byte(*raw.BodyText)
+	case len(body) == 0 || string(body) == "null":
+	case body[0] == '"':
+		if err := json.Unmarshal(body, &r.Body); err != nil {
+			return &recordError{fmt.Errorf(`"body" as a string is the body in base64: %w`, err)}
+		}
+	default:
+		var c bytes.Buffer
+		if err := json.Compact(&c, body); err != nil {
+			return &recordError{err}
+		}
+		r.Body = c.Bytes()
+	}
+	return nil
+}
+
+// recordError is a stored record the middleware cannot read: a record
+// resolved by hand in a wrong form, most likely.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string {
+	return "idemhttp: the stored record cannot be read: " + e.err.Error()
+}
+func (e *recordError) Unwrap() error { return e.err }
