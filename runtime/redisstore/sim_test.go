@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idem/runtime/redisstore"
 	"github.com/idemkit/idem/runtime/storetest/sim"
+	"github.com/idemkit/idem/runtime/storetest/sim/doors"
 )
 
 // TestSimulation runs the fault-injecting simulation on Redis, standalone
@@ -29,6 +30,32 @@ func TestSimulation(t *testing.T) {
 				s := newStore(t, c, redisstore.WithPrefix(testPrefix(t)), redisstore.WithMaxRecordBytes(limit))
 				sim.Run(t, sim.Config{Name: "redisstore-" + tc.name, Store: s, Seed: seed, Requests: 140, RecordLimit: limit})
 			})
+		})
+	}
+}
+
+// TestSimDoors drives every entry point but DoTx (runtime.Do, a generated
+// wrapper, idemhttp, idemgrpc) on Redis, standalone and Cluster, with the
+// doors' faults.
+func TestSimDoors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client func(t testing.TB) redis.UniversalClient
+	}{
+		{"standalone", func(t testing.TB) redis.UniversalClient { return standaloneClient(t) }},
+		{"cluster", func(t testing.TB) redis.UniversalClient { return clusterClient(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.client(t)
+			for _, door := range doors.Doors(false) {
+				t.Run(door, func(t *testing.T) {
+					sim.Runs(t, 1, func(t *testing.T, seed uint64) {
+						const limit = 1024
+						s := newStore(t, c, redisstore.WithPrefix(testPrefix(t)), redisstore.WithMaxRecordBytes(limit))
+						doors.Run(t, door, doors.Config{Name: "redisstore-" + tc.name, Store: s, Seed: seed, RecordLimit: limit})
+					})
+				})
+			}
 		})
 	}
 }
