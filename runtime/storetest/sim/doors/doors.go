@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -45,6 +46,10 @@ func Doors(tx bool) []string {
 	}
 	return d
 }
+
+// TrailVar, when set, makes a run log the events of every identity whose
+// name contains its value ("all": every identity), violations or not.
+const TrailVar = "IDEM_DOORS_TRAIL"
 
 // Config describes one run of one door.
 type Config struct {
@@ -340,6 +345,15 @@ func Run(t testing.TB, doorName string, cfg Config) Report {
 		}
 		t.Errorf("doors %s/%s seed %d: %d violations by invariant: %v (replay with IDEM_SIM_SEED=%d)", cfg.Name, doorName, cfg.Seed, len(rep.Violations), kinds, cfg.Seed)
 	}
+	if v := os.Getenv(TrailVar); v != "" {
+		r.mu.Lock()
+		for ident, tr := range r.trail {
+			if strings.Contains(ident, v) || v == "all" {
+				t.Logf("trail of %s:\n    %s", ident, strings.Join(tr, "\n    "))
+			}
+		}
+		r.mu.Unlock()
+	}
 	shown := map[string]int{}
 	for _, v := range rep.Violations {
 		if shown[v.Invariant]++; shown[v.Invariant] > 2 {
@@ -405,7 +419,7 @@ func (r *run) schedule() {
 		rq := &request{id: i, route: route, key: fmt.Sprintf("k%03d", k),
 			req: simpay.Request{Amount: int64(100 + k), Large: large[k]}}
 		rq.req.Key = rq.key
-		if rng.IntN(100) < 8 {
+		if rng.IntN(100) < 4 {
 			rq.req.Amount++ // the key reused with another payload
 			rq.req.Large = false
 		}

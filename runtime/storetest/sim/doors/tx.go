@@ -79,6 +79,11 @@ func (x *txDoor) call(ctx context.Context, dl *delivery) answer {
 			r.note(ident, "DoTx effect runs for delivery %d (%s)", dl.id, dl.plan.mode)
 			switch dl.plan.mode {
 			case mPermanent:
+				// Declines a while in, so that duplicates block on the
+				// claim row meanwhile.
+				if err := sleepCtx(ctx, r.cfg.Lease/5); err != nil {
+					return simpay.Receipt{}, err
+				}
 				return simpay.Receipt{}, runtime.Permanent(fmt.Errorf("%w: %s", errDeclined, failurePage()))
 			case mSlow:
 				if err := sleepCtx(ctx, r.cfg.Lease*6/10); err != nil {
@@ -91,6 +96,7 @@ func (x *txDoor) call(ctx context.Context, dl *delivery) answer {
 		},
 	})
 	a := classifyRuntime(ctx, rc, err)
+	r.note(ident, "delivery %d: DoTx returned (its effect ran: %v): %s %s", dl.id, ran, a.kind, short(a.detail))
 	// The caller holds its transaction open a while: duplicates block on
 	// the claim row meanwhile.
 	time.Sleep(r.cfg.Lease / 4)
