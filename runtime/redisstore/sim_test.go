@@ -46,6 +46,7 @@ func TestSimDoors(t *testing.T) {
 		{"cluster", func(t testing.TB) redis.UniversalClient { return clusterClient(t) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := tc.client(t)
 			for _, door := range doors.Doors(false) {
 				t.Run(door, func(t *testing.T) {

@@ -229,6 +229,8 @@ type delivery struct {
 	// storeFault: a store fault was injected on the delivery's identity
 	// while it ran (an outage answer may then be honest).
 	storeFault bool
+	// errorLogs are the ERROR records the adapter logged for it.
+	errorLogs  []string
 	start, end time.Time
 }
 
@@ -823,6 +825,11 @@ func (r *run) check() {
 				if len(effs) > 0 && d.req.req.Amount == effsAmount(effs) {
 					r.violate("no failure for a success", ident, "delivery %d was told the call failed (%s) but the downstream applied %v", d.id, short(a.detail), receipts(effs))
 				}
+			}
+			if len(d.errorLogs) > 0 && !d.storeFault {
+				r.violate("no ERROR log while the store is healthy", ident, "the adapter logged at ERROR for delivery %d (%s, deadline %v): %s", d.id, d.plan.mode, d.plan.deadline, short(d.errorLogs[0]))
+			}
+			switch a.kind {
 			case ansOutage:
 				if !d.storeFault {
 					r.violate("no outage answer while the store is healthy", ident, "delivery %d (%s, deadline %v) was told the store is unavailable: %s", d.id, d.plan.mode, d.plan.deadline, short(a.detail))

@@ -43,7 +43,7 @@ func (g *grpcDoor) setup(r *run) error {
 	g.r = r
 	for _, rt := range r.workers {
 		srv := grpc.NewServer(grpc.ChainUnaryInterceptor(g.lossy,
-			idemgrpc.UnaryServerInterceptor(rt, idemgrpc.Required(true), idemgrpc.Logger(slog.New(slog.DiscardHandler)),
+			idemgrpc.UnaryServerInterceptor(rt, idemgrpc.Required(true), idemgrpc.Logger(slog.New(&errorLog{r: r})),
 				idemgrpc.Scope(func(context.Context) string { return r.scope }))))
 		var methods []grpc.MethodDesc
 		for route, full := range grpcMethods {

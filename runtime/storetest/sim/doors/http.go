@@ -38,7 +38,7 @@ func (h *httpDoor) setup(r *run) error {
 	h.r = r
 	h.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	for _, rt := range r.workers {
-		mw := idemhttp.Middleware(rt, idemhttp.Logger(slog.New(slog.DiscardHandler)),
+		mw := idemhttp.Middleware(rt, idemhttp.Logger(slog.New(&errorLog{r: r})),
 			idemhttp.Scope(func(*http.Request) string { return r.scope }))
 		sub := func(route int) http.Handler {
 			m := http.NewServeMux()
@@ -53,7 +53,14 @@ func (h *httpDoor) setup(r *run) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: outer, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+		// The delivery's id, for the logger.
+		top := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if id, err := strconv.Atoi(req.Header.Get("X-Sim-Delivery")); err == nil {
+				req = req.WithContext(context.WithValue(req.Context(), deliveryKey{}, id))
+			}
+			outer.ServeHTTP(w, req)
+		})
+		srv := &http.Server{Handler: top, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
 		go func() { _ = srv.Serve(lis) }()
 		h.servers = append(h.servers, srv)
 		h.addrs = append(h.addrs, "http://"+lis.Addr().String())
