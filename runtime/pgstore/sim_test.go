@@ -31,12 +31,14 @@ func TestSimulation(t *testing.T) {
 // generated wrapper, idemhttp, idemgrpc, DoTx in concurrent caller
 // transactions) with the doors' faults, and then runtime.Do and the
 // generated wrapper again in group-commit mode with failing batches
-// (TestSimDoors/groupcommit-<door>): run it under -race.
+// (TestSimDoors/groupcommit-<door>): run it under -race. The doors run in
+// parallel, except the two runs of the generated wrapper.
 func TestSimDoors(t *testing.T) {
 	p := testPool(t)
 	const limit = 1024
 	for _, door := range doors.Doors(true) {
 		t.Run(door, func(t *testing.T) {
+			t.Parallel()
 			sim.Runs(t, 1, func(t *testing.T, seed uint64) {
 				doors.Run(t, door, doors.Config{Name: "pgstore", Store: pgstore.New(p, pgstore.WithMaxRecordBytes(limit)),
 					Seed: seed, RecordLimit: limit, Pool: p})
@@ -45,6 +47,11 @@ func TestSimDoors(t *testing.T) {
 	}
 	for _, door := range []string{doors.DoorDo, doors.DoorGenerated} {
 		t.Run("groupcommit-"+door, func(t *testing.T) {
+			// Not in parallel with the other generated-wrapper run (see
+			// doors.Doors): it runs first, the parallel ones after.
+			if door != doors.DoorGenerated {
+				t.Parallel()
+			}
 			sim.Runs(t, 1, func(t *testing.T, seed uint64) {
 				s := pgstore.New(p, pgstore.WithMaxRecordBytes(limit), pgstore.WithGroupCommit(0))
 				doors.Run(t, door, doors.Config{Name: "pgstore-group", Store: s, Seed: seed, RecordLimit: limit,

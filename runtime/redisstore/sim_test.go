@@ -36,7 +36,7 @@ func TestSimulation(t *testing.T) {
 
 // TestSimDoors drives every entry point but DoTx (runtime.Do, a generated
 // wrapper, idemhttp, idemgrpc) on Redis, standalone and Cluster, with the
-// doors' faults.
+// doors' faults, all in parallel (each run has a key prefix of its own).
 func TestSimDoors(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -50,6 +50,7 @@ func TestSimDoors(t *testing.T) {
 			c := tc.client(t)
 			for _, door := range doors.Doors(false) {
 				t.Run(door, func(t *testing.T) {
+					t.Parallel()
 					sim.Runs(t, 1, func(t *testing.T, seed uint64) {
 						const limit = 1024
 						s := newStore(t, c, redisstore.WithPrefix(testPrefix(t)), redisstore.WithMaxRecordBytes(limit))

@@ -20,7 +20,9 @@ type doDoor struct {
 
 func (d *doDoor) setup(r *run) error {
 	d.r = r
-	d.op = [2]string{"SimDoors.Do.Charge", "SimDoors.Do.Refund"}
+	// Operation names of the run's own: its reconciler acquires only them
+	// (the generated wrapper's names are fixed: see Doors).
+	d.op = [2]string{"SimDoors.Do.Charge/" + r.scope, "SimDoors.Do.Refund/" + r.scope}
 	return runtime.Register(r.rrt, d.op[0], r.query(0), runtime.QueryOptions{})
 }
 

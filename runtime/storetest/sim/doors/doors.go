@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,11 @@ const (
 
 // Doors returns the doors a store can open: all but DoorTx, and DoorTx too
 // when tx is true (the store is PostgreSQL).
+//
+// Runs of different doors may share a store concurrently, but not two runs
+// of DoorGenerated: the generated wrapper's operation names are fixed, so
+// one run's reconciler would acquire the other's records (reconcilers
+// select records by operation, not by scope).
 func Doors(tx bool) []string {
 	d := []string{DoorDo, DoorGenerated, DoorHTTP, DoorGRPC}
 	if tx {
@@ -86,6 +92,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Requests <= 0 {
 		c.Requests = 40
+	}
+	if n, err := strconv.Atoi(os.Getenv("IDEM_SIM_SCALE")); err == nil && n > 1 {
+		c.Requests *= n
 	}
 	if c.Lease <= 0 {
 		c.Lease = 600 * time.Millisecond
@@ -371,7 +380,7 @@ func (r *run) schedule() {
 	rng := rand.New(rand.NewPCG(r.seed, 0xd005))
 	lease := r.cfg.Lease
 	keys := max(4, r.cfg.Requests/2)
-	spread := 4 * lease
+	spread := 4 * lease * time.Duration(max(1, r.cfg.Requests/40))
 	large := map[int]bool{}
 	for k := range keys {
 		large[k] = rng.IntN(100) < 12
