@@ -66,9 +66,10 @@ func TestSimDoors(t *testing.T) {
 	}
 }
 
-// poisonBatches sends, every few milliseconds, a burst of claims one of
-// which PostgreSQL refuses (a scope that is not UTF-8): the batch it
-// travels in fails as a whole and its statements are run again one by one.
+// poisonBatches sends, every few milliseconds, a burst of claims and a
+// completion, one claim and the completion of which PostgreSQL refuses (a
+// scope that is not UTF-8): the batches they travel in fail as a whole and
+// their statements are run again one by one.
 func poisonBatches(s *pgstore.Store) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		for i := 0; ; i++ {
@@ -78,8 +79,14 @@ func poisonBatches(s *pgstore.Store) func(ctx context.Context) {
 				go func() {
 					defer wg.Done()
 					id := runtime.Identity{Scope: fmt.Sprintf("doors-poison/%d", i), Operation: "Doors.Poison", Key: fmt.Sprint("k", j)}
-					if j == 0 {
+					switch j {
+					case 0:
 						id.Scope += "\xff"
+					case 1: // a completion PostgreSQL refuses: transition batches fail too
+						id.Scope += "\xff"
+						_, _ = s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: "poison", Version: 1,
+							To: runtime.StateSuccess, TTL: time.Minute, Response: []byte(`{}`)})
+						return
 					}
 					_, _ = s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Owner: "poison", Lease: time.Second})
 				}()

@@ -163,7 +163,7 @@ const (
 	mSlowRenew          // lasts 1.3 leases; its lease renewals are slow, fail or time out
 	mPermanent          // declines, nothing applied; the failure is larger than the record limit
 	mWrapped            // applied, then the reply times out: the error wrapped one of six ways
-	mTimeoutBefore      // times out before the downstream: nothing applied
+	mTimeoutBefore      // times out before the downstream, nothing applied: the error in one of the six shapes
 	mLostReply          // gRPC: applied and answered, the answer lost in transport (Unavailable)
 )
 
@@ -416,7 +416,7 @@ func (r *run) schedule() {
 			}
 			v := 0
 			switch m {
-			case mWrapped:
+			case mWrapped, mTimeoutBefore:
 				v = rng.IntN(len(wrappedNames))
 			case mSlowRenew:
 				v = rng.IntN(len(renewNames))
@@ -574,7 +574,7 @@ func (r *run) handle(ctx context.Context, route int, dID int, req simpay.Request
 		r.note(ident, "delivery %d: the downstream declines", d.id)
 		return simpay.Receipt{}, runtime.Permanent(fmt.Errorf("%w: %s", errDeclined, failurePage()))
 	case mTimeoutBefore:
-		return simpay.Receipt{}, wrappedErr(0)
+		return simpay.Receipt{}, wrappedErr(d.plan.variant)
 	case mWrapped:
 		rc := apply()
 		_ = rc
@@ -616,7 +616,7 @@ func (r *run) deliver(rq *request, pl plan, final bool) *delivery {
 	ident := r.ident(rq.route, rq.key)
 	desc := pl.mode.String()
 	switch pl.mode {
-	case mWrapped:
+	case mWrapped, mTimeoutBefore:
 		desc += " (" + wrappedNames[pl.variant] + ")"
 	case mSlowRenew:
 		desc += " (" + renewNames[pl.variant] + ")"
