@@ -10,18 +10,21 @@ import (
 	"github.com/idemkit/idem/runtime/storetest/sim/doors"
 )
 
+// simClients are the two deployments the simulations run on.
+var simClients = []struct {
+	name   string
+	client func(t testing.TB) redis.UniversalClient
+}{
+	{"standalone", func(t testing.TB) redis.UniversalClient { return standaloneClient(t) }},
+	{"cluster", func(t testing.TB) redis.UniversalClient { return clusterClient(t) }},
+}
+
 // TestSimulation runs the fault-injecting simulation on Redis, standalone
 // and Cluster, in real time: the server's clock cannot be moved, so the run
 // stalls the store instead of jumping its clock. Each run has a key prefix
 // of its own, so AcquirePending and Sweep see only its records.
 func TestSimulation(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		client func(t testing.TB) redis.UniversalClient
-	}{
-		{"standalone", func(t testing.TB) redis.UniversalClient { return standaloneClient(t) }},
-		{"cluster", func(t testing.TB) redis.UniversalClient { return clusterClient(t) }},
-	} {
+	for _, tc := range simClients {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := tc.client(t)
@@ -38,13 +41,7 @@ func TestSimulation(t *testing.T) {
 // wrapper, idemhttp, idemgrpc) on Redis, standalone and Cluster, with the
 // doors' faults, all in parallel (each run has a key prefix of its own).
 func TestSimDoors(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		client func(t testing.TB) redis.UniversalClient
-	}{
-		{"standalone", func(t testing.TB) redis.UniversalClient { return standaloneClient(t) }},
-		{"cluster", func(t testing.TB) redis.UniversalClient { return clusterClient(t) }},
-	} {
+	for _, tc := range simClients {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := tc.client(t)

@@ -13,9 +13,8 @@ import (
 
 // doDoor calls runtime.Do: route 0 with a query, route 1 without.
 type doDoor struct {
-	r   *run
-	op  [2]string
-	gen simpay.Ledger // the generated wrappers, one per worker (genDoor)
+	r  *run
+	op [2]string
 }
 
 func (d *doDoor) setup(r *run) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/storetest/sim"
 	"github.com/idemkit/idem/runtime/storetest/sim/doors/internal/simpay"
 )
 
@@ -485,7 +486,7 @@ func (r *run) observe(_ context.Context, e runtime.Event) {
 func (r *run) setup() error {
 	var base runtime.Store = r.cfg.Store
 	if r.cfg.EnforceRecordLimit {
-		base = limitStore{Store: base, limit: r.cfg.RecordLimit}
+		base = sim.LimitStore{Store: base, Limit: r.cfg.RecordLimit}
 	}
 	r.store = &faultStore{Store: base, r: r}
 	policies := []runtime.ErrorPolicy{runtime.RecordUnknown, runtime.RecordFailed, runtime.ReleaseRecord}
@@ -958,17 +959,4 @@ func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Tim
 	r.note(ident, "fault: renewal hangs %v, then times out", third)
 	time.Sleep(third)
 	return time.Time{}, fmt.Errorf("doors: renewal: %w", context.DeadlineExceeded)
-}
-
-// limitStore refuses records larger than a limit, for stores without one.
-type limitStore struct {
-	runtime.Store
-	limit int
-}
-
-func (l limitStore) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
-	if len(p.Response) > l.limit {
-		return 0, fmt.Errorf("%w: response is %d bytes, the limit is %d", runtime.ErrTooLarge, len(p.Response), l.limit)
-	}
-	return l.Store.Transition(ctx, p)
 }
