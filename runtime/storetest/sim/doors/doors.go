@@ -443,11 +443,17 @@ func (r *run) schedule() {
 		}
 		rq.plans = append(rq.plans, first)
 		n := 1 + rng.IntN(3)
-		for range n - 1 {
+		// DoTx: a permanent failure always has a concurrent duplicate
+		// (one that blocks on the claim row while the first is open).
+		txDup := tx && m == mPermanent
+		if txDup {
+			n = max(n, 2)
+		}
+		for i := range n - 1 {
 			pl := plan{worker: rng.IntN(3), tx: txEnd(rng.IntN(4) / 3)}
 			pl.mode, pl.variant = drawMode()
 			switch p := rng.IntN(100); {
-			case p < 40: // a concurrent duplicate, often with a short deadline
+			case p < 40 || i == 0 && txDup: // a concurrent duplicate, often with a short deadline
 				pl.at = at + time.Duration(rng.Int64N(int64(lease/10)))
 				if rng.IntN(2) == 0 {
 					pl.deadline = lease/5 + time.Duration(rng.Int64N(int64(lease/5)))
