@@ -149,7 +149,12 @@ func (h *httpDoor) call(ctx context.Context, dl *delivery) answer {
 	case http.StatusConflict, http.StatusGatewayTimeout, http.StatusBadGateway, http.StatusInternalServerError, http.StatusTooManyRequests:
 		a.kind = ansLater
 	case http.StatusUnprocessableEntity:
-		a.kind = ansKeyReused
+		// 422 is key reuse (problem type key-reused), or another stable
+		// failure answer.
+		a.kind = ansFailed
+		if strings.Contains(string(b), "key-reused") {
+			a.kind = ansKeyReused
+		}
 	case http.StatusServiceUnavailable:
 		a.kind = ansLater
 		if strings.Contains(string(b), "store-unavailable") {
