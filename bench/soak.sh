@@ -13,7 +13,8 @@
 #   -doors    soak TestSimDoors (every entry point: runtime.Do, the idemgen
 #             wrapper, idemhttp, idemgrpc, DoTx and group commit on
 #             PostgreSQL) instead of TestSimulation, the store's time split
-#             evenly between its doors
+#             evenly between its doors (store operations are not counted
+#             there; faults are the renewal faults)
 #   STORE     memstore, pgstore, redis-standalone, redis-cluster (default: all)
 #
 # Servers: IDEM_TEST_POSTGRES_URL, IDEM_TEST_REDIS_URL and
@@ -24,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
 duration=$1
 shift

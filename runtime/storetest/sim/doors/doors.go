@@ -349,7 +349,8 @@ func Run(t testing.TB, doorName string, cfg Config) Report {
 	t.Logf("doors %s/%s: seed %d (replay with IDEM_SIM_SEED=%d)", cfg.Name, doorName, cfg.Seed, cfg.Seed)
 	rep := r.run()
 	t.Log(rep.Summary())
-	t.Logf("doors %s/%s seed %d: modes %v; answers %v; faults %v", cfg.Name, doorName, cfg.Seed, rep.Modes, rep.Answers, rep.Faults)
+	// The same shape as package sim's line, which bench/soak.sh reads.
+	t.Logf("doors %s/%s seed %d: faults %v; outcomes %v; modes %v", cfg.Name, doorName, cfg.Seed, rep.Faults, rep.Answers, rep.Modes)
 	if len(rep.Violations) > 0 {
 		kinds := map[string]int{}
 		for _, v := range rep.Violations {
