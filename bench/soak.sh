@@ -5,11 +5,16 @@
 # the seeds, the store operations and faults explored, and every violation
 # with the seed that replays it.
 #
-#   bench/soak.sh DURATION [-race] [-scale N] [STORE...]
+#   bench/soak.sh DURATION [-race] [-scale N] [-doors] [STORE...]
 #
 #   DURATION  total wall time, e.g. 30m, 2h, 90s
 #   -race     build the tests with the race detector (slower, fewer runs)
 #   -scale N  N times more requests per run (IDEM_SIM_SCALE)
+#   -doors    soak TestSimDoors (every entry point: runtime.Do, the idemgen
+#             wrapper, idemhttp, idemgrpc, DoTx and group commit on
+#             PostgreSQL) instead of TestSimulation, the store's time split
+#             evenly between its doors (store operations are not counted
+#             there; faults are the renewal faults)
 #   STORE     memstore, pgstore, redis-standalone, redis-cluster (default: all)
 #
 # Servers: IDEM_TEST_POSTGRES_URL, IDEM_TEST_REDIS_URL and
@@ -20,15 +25,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
 duration=$1
 shift
-race=() scale=1 stores=()
+race=() scale=1 stores=() doors=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	-race) race=(-race) ;;
 	-scale) scale=$2; shift ;;
+	-doors) doors=1 ;;
 	memstore | pgstore | redis-standalone | redis-cluster) stores+=("$1") ;;
 	*) usage ;;
 	esac
@@ -74,8 +80,18 @@ for s in "${stores[@]}"; do
 	redis-standalone) pkg=./runtime/redisstore/ run='^TestSimulation$/^standalone$' ;;
 	redis-cluster) pkg=./runtime/redisstore/ run='^TestSimulation$/^cluster$' ;;
 	esac
+	each=$share
+	if [ $doors = 1 ]; then
+		# TestSimDoors runs sim.Runs once per door (seven on PostgreSQL:
+		# five doors and two in group-commit mode; four elsewhere).
+		run=${run/TestSimulation/TestSimDoors}
+		n=4
+		[ $s = pgstore ] && n=7
+		each=$((share / n))
+		[ "$each" -ge 1 ] || each=1
+	fi
 	log "soak: $s for ${share}s"
-	IDEM_SIM_DURATION=${share}s IDEM_SIM_SCALE=$scale CI=true \
+	IDEM_SIM_DURATION=${each}s IDEM_SIM_SCALE=$scale CI=true \
 		go test "${race[@]}" -count=1 -v -timeout $((share + 900))s -run "$run" "$pkg" >"$logs/$s.log" 2>&1 || true
 done
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idem/runtime/memstore"
 	"github.com/idemkit/idem/runtime/storetest/sim"
+	"github.com/idemkit/idem/runtime/storetest/sim/doors"
 )
 
 // TestSimulation runs the fault-injecting simulation on memstore inside a
@@ -22,4 +23,21 @@ func TestSimulation(t *testing.T) {
 			})
 		})
 	})
+}
+
+// TestSimDoors drives every entry point (runtime.Do, a generated wrapper,
+// idemhttp behind an http.Server, idemgrpc over a grpc server) on memstore,
+// with the doors' faults: slow, failing and timing-out renewals, a record
+// limit that refuses every outcome kind, handler errors wrapped every way,
+// caller deadlines during waits. It runs in real time (the network doors
+// cannot run in a synctest bubble), the doors in parallel.
+func TestSimDoors(t *testing.T) {
+	for _, door := range doors.Doors(false) {
+		t.Run(door, func(t *testing.T) {
+			t.Parallel()
+			sim.Runs(t, 1, func(t *testing.T, seed uint64) {
+				doors.Run(t, door, doors.Config{Name: "memstore", Store: memstore.New(), Seed: seed, EnforceRecordLimit: true})
+			})
+		})
+	}
 }

@@ -365,16 +365,18 @@ func (f *faultStore) Sweep(ctx context.Context, limit int) (int, error) {
 	return n, err
 }
 
-// limitStore refuses records larger than a limit, for stores that have none
-// of their own (memstore), as PostgreSQL and Redis do.
-type limitStore struct {
+// LimitStore refuses records larger than Limit with runtime.ErrTooLarge,
+// for stores that have no limit of their own (memstore), as PostgreSQL and
+// Redis do.
+type LimitStore struct {
 	runtime.Store
-	limit int
+	Limit int
 }
 
-func (l limitStore) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
-	if len(p.Response) > l.limit {
-		return 0, fmt.Errorf("%w: response is %d bytes, the limit is %d", runtime.ErrTooLarge, len(p.Response), l.limit)
+// Transition refuses a response over the limit.
+func (l LimitStore) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
+	if len(p.Response) > l.Limit {
+		return 0, fmt.Errorf("%w: response is %d bytes, the limit is %d", runtime.ErrTooLarge, len(p.Response), l.Limit)
 	}
 	return l.Store.Transition(ctx, p)
 }

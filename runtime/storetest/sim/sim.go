@@ -645,7 +645,7 @@ func (s *sim) setup() error {
 	policies := []runtime.ErrorPolicy{runtime.RecordUnknown, runtime.RecordFailed, runtime.ReleaseRecord}
 	var base runtime.Store = cfg.Store
 	if cfg.EnforceRecordLimit {
-		base = limitStore{Store: base, limit: cfg.RecordLimit}
+		base = LimitStore{Store: base, Limit: cfg.RecordLimit}
 	}
 	obs := runtime.ObserverFunc(func(_ context.Context, e runtime.Event) {
 		if e.Kind == runtime.EventPhase {

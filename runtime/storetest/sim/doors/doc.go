@@ -1,0 +1,86 @@
+// Package doors drives the idem protocol through every entry point users
+// reach it by, on any store, with the faults that broke those entry points,
+// and checks per identity what a client was told against what the
+// downstream applied and what the record finally says. It complements
+// package sim (which drives runtime.Do alone, with store faults and a
+// linearizability check): a store's tests call [Run] once per door:
+//
+//	func TestSimDoors(t *testing.T) {
+//		for _, door := range doors.Doors(false) {
+//			t.Run(door, func(t *testing.T) {
+//				sim.Runs(t, 1, func(t *testing.T, seed uint64) {
+//					doors.Run(t, door, doors.Config{Name: "mystore", Store: newStore(t), Seed: seed})
+//				})
+//			})
+//		}
+//	}
+//
+// # Doors
+//
+//   - [DoorDo]: runtime.Do, one operation with a query and one without;
+//   - [DoorGenerated]: the idemgen wrapper of internal/simpay (committed,
+//     regenerated with `go run ./cmd/idemgen` there): Charge with a
+//     reconcile query, Refund without;
+//   - [DoorHTTP]: idemhttp behind a real http.Server on loopback: Go 1.22
+//     patterns, two sub-muxes with the same inner pattern "POST /{id}"
+//     mounted with http.StripPrefix under /payments/ and /refunds/, the
+//     middleware around each handler, the same keys and bodies sent to both;
+//   - [DoorGRPC]: idemgrpc on a loopback grpc server (a hand-written
+//     service on structpb), called through the client interceptor with
+//     grpc's retry policy (UNAVAILABLE); some answers are lost in transport
+//     after the handler ran, and grpc retries them with the same key;
+//   - [DoorTx] (PostgreSQL): pgstore.DoTx in concurrent caller transactions
+//     whose effect inserts a row; callers hold their transaction open, then
+//     commit, roll back, or fail after DoTx and roll back. The committed rows
+//     are the downstream.
+//
+// Group commit is a store option: the PostgreSQL tests run the doors again
+// on a store with pgstore.WithGroupCommit, with [Config.Background]
+// poisoning batches (claims PostgreSQL refuses) so that batches fail.
+//
+// # Faults
+//
+// Each delivery's handler does one of: answer at once; take 0.6 lease
+// (duplicates wait on it, some with caller deadlines of 0.2 to 0.4 lease,
+// shorter than the runtime's MaxWait, so they expire while waiting); take
+// 1.3 leases while the store's renewals of its lease are slow (lease/3, then
+// answered), fail, or hang lease/3 and time out, every one in a row;
+// decline permanently with a gateway's HTML page (3.5 KB of <, > and &,
+// which JSON escapes to six bytes each) as the failure message, a gRPC
+// status with an ErrorInfo carrying it, or an HTTP 402 body; apply the
+// effect and then return a timeout or cancellation wrapped one of six ways
+// (fmt.Errorf %w around context.DeadlineExceeded or context.Canceled, a
+// *url.Error timeout, a gRPC DeadlineExceeded or Canceled status,
+// errors.Join); time out before the downstream; (gRPC) answer and have the
+// answer lost in transport. Some responses are larger than the record
+// limit (1 KiB by default), so that every outcome kind is refused at full
+// size. Requests are delivered one to three times: concurrent duplicates,
+// retries just after the first lease would end, later retries; some reuse a
+// key with another payload.
+//
+// At the end, leases expire, the reconciler converges what it can, an
+// operator resolves what is left by runtime.Resolve to what the downstream
+// knows (SUCCESS with the door's stored form of the response, or FAILED
+// with the HTML page), and every identity is retried once by a healthy
+// client.
+//
+// # Invariants
+//
+// Per identity (operation as the client addressed it, and key):
+//
+//   - at-most-once: the downstream applied the effect at most once; with a
+//     query, a final successful retry means exactly once;
+//   - no client is told success (or "succeeded, response not stored") for
+//     an effect the downstream did not apply, nor failure for one it did;
+//   - no client gets another identity's response, and two routes are never
+//     stored under one operation;
+//   - no client is told the store is unavailable while no store fault was
+//     injected on its identity; every answer is one the door's protocol
+//     defines; key reuse is reported only for another payload;
+//   - every outcome is recorded whatever its size (Resolve included), the
+//     final record agrees with the downstream (SUCCESS only if applied,
+//     FAILED only if not), and no record is left PROCESSING or UNKNOWN.
+//
+// IDEM_SIM_SEED replays a run's schedule (see sim.Runs); goroutine
+// interleaving and, outside synctest, timing are the machine's.
+package doors

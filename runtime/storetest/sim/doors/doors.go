@@ -1,0 +1,969 @@
+package doors
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/storetest/sim"
+	"github.com/idemkit/idem/runtime/storetest/sim/doors/internal/simpay"
+)
+
+// The doors a run can drive.
+const (
+	// DoorDo calls runtime.Do.
+	DoorDo = "do"
+	// DoorGenerated calls the idemgen wrapper of internal/simpay.
+	DoorGenerated = "generated"
+	// DoorHTTP sends requests to idemhttp behind a loopback http.Server.
+	DoorHTTP = "http"
+	// DoorGRPC calls idemgrpc over a loopback grpc server.
+	DoorGRPC = "grpc"
+	// DoorTx runs pgstore.DoTx in concurrent caller transactions
+	// (PostgreSQL only: Config.Pool).
+	DoorTx = "dotx"
+)
+
+// Doors returns the doors a store can open: all but DoorTx, and DoorTx too
+// when tx is true (the store is PostgreSQL).
+//
+// Runs of different doors may share a store concurrently, but not two runs
+// of DoorGenerated: the generated wrapper's operation names are fixed, so
+// one run's reconciler would acquire the other's records (reconcilers
+// select records by operation, not by scope).
+func Doors(tx bool) []string {
+	d := []string{DoorDo, DoorGenerated, DoorHTTP, DoorGRPC}
+	if tx {
+		d = append(d, DoorTx)
+	}
+	return d
+}
+
+// TrailVar, when set, makes a run log the events of every identity whose
+// name contains its value ("all": every identity), violations or not.
+const TrailVar = "IDEM_DOORS_TRAIL"
+
+// Config describes one run of one door.
+type Config struct {
+	// Name labels the run ("memstore", "pgstore-group", ...).
+	Name string
+	// Store is the store under test; runs isolate themselves by a scope of
+	// their own.
+	Store runtime.Store
+	// Seed fixes the schedule (required: see sim.Runs).
+	Seed uint64
+	// Requests is the number of client requests (default 40); each is
+	// delivered one to three times.
+	Requests int
+	// Lease is the runtimes' lease (default 600ms); the TTL is long enough
+	// that no record expires during a run.
+	Lease time.Duration
+	// RecordLimit is the store's record limit (default 1024): large
+	// responses, failure messages and error statuses are made bigger than
+	// it. EnforceRecordLimit makes the wrapper refuse larger records with
+	// runtime.ErrTooLarge, for stores without a limit (memstore).
+	RecordLimit        int
+	EnforceRecordLimit bool
+	// Pool, for DoorTx: the database of Store, a *pgstore.Store.
+	Pool *pgxpool.Pool
+	// Background, when not nil, runs during the deliveries (until ctx is
+	// done): a fault of the store's own, such as poisoned group-commit
+	// batches.
+	Background func(ctx context.Context)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = "store"
+	}
+	if c.Requests <= 0 {
+		c.Requests = 40
+	}
+	if n, err := strconv.Atoi(os.Getenv("IDEM_SIM_SCALE")); err == nil && n > 1 {
+		c.Requests *= n
+	}
+	if c.Lease <= 0 {
+		c.Lease = 600 * time.Millisecond
+	}
+	if c.RecordLimit <= 0 {
+		c.RecordLimit = 1024
+	}
+	return c
+}
+
+// Report is what a run explored and found.
+type Report struct {
+	Door, Name string
+	Seed       uint64
+	Requests   int
+	Deliveries int
+	Effects    int
+	// Modes counts deliveries by handler behaviour, Answers the clients'
+	// answers by kind, Faults the injected store faults by kind.
+	Modes, Answers, Faults map[string]int
+	Violations             []Violation
+	Elapsed                time.Duration
+}
+
+// Summary is the one-line summary a run logs (bench/soak.sh reads it).
+func (r Report) Summary() string {
+	faults := 0
+	for _, n := range r.Faults {
+		faults += n
+	}
+	return fmt.Sprintf("sim-summary name=%s/%s seed=%d requests=%d deliveries=%d store_ops=0 faults=%d effects=%d window=0 stale=0 linearizable_checked=0 skipped=0 undecided=0 violations=%d elapsed=%s",
+		r.Name, r.Door, r.Seed, r.Requests, r.Deliveries, faults, r.Effects, len(r.Violations), r.Elapsed.Round(time.Millisecond))
+}
+
+// Violation is one broken invariant at one identity.
+type Violation struct {
+	Invariant string
+	Identity  string
+	Detail    string
+	Events    []string
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s: %s", v.Invariant, v.Identity, v.Detail)
+	if len(v.Events) > 0 {
+		b.WriteString("\n  events:\n")
+		ev := v.Events
+		if len(ev) > 30 {
+			ev = ev[len(ev)-30:]
+			b.WriteString("    ...\n")
+		}
+		for _, e := range ev {
+			b.WriteString("    " + e + "\n")
+		}
+	}
+	return b.String()
+}
+
+// mode is what the handler does on one delivery.
+type mode int
+
+const (
+	mOK            mode = iota
+	mSlow               // lasts ~0.6 lease before it applies: duplicates wait on it
+	mSlowRenew          // lasts 1.3 leases; its lease renewals are slow, fail or time out
+	mPermanent          // declines, nothing applied; the failure is larger than the record limit
+	mWrapped            // applied, then the reply times out: the error wrapped one of six ways
+	mTimeoutBefore      // times out before the downstream, nothing applied: the error in one of the six shapes
+	mLostReply          // gRPC: applied and answered, the answer lost in transport (Unavailable)
+)
+
+var modeNames = [...]string{"ok", "slow", "slow-renewals", "permanent-large", "applied-then-wrapped-timeout", "timeout-before", "reply-lost-in-transport"}
+
+func (m mode) String() string { return modeNames[m] }
+
+// The six shapes of a handler's timeout or cancellation error.
+var wrappedNames = [...]string{"fmt.Errorf %w DeadlineExceeded", "*url.Error timeout", "fmt.Errorf %w Canceled", "gRPC DeadlineExceeded status", "gRPC Canceled status", "errors.Join with DeadlineExceeded"}
+
+// The three kinds of renewal fault.
+var renewNames = [...]string{"slow renewals (lease/3, then answered)", "failing renewals", "renewals timing out after lease/3"}
+
+// plan is one delivery of a request.
+type plan struct {
+	at       time.Duration
+	mode     mode
+	variant  int           // wrapped error shape, renewal fault kind
+	deadline time.Duration // the caller's deadline (0: none)
+	worker   int
+	// tx: what the DoTx caller does with its transaction afterwards.
+	tx txEnd
+}
+
+type txEnd int
+
+const (
+	txCommit txEnd = iota
+	txRollback
+	txFailAfter // the caller's own work fails after DoTx: rollback, error
+)
+
+type request struct {
+	id    int
+	route int // 0: the operation with a query (where the door has one), 1: without
+	key   string
+	req   simpay.Request
+	plans []plan
+}
+
+// kind is a client's answer, as the door's protocol expresses it.
+type kind int
+
+const (
+	ansSuccess   kind = iota // the response, fresh or replayed
+	ansNotStored             // "succeeded, but the response was not stored"
+	ansFailed                // a failure answer: the effect did not happen
+	ansLater                 // in progress, outcome unknown, retry: no claim
+	ansDeadline              // the caller's own deadline or cancellation
+	ansOutage                // "the store is unavailable"
+	ansKeyReused
+	ansOther
+)
+
+var kindNames = [...]string{"success", "succeeded-not-stored", "failed", "retry-later", "caller-deadline", "store-outage", "key-reused", "other"}
+
+func (k kind) String() string { return kindNames[k] }
+
+type answer struct {
+	kind    kind
+	receipt simpay.Receipt
+	detail  string
+}
+
+// delivery is one call through the door.
+type delivery struct {
+	id    int
+	req   *request
+	plan  plan
+	final bool
+	ans   answer
+	// storeFault: a store fault was injected on the delivery's identity
+	// while it ran (an outage answer may then be honest).
+	storeFault bool
+	// errorLogs are the ERROR records the adapter logged for it.
+	errorLogs  []string
+	start, end time.Time
+}
+
+// door is one entry point.
+type door interface {
+	// setup starts the door (servers, wrappers) on the run's runtimes.
+	setup(r *run) error
+	// ops are the operation names of routes 0 and 1, as stored.
+	ops() [2]string
+	// call delivers d and classifies the answer.
+	call(ctx context.Context, d *delivery) answer
+	// encodeSuccess encodes rc as the door's stored response, for
+	// runtime.Resolve.
+	encodeSuccess(rc simpay.Receipt) ([]byte, error)
+	close()
+}
+
+type effectRec struct {
+	receipt  simpay.Receipt
+	delivery int
+}
+
+// run is one run of one door.
+type run struct {
+	t     testing.TB
+	cfg   Config
+	name  string
+	seed  uint64
+	scope string
+	door  door
+	store *faultStore
+
+	workers    []*runtime.Runtime
+	reconciler *runtime.Reconciler
+	rrt        *runtime.Runtime
+
+	requests []*request
+
+	mu         sync.Mutex
+	deliveries []*delivery
+	byID       map[int]*delivery
+	ledger     map[string][]effectRec // identity -> effects applied
+	trail      map[string][]string
+	faults     map[string]int
+	modes      map[string]int
+	renewing   map[runtime.Identity]*delivery // slow-renewal deliveries in their effect
+	learned    [2]string                      // the operations the adapter stored, by route
+	faulted    map[string]bool                // identities with store faults in flight
+	violations []Violation
+	n          atomic.Int64
+	gaveUp     int
+	t0         time.Time
+}
+
+func (r *run) ident(route int, key string) string {
+	return fmt.Sprintf("%s %s", r.door.ops()[route], key)
+}
+
+func (r *run) note(ident, format string, args ...any) {
+	line := fmt.Sprintf("%7.3fs ", time.Since(r.t0).Seconds()) + fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.trail[ident] = append(r.trail[ident], line)
+	r.mu.Unlock()
+}
+
+func (r *run) violate(invariant, ident, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.violations = append(r.violations, Violation{Invariant: invariant, Identity: ident, Detail: fmt.Sprintf(format, args...),
+		Events: slices.Clone(r.trail[ident])})
+}
+
+// Run runs one door on cfg.Store and checks the invariants; each violation
+// fails t with the seed.
+func Run(t testing.TB, doorName string, cfg Config) Report {
+	t.Helper()
+	cfg = cfg.withDefaults()
+	if cfg.Store == nil {
+		t.Fatal("doors: Config.Store is nil")
+	}
+	var d door
+	switch doorName {
+	case DoorDo:
+		d = &doDoor{}
+	case DoorGenerated:
+		d = &genDoor{}
+	case DoorHTTP:
+		d = &httpDoor{}
+	case DoorGRPC:
+		d = &grpcDoor{}
+	case DoorTx:
+		if cfg.Pool == nil {
+			t.Fatal("doors: DoorTx needs Config.Pool")
+		}
+		d = &txDoor{}
+	default:
+		t.Fatalf("doors: unknown door %q", doorName)
+	}
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	r := &run{t: t, cfg: cfg, name: doorName, seed: cfg.Seed, door: d,
+		scope:  fmt.Sprintf("doors/%s/%s/%d-%s", cfg.Name, doorName, cfg.Seed, hex.EncodeToString(b[:])),
+		byID:   map[int]*delivery{},
+		ledger: map[string][]effectRec{}, trail: map[string][]string{}, faults: map[string]int{}, modes: map[string]int{},
+		renewing: map[runtime.Identity]*delivery{}, faulted: map[string]bool{}}
+	t.Logf("doors %s/%s: seed %d (replay with IDEM_SIM_SEED=%d)", cfg.Name, doorName, cfg.Seed, cfg.Seed)
+	rep := r.run()
+	t.Log(rep.Summary())
+	// The same shape as package sim's line, which bench/soak.sh reads.
+	t.Logf("doors %s/%s seed %d: faults %v; outcomes %v; modes %v", cfg.Name, doorName, cfg.Seed, rep.Faults, rep.Answers, rep.Modes)
+	if len(rep.Violations) > 0 {
+		kinds := map[string]int{}
+		for _, v := range rep.Violations {
+			kinds[v.Invariant]++
+		}
+		t.Errorf("doors %s/%s seed %d: %d violations by invariant: %v (replay with IDEM_SIM_SEED=%d)", cfg.Name, doorName, cfg.Seed, len(rep.Violations), kinds, cfg.Seed)
+	}
+	if v := os.Getenv(TrailVar); v != "" {
+		r.mu.Lock()
+		for ident, tr := range r.trail {
+			if strings.Contains(ident, v) || v == "all" {
+				t.Logf("trail of %s:\n    %s", ident, strings.Join(tr, "\n    "))
+			}
+		}
+		r.mu.Unlock()
+	}
+	shown := map[string]int{}
+	for _, v := range rep.Violations {
+		if shown[v.Invariant]++; shown[v.Invariant] > 2 {
+			continue
+		}
+		t.Errorf("doors %s/%s seed %d: %s", cfg.Name, doorName, cfg.Seed, v)
+	}
+	return rep
+}
+
+// schedule draws the requests and their deliveries from the seed.
+func (r *run) schedule() {
+	rng := rand.New(rand.NewPCG(r.seed, 0xd005))
+	lease := r.cfg.Lease
+	keys := max(4, r.cfg.Requests/2)
+	spread := 4 * lease * time.Duration(max(1, r.cfg.Requests/40))
+	large := map[int]bool{}
+	for k := range keys {
+		large[k] = rng.IntN(100) < 12
+	}
+	grpc := r.name == DoorGRPC
+	tx := r.name == DoorTx
+	http := r.name == DoorHTTP
+	drawMode := func() (mode, int) {
+		for {
+			p := rng.IntN(100)
+			var m mode
+			switch {
+			case p < 30:
+				m = mOK
+			case p < 42:
+				m = mSlow
+			case p < 54:
+				m = mSlowRenew
+			case p < 70:
+				m = mPermanent
+			case p < 85:
+				m = mWrapped
+			case p < 93:
+				m = mTimeoutBefore
+			default:
+				m = mLostReply
+			}
+			switch {
+			case m == mLostReply && !grpc,
+				tx && (m == mSlowRenew || m == mWrapped || m == mTimeoutBefore),
+				http && m == mWrapped:
+				continue
+			}
+			v := 0
+			switch m {
+			case mWrapped, mTimeoutBefore:
+				v = rng.IntN(len(wrappedNames))
+			case mSlowRenew:
+				v = rng.IntN(len(renewNames))
+			}
+			return m, v
+		}
+	}
+	for i := range r.cfg.Requests {
+		k := rng.IntN(keys)
+		route := rng.IntN(2)
+		rq := &request{id: i, route: route, key: fmt.Sprintf("k%03d", k),
+			req: simpay.Request{Amount: int64(100 + k), Large: large[k]}}
+		rq.req.Key = rq.key
+		if rng.IntN(100) < 4 {
+			rq.req.Amount++ // the key reused with another payload
+			rq.req.Large = false
+		}
+		at := time.Duration(rng.Int64N(int64(spread)))
+		m, v := drawMode()
+		first := plan{at: at, mode: m, variant: v, worker: rng.IntN(3), tx: txEnd(rng.IntN(3) / 2)}
+		if tx && rng.IntN(100) < 15 {
+			first.tx = txFailAfter
+		}
+		rq.plans = append(rq.plans, first)
+		n := 1 + rng.IntN(3)
+		// DoTx: a permanent failure always has a concurrent duplicate
+		// (one that blocks on the claim row while the first is open).
+		txDup := tx && m == mPermanent
+		if txDup {
+			n = max(n, 2)
+		}
+		for i := range n - 1 {
+			pl := plan{worker: rng.IntN(3), tx: txEnd(rng.IntN(4) / 3)}
+			pl.mode, pl.variant = drawMode()
+			switch p := rng.IntN(100); {
+			case p < 40 || i == 0 && txDup: // a concurrent duplicate, often with a short deadline
+				pl.at = at + time.Duration(rng.Int64N(int64(lease/10)))
+				if rng.IntN(2) == 0 {
+					pl.deadline = lease/5 + time.Duration(rng.Int64N(int64(lease/5)))
+				}
+			case p < 75: // a retry just after the first lease would end
+				pl.at = at + lease + lease/10 + time.Duration(rng.Int64N(int64(lease/5)))
+			default: // a later retry
+				pl.at = at + 2*lease + time.Duration(rng.Int64N(int64(2*lease)))
+			}
+			rq.plans = append(rq.plans, pl)
+		}
+		r.requests = append(r.requests, rq)
+	}
+}
+
+// runtimeOptions are the workers' options: maxWait longer than the short
+// caller deadlines, so that those expire while the duplicate waits.
+func (r *run) runtimeOptions(owner string, policy runtime.ErrorPolicy) []runtime.Option {
+	lease := r.cfg.Lease
+	return []runtime.Option{
+		runtime.WithOwner(owner), runtime.WithLease(lease), runtime.WithTTL(time.Hour),
+		runtime.WithMaxWait(lease / 2), runtime.WithCompletionTimeout(2 * lease),
+		runtime.WithQueryTimeout(lease), runtime.WithErrorPolicy(policy),
+		runtime.WithObserver(runtime.ObserverFunc(r.observe)),
+	}
+}
+
+func (r *run) observe(_ context.Context, e runtime.Event) {
+	if e.Kind == runtime.EventReconcileGaveUp {
+		r.mu.Lock()
+		r.gaveUp++
+		r.mu.Unlock()
+	}
+}
+
+func (r *run) setup() error {
+	var base runtime.Store = r.cfg.Store
+	if r.cfg.EnforceRecordLimit {
+		base = sim.LimitStore{Store: base, Limit: r.cfg.RecordLimit}
+	}
+	r.store = &faultStore{Store: base, r: r}
+	policies := []runtime.ErrorPolicy{runtime.RecordUnknown, runtime.RecordFailed, runtime.ReleaseRecord}
+	for i, p := range policies {
+		rt, err := runtime.New(r.store, r.runtimeOptions(fmt.Sprintf("%s/w%d", r.scope, i), p)...)
+		if err != nil {
+			return err
+		}
+		r.workers = append(r.workers, rt)
+	}
+	rrt, err := runtime.New(r.store, r.runtimeOptions(r.scope+"/r", runtime.RecordUnknown)...)
+	if err != nil {
+		return err
+	}
+	r.rrt = rrt
+	if err := r.door.setup(r); err != nil {
+		return err
+	}
+	r.reconciler, err = runtime.NewReconciler(rrt, runtime.ReconcileInterval(r.cfg.Lease/4), runtime.ReconcileLease(r.cfg.Lease),
+		runtime.ReconcileMaxAttempts(3), runtime.ReconcileBackoff(r.cfg.Lease/10, r.cfg.Lease/2), runtime.ReconcileBatch(16))
+	return err
+}
+
+// errDeclined is the downstream's permanent refusal.
+var errDeclined = errors.New("downstream declined")
+
+// failurePage is a gateway's HTML error page: under 4 KiB, but JSON escapes
+// each <, > and & to six bytes, so its encoding is far over a 1 KiB limit.
+func failurePage() string {
+	var b strings.Builder
+	b.WriteString("<html><head><title>402 Payment Required</title></head><body>")
+	for b.Len() < 3500 {
+		b.WriteString("<p>card declined &amp; not charged</p>")
+	}
+	b.WriteString("</body></html>")
+	return b.String()
+}
+
+// handle is every door's handler: it acts as the delivery's plan says and
+// records what the downstream applied. It returns the receipt or one of
+// errDeclined (wrapped, with a large message), a timeout or cancellation
+// error in one of six shapes, or the context's error.
+func (r *run) handle(ctx context.Context, route int, dID int, req simpay.Request) (simpay.Receipt, error) {
+	d := r.deliveryByID(dID)
+	ident := r.ident(route, req.Key)
+	if d == nil {
+		return simpay.Receipt{}, fmt.Errorf("doors: no delivery %d", dID)
+	}
+	m := d.plan.mode
+	r.note(ident, "handler runs for delivery %d (%s)", d.id, m)
+	id := runtime.Identity{Scope: r.scope, Operation: r.door.ops()[route], Key: req.Key}
+	if a, ok := runtime.AttemptFrom(ctx); ok {
+		id = a.ID
+		r.learn(route, a.ID.Operation)
+	}
+	apply := func() simpay.Receipt {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		rc := simpay.Receipt{ID: fmt.Sprintf("rc_%d", r.n.Add(1)), Identity: ident, Amount: req.Amount}
+		if req.Large {
+			rc.Pad = strings.Repeat("x", r.cfg.RecordLimit+256)
+		}
+		r.ledger[ident] = append(r.ledger[ident], effectRec{receipt: rc, delivery: d.id})
+		r.trail[ident] = append(r.trail[ident], fmt.Sprintf("%7.3fs downstream applies %s for delivery %d", time.Since(r.t0).Seconds(), rc.ID, d.id))
+		return rc
+	}
+	switch m {
+	case mSlow:
+		if err := sleepCtx(ctx, r.cfg.Lease*6/10); err != nil {
+			r.note(ident, "delivery %d: effect stopped before the downstream: %v", d.id, err)
+			return simpay.Receipt{}, err
+		}
+	case mSlowRenew:
+		r.mu.Lock()
+		r.renewing[id] = d
+		r.mu.Unlock()
+		err := sleepCtx(ctx, r.cfg.Lease*13/10)
+		r.mu.Lock()
+		delete(r.renewing, id)
+		r.mu.Unlock()
+		if err != nil {
+			r.note(ident, "delivery %d: effect stopped before the downstream: %v (cause %v)", d.id, err, context.Cause(ctx))
+			return simpay.Receipt{}, err
+		}
+	case mPermanent:
+		r.note(ident, "delivery %d: the downstream declines", d.id)
+		return simpay.Receipt{}, runtime.Permanent(fmt.Errorf("%w: %s", errDeclined, failurePage()))
+	case mTimeoutBefore:
+		return simpay.Receipt{}, wrappedErr(d.plan.variant)
+	case mWrapped:
+		rc := apply()
+		_ = rc
+		r.note(ident, "delivery %d: the reply is lost: %s", d.id, wrappedNames[d.plan.variant])
+		return simpay.Receipt{}, wrappedErr(d.plan.variant)
+	}
+	if err := ctx.Err(); err != nil {
+		return simpay.Receipt{}, err
+	}
+	return apply(), nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (r *run) deliveryByID(id int) *delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byID[id]
+}
+
+func (r *run) deliver(rq *request, pl plan, final bool) *delivery {
+	r.mu.Lock()
+	d := &delivery{id: len(r.deliveries), req: rq, plan: pl, final: final}
+	r.deliveries = append(r.deliveries, d)
+	r.byID[d.id] = d
+	if !final {
+		r.modes[pl.mode.String()]++
+	}
+	r.mu.Unlock()
+	ident := r.ident(rq.route, rq.key)
+	desc := pl.mode.String()
+	switch pl.mode {
+	case mWrapped, mTimeoutBefore:
+		desc += " (" + wrappedNames[pl.variant] + ")"
+	case mSlowRenew:
+		desc += " (" + renewNames[pl.variant] + ")"
+	}
+	r.note(ident, "delivery %d starts: request %d (amount %d, large %v) on w%d, %s, deadline %v, final %v", d.id, rq.id, rq.req.Amount, rq.req.Large, pl.worker, desc, pl.deadline, final)
+	ctx := runtime.WithScope(context.Background(), r.scope)
+	cancel := context.CancelFunc(func() {})
+	if pl.deadline > 0 {
+		ctx, cancel = context.WithTimeout(ctx, pl.deadline)
+	}
+	d.start = time.Now()
+	ans := r.door.call(ctx, d)
+	cancel()
+	d.end = time.Now()
+	r.mu.Lock()
+	d.ans = ans
+	d.storeFault = d.storeFault || r.faulted[ident]
+	r.mu.Unlock()
+	r.note(ident, "delivery %d answered %s %s %s", d.id, ans.kind, ans.receipt.ID, short(ans.detail))
+	return d
+}
+
+func short(s string) string {
+	if len(s) > 160 {
+		return s[:160] + "..."
+	}
+	return s
+}
+
+func (r *run) run() Report {
+	start := time.Now()
+	r.t0 = start
+	r.schedule()
+	if err := r.setup(); err != nil {
+		r.t.Fatalf("doors: setup: %v", err)
+	}
+	defer r.door.close()
+	bg, stop := context.WithCancel(context.Background())
+	var bgWG sync.WaitGroup
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); _ = r.reconciler.Run(bg) }()
+	if r.cfg.Background != nil {
+		bgWG.Add(1)
+		go func() { defer bgWG.Done(); r.cfg.Background(bg) }()
+	}
+	var wg sync.WaitGroup
+	n := 0
+	for _, rq := range r.requests {
+		for _, pl := range rq.plans {
+			n++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Until(start.Add(pl.at)))
+				r.deliver(rq, pl, false)
+			}()
+		}
+	}
+	wg.Wait()
+	stop()
+	bgWG.Wait()
+	// End: leases expire, the reconciler converges what it can, an
+	// operator resolves what is left to what the downstream knows, and
+	// every identity is retried once by a healthy client.
+	time.Sleep(r.cfg.Lease + r.cfg.Lease/5)
+	r.quiesce()
+	r.resolveLeft()
+	seen := map[string]bool{}
+	var finals []*request
+	for _, rq := range r.requests {
+		id := r.ident(rq.route, rq.key)
+		if !seen[id] {
+			seen[id] = true
+			finals = append(finals, rq)
+		}
+	}
+	for _, rq := range finals {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.deliver(rq, plan{worker: 0}, true)
+		}()
+	}
+	wg.Wait()
+	if l, ok := r.door.(interface{ loadLedger() error }); ok {
+		if err := l.loadLedger(); err != nil {
+			r.t.Fatalf("doors: reading the effects: %v", err)
+		}
+	}
+	if a, b := r.opOf(0), r.opOf(1); a == b {
+		r.violate("no client gets another identity's response", r.ident(1, "*"), "two routes are stored under one operation %q: their keys collide", a)
+	}
+	r.check()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := Report{Door: r.name, Name: r.cfg.Name, Seed: r.seed, Requests: len(r.requests), Deliveries: len(r.deliveries),
+		Modes: r.modes, Answers: map[string]int{}, Faults: r.faults, Violations: r.violations, Elapsed: time.Since(start)}
+	for _, d := range r.deliveries {
+		rep.Answers[d.ans.kind.String()]++
+	}
+	for _, e := range r.ledger {
+		rep.Effects += len(e)
+	}
+	sort.Slice(rep.Violations, func(i, j int) bool { return rep.Violations[i].Invariant < rep.Violations[j].Invariant })
+	return rep
+}
+
+// quiesce runs the reconciler until a pass acquires nothing.
+func (r *run) quiesce() {
+	for range 20 {
+		st, err := r.reconciler.RunOnce(context.Background())
+		if err == nil && st.Acquired == 0 {
+			return
+		}
+		time.Sleep(r.cfg.Lease / 4)
+	}
+}
+
+// resolveLeft is the operator: every record still UNKNOWN, or PROCESSING
+// with its lease expired, is resolved by hand to what the downstream knows
+// (SUCCESS with the effect's response, or FAILED with a large HTML message).
+func (r *run) resolveLeft() {
+	seen := map[string]bool{}
+	for _, rq := range r.requests {
+		ident := r.ident(rq.route, rq.key)
+		if seen[ident] {
+			continue
+		}
+		seen[ident] = true
+		id := runtime.Identity{Scope: r.scope, Operation: r.opOf(rq.route), Key: rq.key}
+		rec, err := r.cfg.Store.Get(context.Background(), id)
+		if err != nil || rec.State == runtime.StateSuccess || rec.State == runtime.StateFailed {
+			continue
+		}
+		if rec.State == runtime.StateProcessing && rec.LeaseLive() {
+			continue
+		}
+		r.mu.Lock()
+		effs := slices.Clone(r.ledger[ident])
+		r.mu.Unlock()
+		res := runtime.Resolution{ID: id, Reason: "the downstream's ledger says so", Owner: "doors-operator", TTL: time.Hour, Version: rec.Version}
+		if len(effs) > 0 {
+			rc := effs[len(effs)-1].receipt
+			b, err := r.door.encodeSuccess(rc)
+			if err != nil {
+				r.violate("converges or is reported", ident, "encoding a resolution: %v", err)
+				continue
+			}
+			res.To, res.Response = runtime.ResolveSuccess, b
+		} else {
+			res.To, res.Failure = runtime.ResolveFailed, runtime.Permanent(fmt.Errorf("%w (resolved): %s", errDeclined, failurePage()))
+		}
+		out, err := runtime.Resolve(context.Background(), r.cfg.Store, res)
+		r.note(ident, "operator resolves the %s record to %s: %v %v", rec.State, res.To, out.State, err)
+		if err != nil && !errors.Is(err, runtime.ErrNotResolvable) {
+			r.violate("every outcome is recorded whatever its size", ident, "runtime.Resolve to %s: %v", res.To, err)
+		}
+	}
+}
+
+// check verifies the invariants per identity once the run is over.
+func (r *run) check() {
+	r.mu.Lock()
+	deliveries := slices.Clone(r.deliveries)
+	ledger := map[string][]effectRec{}
+	for k, v := range r.ledger {
+		ledger[k] = slices.Clone(v)
+	}
+	r.mu.Unlock()
+	hasQuery := r.name == DoorDo || r.name == DoorGenerated
+	byIdent := map[string][]*delivery{}
+	var order []string
+	for _, d := range deliveries {
+		id := r.ident(d.req.route, d.req.key)
+		if byIdent[id] == nil {
+			order = append(order, id)
+		}
+		byIdent[id] = append(byIdent[id], d)
+	}
+	for _, ident := range order {
+		effs := ledger[ident]
+		if len(effs) > 1 {
+			var ds []string
+			for _, e := range effs {
+				ds = append(ds, fmt.Sprintf("%s by delivery %d", e.receipt.ID, e.delivery))
+			}
+			r.violate("at-most-once", ident, "the downstream applied the effect %d times: %s", len(effs), strings.Join(ds, ", "))
+		}
+		applied := func(id string) bool {
+			for _, e := range effs {
+				if e.receipt.ID == id {
+					return true
+				}
+			}
+			return false
+		}
+		var final *delivery
+		for _, d := range byIdent[ident] {
+			a := d.ans
+			if d.final {
+				final = d
+			}
+			switch a.kind {
+			case ansSuccess:
+				if a.receipt.Identity != ident {
+					r.violate("no client gets another identity's response", ident, "delivery %d was answered %s of %q", d.id, a.receipt.ID, a.receipt.Identity)
+				} else if !applied(a.receipt.ID) {
+					r.violate("no success for a failure", ident, "delivery %d was told success (%s) but the downstream applied %v", d.id, a.receipt.ID, receipts(effs))
+				}
+			case ansNotStored:
+				if len(effs) == 0 && r.name != DoorHTTP {
+					r.violate("no success for a failure", ident, "delivery %d was told the call succeeded (response not stored: %s) but the downstream applied nothing", d.id, short(a.detail))
+				}
+			case ansFailed:
+				if len(effs) > 0 && d.req.req.Amount == effsAmount(effs) {
+					r.violate("no failure for a success", ident, "delivery %d was told the call failed (%s) but the downstream applied %v", d.id, short(a.detail), receipts(effs))
+				}
+			}
+			if len(d.errorLogs) > 0 && !d.storeFault {
+				r.violate("no ERROR log while the store is healthy", ident, "the adapter logged at ERROR for delivery %d (%s, deadline %v): %s", d.id, d.plan.mode, d.plan.deadline, short(d.errorLogs[0]))
+			}
+			switch a.kind {
+			case ansOutage:
+				if !d.storeFault {
+					r.violate("no outage answer while the store is healthy", ident, "delivery %d (%s, deadline %v) was told the store is unavailable: %s", d.id, d.plan.mode, d.plan.deadline, short(a.detail))
+				}
+			case ansKeyReused:
+				if !r.reused(d, byIdent[ident]) {
+					r.violate("key reuse", ident, "delivery %d was told its key was reused with another request, but no delivery of its identity had another payload", d.id)
+				}
+			case ansOther:
+				r.violate("every answer is mapped", ident, "delivery %d got an answer the door's protocol does not define: %s", d.id, short(a.detail))
+			}
+		}
+		if hasQuery && final != nil && final.req.route == 0 && final.ans.kind == ansSuccess && len(effs) != 1 {
+			r.violate("exactly-once (with a query)", ident, "the final retry succeeded but the downstream applied the effect %d times", len(effs))
+		}
+		r.checkRecord(ident, byIdent[ident][0].req, effs)
+	}
+}
+
+func (r *run) checkRecord(ident string, rq *request, effs []effectRec) {
+	id := runtime.Identity{Scope: r.scope, Operation: r.opOf(rq.route), Key: rq.key}
+	rec, err := r.cfg.Store.Get(context.Background(), id)
+	switch {
+	case errors.Is(err, runtime.ErrNotFound):
+		if len(effs) > 0 {
+			r.violate("every record converges or is reported", ident, "the record is gone although the downstream applied %v", receipts(effs))
+		}
+	case err != nil:
+		r.violate("every record converges or is reported", ident, "reading the record: %v", err)
+	case rec.State == runtime.StateSuccess && len(effs) == 0 && r.name != DoorHTTP && r.name != DoorGRPC:
+		// (HTTP and gRPC store a handler's failure answer, a 402 or a
+		// non-retryable status, as a SUCCESS record: their clients'
+		// answers are checked instead.)
+		r.violate("the record agrees with the downstream", ident, "the record says SUCCESS but the downstream applied nothing")
+	case rec.State == runtime.StateFailed && len(effs) > 0:
+		r.violate("the record agrees with the downstream", ident, "the record says FAILED but the downstream applied %v", receipts(effs))
+	case rec.State == runtime.StateProcessing || rec.State == runtime.StateUnknown:
+		r.violate("every record converges or is reported", ident, "the record is still %s (owner %q) after the reconciler, the operator and a healthy retry", rec.State, rec.Owner)
+	}
+}
+
+// learn notes the operation the door's runtime used for route (as stored:
+// what the adapter derived from the request).
+func (r *run) learn(route int, op string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.learned[route] == "" {
+		r.learned[route] = op
+	}
+}
+
+// opOf is route's operation as stored, or the door's name for it when no
+// handler of the route ran.
+func (r *run) opOf(route int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.learned[route] != "" {
+		return r.learned[route]
+	}
+	return r.door.ops()[route]
+}
+
+func (r *run) reused(d *delivery, all []*delivery) bool {
+	for _, o := range all {
+		if o.req.req.Amount != d.req.req.Amount {
+			return true
+		}
+	}
+	return false
+}
+
+func effsAmount(effs []effectRec) int64 { return effs[0].receipt.Amount }
+
+func receipts(effs []effectRec) []string {
+	var s []string
+	for _, e := range effs {
+		s = append(s, fmt.Sprintf("%s (delivery %d)", e.receipt.ID, e.delivery))
+	}
+	return s
+}
+
+// faultStore injects renewal faults and counts them.
+type faultStore struct {
+	runtime.Store
+	r *run
+}
+
+func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
+	r := f.r
+	r.mu.Lock()
+	d := r.renewing[p.ID]
+	r.mu.Unlock()
+	if d == nil {
+		return f.Store.Renew(ctx, p)
+	}
+	ident := r.ident(d.req.route, d.req.key)
+	r.mu.Lock()
+	r.faults[renewNames[d.plan.variant]]++
+	r.faulted[ident] = true
+	d.storeFault = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.faulted[ident] = false
+		r.mu.Unlock()
+	}()
+	third := r.cfg.Lease / 3
+	switch d.plan.variant {
+	case 0:
+		r.note(ident, "fault: renewal delayed %v", third)
+		time.Sleep(third)
+		return f.Store.Renew(ctx, p)
+	case 1:
+		r.note(ident, "fault: renewal fails")
+		return time.Time{}, errors.New("doors: injected renewal failure: connection reset")
+	}
+	r.note(ident, "fault: renewal hangs %v, then times out", third)
+	time.Sleep(third)
+	return time.Time{}, fmt.Errorf("doors: renewal: %w", context.DeadlineExceeded)
+}

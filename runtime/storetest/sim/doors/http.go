@@ -1,0 +1,173 @@
+package doors
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/idemhttp"
+	"github.com/idemkit/idem/runtime/storetest/sim/doors/internal/simpay"
+)
+
+// httpDoor serves idemhttp behind a real http.Server on loopback, one per
+// worker runtime, with Go 1.22 patterns, nested muxes and http.StripPrefix:
+// two sub-muxes with the same inner pattern, "POST /{id}", mounted under
+// /payments/ and /refunds/, the middleware around each handler. The same
+// keys are sent to both (and the same bodies): their identities must not
+// collide.
+type httpDoor struct {
+	r       *run
+	servers []*http.Server
+	addrs   []string
+	client  *http.Client
+}
+
+var httpRoutes = [2]string{"/payments/", "/refunds/"}
+
+func (h *httpDoor) setup(r *run) error {
+	h.r = r
+	h.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	for _, rt := range r.workers {
+		mw := idemhttp.Middleware(rt, idemhttp.Logger(slog.New(&errorLog{r: r})),
+			idemhttp.Scope(func(*http.Request) string { return r.scope }))
+		sub := func(route int) http.Handler {
+			m := http.NewServeMux()
+			m.Handle("POST /{id}", mw(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { h.serve(w, req, route) })))
+			return m
+		}
+		outer := http.NewServeMux()
+		for route, prefix := range httpRoutes {
+			outer.Handle(prefix, http.StripPrefix(strings.TrimSuffix(prefix, "/"), sub(route)))
+		}
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		// The delivery's id, for the logger.
+		top := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if id, err := strconv.Atoi(req.Header.Get("X-Sim-Delivery")); err == nil {
+				req = req.WithContext(context.WithValue(req.Context(), deliveryKey{}, id))
+			}
+			outer.ServeHTTP(w, req)
+		})
+		srv := &http.Server{Handler: top, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+		go func() { _ = srv.Serve(lis) }()
+		h.servers = append(h.servers, srv)
+		h.addrs = append(h.addrs, "http://"+lis.Addr().String())
+	}
+	return nil
+}
+
+func (h *httpDoor) ops() [2]string { return [2]string{"POST /payments/{id}", "POST /refunds/{id}"} }
+
+func (h *httpDoor) close() {
+	for _, s := range h.servers {
+		_ = s.Close()
+	}
+	h.client.CloseIdleConnections()
+}
+
+// serve is the route's handler.
+func (h *httpDoor) serve(w http.ResponseWriter, req *http.Request, route int) {
+	id, _ := strconv.Atoi(req.Header.Get("X-Sim-Delivery"))
+	var in simpay.Request
+	if err := json.NewDecoder(req.Body).Decode(&in); err != nil || in.Key != req.PathValue("id") {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	rc, err := h.r.handle(req.Context(), route, id, in)
+	switch {
+	case err == nil:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(rc)
+	case errors.Is(err, errDeclined):
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusPaymentRequired)
+		_, _ = io.WriteString(w, failurePage())
+	default:
+		http.Error(w, "gateway timeout", http.StatusGatewayTimeout)
+	}
+}
+
+func (h *httpDoor) encodeSuccess(rc simpay.Receipt) ([]byte, error) {
+	body, err := json.Marshal(rc)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(idemhttp.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: append(body, '\n')})
+}
+
+func (h *httpDoor) call(ctx context.Context, dl *delivery) answer {
+	rq := dl.req
+	body, _ := json.Marshal(rq.req)
+	url := h.addrs[dl.plan.worker] + httpRoutes[rq.route] + rq.key
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return answer{kind: ansOther, detail: err.Error()}
+	}
+	req.Header.Set(idemhttp.DefaultHeader, rq.key)
+	req.Header.Set("X-Sim-Delivery", strconv.Itoa(dl.id))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return answer{kind: ansDeadline, detail: err.Error()}
+		}
+		return answer{kind: ansOther, detail: err.Error()}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return answer{kind: ansDeadline, detail: err.Error()}
+		}
+		return answer{kind: ansOther, detail: err.Error()}
+	}
+	detail := fmt.Sprintf("%d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), short(string(b)))
+	a := answer{detail: detail}
+	switch resp.StatusCode {
+	case http.StatusCreated:
+		a.kind = ansSuccess
+		if err := json.Unmarshal(b, &a.receipt); err != nil {
+			a.kind, a.detail = ansOther, "undecodable 201: "+detail
+		}
+	case http.StatusPaymentRequired:
+		a.kind = ansFailed
+	case http.StatusGone:
+		a.kind = ansNotStored
+	case http.StatusConflict, http.StatusGatewayTimeout, http.StatusBadGateway, http.StatusInternalServerError, http.StatusTooManyRequests:
+		a.kind = ansLater
+	case http.StatusUnprocessableEntity:
+		// 422 is key reuse (problem type key-reused), or another stable
+		// failure answer.
+		a.kind = ansFailed
+		if strings.Contains(string(b), "key-reused") {
+			a.kind = ansKeyReused
+		}
+	case http.StatusServiceUnavailable:
+		a.kind = ansLater
+		if strings.Contains(string(b), "store-unavailable") {
+			a.kind = ansOutage
+		}
+	default:
+		// Any other stable answer the middleware gives a failed record.
+		a.kind = ansFailed
+		if resp.StatusCode < 400 {
+			a.kind = ansOther
+		}
+	}
+	return a
+}
+
+var _ = runtime.ErrPermanent

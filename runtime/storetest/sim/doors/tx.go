@@ -1,0 +1,147 @@
+package doors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/pgstore"
+	"github.com/idemkit/idem/runtime/storetest/sim/doors/internal/simpay"
+)
+
+// txDoor runs pgstore.DoTx in concurrent caller transactions: the effect
+// inserts a row in the caller's transaction, which then holds the
+// transaction open a while (so that duplicates block on the claim row) and
+// commits, rolls back, or fails on its own after DoTx (and rolls back). The
+// downstream is the table: a row per committed effect, counted per
+// identity at the end.
+type txDoor struct {
+	r       *run
+	workers []*runtime.Runtime
+}
+
+const txTable = "idem_sim_doors_effects"
+
+func (x *txDoor) setup(r *run) error {
+	x.r = r
+	if _, ok := r.cfg.Store.(*pgstore.Store); !ok {
+		return fmt.Errorf("DoorTx needs a *pgstore.Store, not %T", r.cfg.Store)
+	}
+	if _, err := r.cfg.Pool.Exec(context.Background(), `CREATE TABLE IF NOT EXISTS `+txTable+` (
+		scope text NOT NULL, ident text NOT NULL, receipt text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL,
+		PRIMARY KEY (scope, receipt))`); err != nil {
+		return err
+	}
+	policies := []runtime.ErrorPolicy{runtime.RecordUnknown, runtime.RecordFailed, runtime.ReleaseRecord}
+	for i, p := range policies {
+		// DoTx needs the *pgstore.Store itself: no fault wrapper.
+		rt, err := runtime.New(r.cfg.Store, r.runtimeOptions(fmt.Sprintf("%s/tx%d", r.scope, i), p)...)
+		if err != nil {
+			return err
+		}
+		x.workers = append(x.workers, rt)
+	}
+	return nil
+}
+
+func (x *txDoor) ops() [2]string { return [2]string{"SimDoors.Tx.Book", "SimDoors.Tx.Ship"} }
+func (x *txDoor) close()         {}
+
+func (x *txDoor) encodeSuccess(rc simpay.Receipt) ([]byte, error) { return json.Marshal(rc) }
+
+var txReceipts atomic.Int64
+
+func (x *txDoor) call(ctx context.Context, dl *delivery) answer {
+	r, rq := x.r, dl.req
+	ident := r.ident(rq.route, rq.key)
+	tx, err := r.cfg.Pool.Begin(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return answer{kind: ansDeadline, detail: err.Error()}
+		}
+		return answer{kind: ansOther, detail: "begin: " + err.Error()}
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	ran := false
+	rc, err := pgstore.DoTx(ctx, x.workers[dl.plan.worker], tx, pgstore.TxCall[simpay.Request, simpay.Receipt]{
+		Operation: x.ops()[rq.route], Key: rq.key, Request: rq.req,
+		Effect: func(ctx context.Context, tx pgx.Tx, req simpay.Request) (simpay.Receipt, error) {
+			ran = true
+			if a, ok := runtime.AttemptFrom(ctx); ok {
+				r.learn(rq.route, a.ID.Operation)
+			}
+			r.note(ident, "DoTx effect runs for delivery %d (%s)", dl.id, dl.plan.mode)
+			switch dl.plan.mode {
+			case mPermanent:
+				// Declines a while in, so that duplicates block on the
+				// claim row meanwhile.
+				if err := sleepCtx(ctx, r.cfg.Lease/5); err != nil {
+					return simpay.Receipt{}, err
+				}
+				return simpay.Receipt{}, runtime.Permanent(fmt.Errorf("%w: %s", errDeclined, failurePage()))
+			case mSlow:
+				if err := sleepCtx(ctx, r.cfg.Lease*6/10); err != nil {
+					return simpay.Receipt{}, err
+				}
+			}
+			rc := simpay.Receipt{ID: fmt.Sprintf("rc_tx_%d", txReceipts.Add(1)), Identity: ident, Amount: req.Amount}
+			_, err := tx.Exec(ctx, `INSERT INTO `+txTable+` VALUES ($1, $2, $3, $4, $5)`, r.scope, ident, rc.ID, rc.Amount, dl.id)
+			return rc, err
+		},
+	})
+	a := classifyRuntime(ctx, rc, err)
+	r.note(ident, "delivery %d: DoTx returned (its effect ran: %v): %s %s", dl.id, ran, a.kind, short(a.detail))
+	// The caller holds its transaction open a while: duplicates block on
+	// the claim row meanwhile.
+	time.Sleep(r.cfg.Lease / 4)
+	end := dl.plan.tx
+	if err != nil && errors.Is(err, pgstore.ErrRollbackRequired) {
+		end = txRollback
+	}
+	switch end {
+	case txCommit:
+		if cerr := tx.Commit(context.Background()); cerr != nil {
+			r.note(ident, "delivery %d: commit failed: %v", dl.id, cerr)
+			if a.kind == ansSuccess {
+				a = answer{kind: ansLater, detail: "commit failed: " + cerr.Error()}
+			}
+		} else {
+			r.note(ident, "delivery %d: the caller commits", dl.id)
+		}
+	default:
+		_ = tx.Rollback(context.Background())
+		r.note(ident, "delivery %d: the caller rolls back (%v)", dl.id, end == txFailAfter)
+		if a.kind == ansSuccess && ran {
+			// Its own effect, rolled back by its own caller: the client
+			// knows nothing committed.
+			a = answer{kind: ansLater, detail: "own effect rolled back by its caller"}
+		}
+	}
+	return a
+}
+
+// loadLedger reads the committed effects.
+func (x *txDoor) loadLedger() error {
+	r := x.r
+	rows, err := r.cfg.Pool.Query(context.Background(), `SELECT ident, receipt, amount, delivery FROM `+txTable+` WHERE scope = $1 ORDER BY receipt`, r.scope)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for rows.Next() {
+		var e effectRec
+		if err := rows.Scan(&e.receipt.Identity, &e.receipt.ID, &e.receipt.Amount, &e.delivery); err != nil {
+			return err
+		}
+		r.ledger[e.receipt.Identity] = append(r.ledger[e.receipt.Identity], e)
+	}
+	return rows.Err()
+}
