@@ -150,6 +150,10 @@ type Config struct {
 	Crashes, LostReplies, QueryErrors uint8
 	// Lives: 1, or 2 to let a final record expire, be swept or replaced.
 	Lives uint8
+	// SharedOwner: the workers are concurrent calls in one process, so
+	// they write the same owner id (a runtime's owner is per process);
+	// otherwise each worker is its own process.
+	SharedOwner bool
 	// Mutation breaks one guard.
 	Mutation Mutation
 }
@@ -167,9 +171,13 @@ func (c Config) String() string {
 	if c.Network {
 		net = "effects delayed in the network (fencing only)"
 	}
-	return fmt.Sprintf("%d workers, %s, not-happened policy %s, %s, reconciler=%v sweeper=%v resolve=%v, max attempts %d, "+
+	owners := "one process each"
+	if c.SharedOwner {
+		owners = "one process (same owner id)"
+	}
+	return fmt.Sprintf("%d workers (%s), %s, not-happened policy %s, %s, reconciler=%v sweeper=%v resolve=%v, max attempts %d, "+
 		"crashes<=%d lost replies<=%d unanswered queries<=%d lives<=%d, mutation %s",
-		c.Workers, q, pol, net, c.Reconciler, c.Sweeper, c.Operator, c.MaxAttempts,
+		c.Workers, owners, q, pol, net, c.Reconciler, c.Sweeper, c.Operator, c.MaxAttempts,
 		c.Crashes, c.LostReplies, c.QueryErrors, c.Lives, c.Mutation)
 }
 
@@ -256,6 +264,14 @@ func (c *Config) next(s *State, emit func(Step, *State)) {
 	g.environment()
 }
 
+// owner is the owner id actor id writes.
+func (c *Config) owner(id int8) int8 {
+	if c.SharedOwner && id < MaxWorkers {
+		return 0
+	}
+	return id
+}
+
 // op runs a store operation on a copy of the state.
 func (g *stepper) op(op Op) (State, OpResult) {
 	ns := *g.s
@@ -300,7 +316,7 @@ func (g *stepper) worker(id int8) {
 	case wOff, wDone, wDead:
 		return
 	case wClaim:
-		op := Op{Kind: OpClaim, Owner: id, AcquireUnknown: c.Query, Lease: lease}
+		op := Op{Kind: OpClaim, Owner: c.owner(id), AcquireUnknown: c.Query, Lease: lease}
 		ns, res := g.op(op)
 		if res.Claimed {
 			if g.canLose() { // applied, reply lost: Do returns the store error
@@ -347,10 +363,10 @@ func (g *stepper) worker(id int8) {
 		g.renew(id)
 	case wQCAS:
 		to := a.Out.state()
-		op := Op{Kind: OpTransition, From: a.St, Owner: id, Ver: a.Ver, To: to, NewOwner: NoOwner}
+		op := Op{Kind: OpTransition, From: a.St, Owner: c.owner(id), Ver: a.Ver, To: to, NewOwner: NoOwner}
 		switch to {
 		case Processing:
-			op.NewOwner, op.Lease = id, lease
+			op.NewOwner, op.Lease = c.owner(id), lease
 		case Success, Failed:
 			op.TTL = s.finalTTL()
 		}
@@ -387,9 +403,9 @@ func (g *stepper) worker(id int8) {
 		}
 		g.renew(id)
 	case wComplete:
-		op := Op{Kind: OpTransition, From: a.St, Owner: id, Ver: a.Ver, To: a.Out.state(), NewOwner: NoOwner}
+		op := Op{Kind: OpTransition, From: a.St, Owner: c.owner(id), Ver: a.Ver, To: a.Out.state(), NewOwner: NoOwner}
 		if a.Out == outRelease {
-			op = Op{Kind: OpRelease, From: a.St, Owner: id, Ver: a.Ver}
+			op = Op{Kind: OpRelease, From: a.St, Owner: c.owner(id), Ver: a.Ver}
 		} else if op.To.Final() {
 			op.TTL = s.finalTTL()
 		}
@@ -568,7 +584,7 @@ func (g *stepper) renew(id int8) {
 	if a.Known >= known && s.Rec.Lease >= lease {
 		return // nothing to renew yet: a renewal would change nothing
 	}
-	op := Op{Kind: OpRenew, From: a.St, Owner: id, Ver: a.Ver, Lease: lease}
+	op := Op{Kind: OpRenew, From: a.St, Owner: g.c.owner(id), Ver: a.Ver, Lease: lease}
 	ns, res := g.op(op)
 	if res.Err != OK {
 		w := &ns.A[id]

@@ -88,7 +88,7 @@ func Check(c Config, maxStates int) (Result, error) {
 		init.Life = maxLives - 1 // final records never expire
 		init.Rec.Life = init.Life
 	}
-	x.add(canonical(init, c.Workers), -1, 0)
+	x.add(canonical(init, &c), -1, 0)
 	var res Result
 	for i := 0; i < len(x.states) && res.Violation == nil; i++ {
 		s := x.states[i]
@@ -106,7 +106,7 @@ func Check(c Config, maxStates int) (Result, error) {
 				res.Violation.Trace = append(res.Violation.Trace, TraceStep{Step: st, State: *ns})
 				return
 			}
-			j := x.add(canonical(*ns, c.Workers), int32(i), x.depth[i]+1)
+			j := x.add(canonical(*ns, &c), int32(i), x.depth[i]+1)
 			if !st.Fault {
 				x.free = append(x.free, [2]int32{int32(i), j})
 			}
@@ -164,13 +164,13 @@ func (x *explorer) violation(init State, i int32, inv string) *Violation {
 		want := x.states[j]
 		found := false
 		x.c.next(&cur, func(st Step, ns *State) {
-			if !found && canonical(*ns, x.c.Workers) == want {
+			if !found && canonical(*ns, x.c) == want {
 				found = true
 				v.Trace = append(v.Trace, TraceStep{Step: st, State: *ns})
 			}
 		})
 		if !found {
-			panic(fmt.Sprintf("model: a trace step cannot be replayed:\nfrom %+v\ncanon %+v\nwant %+v", cur, canonical(cur, x.c.Workers), want))
+			panic(fmt.Sprintf("model: a trace step cannot be replayed:\nfrom %+v\ncanon %+v\nwant %+v", cur, canonical(cur, x.c), want))
 		}
 		cur = v.Trace[len(v.Trace)-1].State
 	}
@@ -283,7 +283,8 @@ func checkStep(s, ns *State) string {
 
 // canonical renumbers the versions of s in order (only their order and
 // equality matter) and sorts the workers (they run the same program).
-func canonical(s State, workers int) State {
+func canonical(s State, c *Config) State {
+	workers := c.Workers
 	// Finished actors keep only what still matters: a request of theirs in
 	// flight (what they told their clients is in ToldS/ToldF).
 	for i := range s.A {
@@ -331,7 +332,7 @@ func canonical(s State, workers int) State {
 	owner := s.Rec.Owner
 	for i := range workers {
 		s.A[i] = old[perm[i]]
-		if owner == int8(perm[i]) {
+		if owner == int8(perm[i]) && !c.SharedOwner {
 			s.Rec.Owner = int8(i)
 		}
 	}
