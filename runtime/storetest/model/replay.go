@@ -10,8 +10,11 @@ import (
 	"github.com/idemkit/idem/runtime"
 )
 
-// Walk returns a random walk of at most n steps of c from its initial
-// state, seeded by seed: the trace [Replay] runs against a store.
+// Walk returns a random walk of n steps of c from its initial state,
+// seeded by seed: the trace [Replay] runs against a store. When every
+// actor is done and the clock can tell nothing more, a new round of calls
+// starts on the same store (workers, reconciler and operator start over;
+// the fault bounds stay spent).
 func Walk(c Config, seed uint64, n int) []TraceStep {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s := c.initial()
@@ -24,7 +27,14 @@ func Walk(c Config, seed uint64, n int) []TraceStep {
 		var next []TraceStep
 		c.next(&s, func(st Step, ns *State) { next = append(next, TraceStep{Step: st, State: *ns}) })
 		if len(next) == 0 {
-			break
+			round := c.initial()
+			round.Rec, round.Counter, round.Life, round.MaxSeen = s.Rec, s.Counter, s.Life, s.MaxSeen
+			round.Crashes, round.Lost, round.QErr = s.Crashes, s.Lost, s.QErr
+			if round == s {
+				break // nothing can happen at all
+			}
+			s = round
+			continue
 		}
 		t := next[rng.IntN(len(next))]
 		trace = append(trace, t)
@@ -50,7 +60,15 @@ type ReplayConfig struct {
 	// SweepShared: the store holds other records, so Sweep may delete more
 	// than the model's one.
 	SweepShared bool
+	// Late, when set, reports that the store's clock may be half a tick
+	// or more past the model's (a store on the real clock, a slow step):
+	// Replay then stops with [ErrInconclusive].
+	Late func() bool
 }
+
+// ErrInconclusive is returned by [Replay] when a step ran too late for the
+// store's clock to agree with the model's.
+var ErrInconclusive = errors.New("model: replay inconclusive: a step ran half a tick late")
 
 // Replay runs the store operations of trace against rc.Store and compares
 // every result, and the record read back after every step, with the
@@ -59,7 +77,11 @@ type ReplayConfig struct {
 func Replay(ctx context.Context, rc ReplayConfig, trace []TraceStep) error {
 	r := replayer{rc: rc, vers: map[uint8]int64{}}
 	for i, t := range trace {
-		if err := r.step(ctx, t); err != nil {
+		err := r.step(ctx, t)
+		if rc.Late != nil && rc.Late() {
+			return fmt.Errorf("step %d: %w", i+1, ErrInconclusive)
+		}
+		if err != nil {
 			return fmt.Errorf("step %d (%s): %w", i+1, t.Step, err)
 		}
 	}
