@@ -72,6 +72,8 @@ const (
 
 var toldNames = [...]string{"-", "success", "failed", "ErrOutcomeUnknown", "ErrInProgress", "released (retry)", "ErrLeaseLost", "store error"}
 
+func (t Told) String() string { return toldNames[t] }
+
 // Downstream results of an effect.
 const (
 	dNone uint8 = iota
@@ -154,6 +156,16 @@ type Config struct {
 	// they write the same owner id (a runtime's owner is per process);
 	// otherwise each worker is its own process.
 	SharedOwner bool
+	// ConfirmLateStart: a worker whose lease is no longer known to hold
+	// when its effect is about to start (a compare-and-set to PROCESSING
+	// retried that long) confirms it with a renewal before starting. The
+	// runtime does not (yet): it starts the effect and renews at once,
+	// concurrently.
+	ConfirmLateStart bool
+	// NoOverlap also checks the strict form of the lease invariant: no two
+	// workers run the effect at once, whether or not they know their lease
+	// live.
+	NoOverlap bool
 	// Mutation breaks one guard.
 	Mutation Mutation
 }
@@ -176,9 +188,9 @@ func (c Config) String() string {
 		owners = "one process (same owner id)"
 	}
 	return fmt.Sprintf("%d workers (%s), %s, not-happened policy %s, %s, reconciler=%v sweeper=%v resolve=%v, max attempts %d, "+
-		"crashes<=%d lost replies<=%d unanswered queries<=%d lives<=%d, mutation %s",
+		"crashes<=%d lost replies<=%d unanswered queries<=%d lives<=%d, confirm late start=%v, strict overlap=%v, mutation %s",
 		c.Workers, owners, q, pol, net, c.Reconciler, c.Sweeper, c.Operator, c.MaxAttempts,
-		c.Crashes, c.LostReplies, c.QueryErrors, c.Lives, c.Mutation)
+		c.Crashes, c.LostReplies, c.QueryErrors, c.Lives, c.ConfirmLateStart, c.NoOverlap, c.Mutation)
 }
 
 // Step is one atomic step: an actor's (with the store operation it ran)
@@ -508,8 +520,8 @@ func (g *stepper) effect(id int8) {
 		w.PC, w.Out = wComplete, outRelease
 		g.emit(Step{Actor: id, What: "effect fails retryably before the downstream"}, &ns)
 	}
-	if a.Known == 0 && !a.Late {
-		return // stopped by the lease rule (see environment)
+	if a.Known == 0 && (!a.Late || c.ConfirmLateStart) {
+		return // stopped by the lease rule (see environment), or confirming a late start first
 	}
 	if c.Network {
 		ns := *s

@@ -44,8 +44,14 @@ func (v *Violation) Error() string { return "model: invariant violated: " + v.In
 func (v *Violation) Format(c Config) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "invariant violated: %s\nconfiguration: %s\n", v.Invariant, c)
+	var prev State
 	for i, t := range v.Trace {
-		fmt.Fprintf(&b, "%3d. %s\n       record: %s%s\n", i+1, t.Step, t.State.Rec, t.State.downstream())
+		told := ""
+		if a := t.Step.Actor; a >= 0 && a < MaxWorkers && t.State.A[a].Told != prev.A[a].Told {
+			told = "; its client is told " + t.State.A[a].Told.String()
+		}
+		fmt.Fprintf(&b, "%3d. %s%s\n       record: %s%s\n", i+1, t.Step, told, t.State.Rec, t.State.downstream())
+		prev = t.State
 	}
 	return b.String()
 }
@@ -256,15 +262,23 @@ func checkState(c *Config, s *State) string {
 			return "answers: a client told FAILED for an effect that happened"
 		}
 	}
-	running := 0
+	running, believing := 0, 0
 	for i := range MaxWorkers {
 		a := &s.A[i]
-		if (a.PC == wEffect || a.PC == wInFlight) && a.Known > 0 {
+		// A worker in wEffect has started its effect unless it is a late
+		// start waiting for its renewal (with ConfirmLateStart).
+		if a.PC == wInFlight || (a.PC == wEffect && (a.Known > 0 || (a.Late && !c.ConfirmLateStart))) {
 			running++
+			if a.Known > 0 {
+				believing++
+			}
 		}
 	}
-	if running > 1 {
+	switch {
+	case believing > 1:
 		return "lease: two workers run the effect, each knowing its lease live"
+	case running > 1 && c.NoOverlap:
+		return "overlap: two workers run the effect at once (one started it with its lease unconfirmed)"
 	}
 	return ""
 }

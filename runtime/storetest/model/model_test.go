@@ -161,6 +161,36 @@ func TestResolveRacesRequestInFlight(t *testing.T) {
 	t.Logf("known limit, after %d states:\n%s", res.States, res.Violation.Format(c))
 }
 
+// TestLateStartOverlaps documents what the checker finds in runtime.Do as
+// it is: after a query says "did not happen", the compare-and-set to
+// PROCESSING is retried (its reply lost) until after the lease could have
+// expired; the retry recognises its token and the worker starts the effect
+// at once, renewing concurrently. Meanwhile another worker took the record
+// over and runs the effect too: two effects overlap, and only the
+// downstream's fencing (the late effect's token is stale) keeps it to one.
+// With the fix the model proposes (ConfirmLateStart: renew before a late
+// start) the same bounds have no overlap.
+func TestLateStartOverlaps(t *testing.T) {
+	c := Config{Workers: 3, Query: true, Reconciler: true, MaxAttempts: 2, LostReplies: 1, Lives: 1, NoOverlap: true}
+	res, err := Check(c, maxStates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Violation == nil || !strings.Contains(res.Violation.Invariant, "overlap") {
+		t.Fatalf("want the late-start overlap, got %v", res.Violation)
+	}
+	t.Logf("runtime.Do as it is, after %d states:\n%s", res.States, res.Violation.Format(c))
+
+	c.ConfirmLateStart = true
+	if res, err = Check(c, maxStates); err != nil {
+		t.Fatal(err)
+	}
+	if res.Violation != nil {
+		t.Fatalf("with a late start confirmed first:\n%s", res.Violation.Format(c))
+	}
+	t.Logf("with a late start confirmed first: no overlap in %d states", res.States)
+}
+
 // TestCanonical: canonicalisation is idempotent and identifies states that
 // differ only by the workers' names or the versions' values.
 func TestCanonical(t *testing.T) {

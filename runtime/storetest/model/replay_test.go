@@ -8,14 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/teststores"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/memstore"
-	"github.com/idemkit/idem/runtime/pgstore"
-	"github.com/idemkit/idem/runtime/redisstore"
 )
 
 // replayConfigs are the models whose random walks are replayed: store
@@ -105,35 +100,15 @@ func realReplay(store runtime.Store) func(t *testing.T) ReplayConfig {
 	}
 }
 
-// TestReplayPostgres replays walks against pgstore on the server's clock.
-func TestReplayPostgres(t *testing.T) {
-	dsn := testenv.PostgresURL(t)
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
+// TestReplayStores replays walks against PostgreSQL, Redis and Redis
+// Cluster on their own clocks (skipped locally without the servers, as
+// internal/testenv says).
+func TestReplayStores(t *testing.T) {
+	for _, st := range teststores.All()[1:] {
+		t.Run(st.Name, func(t *testing.T) {
+			replayAll(t, st.Name, 1, 60, realReplay(st.New(t)))
+		})
 	}
-	t.Cleanup(pool.Close)
-	if err := pgstore.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	store := pgstore.New(pool)
-	replayAll(t, "pgstore", 1, 60, realReplay(store))
-}
-
-// TestReplayRedis replays walks against redisstore on the server's clock.
-func TestReplayRedis(t *testing.T) {
-	opt, err := redis.ParseURL(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { _ = c.Close() })
-	store, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("idem-model-%d:", time.Now().UnixNano())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	replayAll(t, "redisstore", 1, 60, realReplay(store))
 }
 
 // TestReplayDetectsDivergence: a model whose store guard is broken

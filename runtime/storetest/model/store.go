@@ -23,16 +23,16 @@ func (s St) Final() bool { return s == Success || s == Failed }
 
 // Owner ids: workers are 0..MaxWorkers-1.
 const (
-	MaxWorkers       = 3
-	Reconciler  int8 = MaxWorkers
-	Operator    int8 = MaxWorkers + 1
-	numActors        = MaxWorkers + 2
-	NoOwner     int8 = -1
-	maxLives         = 2
-	lease            = 3 // ticks a granted lease lasts, by the store's clock (renewed every tick)
-	known            = 2 // ticks the grantee knows it holds it: lease minus the margin of the lease rule
-	holdOff          = 1 // ticks an UNKNOWN record is held off after "cannot tell", and a handed-back lease
-	ttl              = 1 // ticks a final record lives before it may be swept or replaced
+	MaxWorkers        = 3
+	Reconciler   int8 = MaxWorkers
+	Operator     int8 = MaxWorkers + 1
+	numActors         = MaxWorkers + 2
+	NoOwner      int8 = -1
+	maxLives          = 2
+	lease             = 3 // ticks a granted lease lasts, by the store's clock (renewed every tick)
+	known             = 2 // ticks the grantee knows it holds it: lease minus the margin of the lease rule
+	holdOff           = 1 // ticks an UNKNOWN record is held off after "cannot tell", and a handed-back lease
+	ttl               = 1 // ticks a final record lives before it may be swept or replaced
 	neverExpires int8 = -1
 )
 
