@@ -23,14 +23,12 @@ const (
 	rHeld  // reconciler: holds an UNKNOWN record: query or policy
 	rWrite // reconciler: writes the outcome
 
-	oGet     // operator: reads the record
-	oClaim   // operator: takes it (Claim with AcquireUnknown)
-	oUndo    // operator: releases a record its claim created
-	oHandBk  // operator: hands back a record that was replaced
-	oWrite   // operator: writes the resolution
-	oDone    // operator: finished
-	numPCs   // (count)
-	pcUnused // keeps numPCs honest
+	oGet    // operator: reads the record
+	oClaim  // operator: takes it (Claim with AcquireUnknown)
+	oUndo   // operator: releases a record its claim created
+	oHandBk // operator: hands back a record that was replaced
+	oWrite  // operator: writes the resolution
+	oDone   // operator: finished
 )
 
 var pcNames = [...]string{"off", "claim", "wait", "query", "query-cas", "effect", "in-flight", "complete", "done", "dead",

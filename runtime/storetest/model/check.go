@@ -47,8 +47,24 @@ func (v *Violation) Format(c Config) string {
 	var prev State
 	for i, t := range v.Trace {
 		told := ""
-		if a := t.Step.Actor; a >= 0 && a < MaxWorkers && t.State.A[a].Told != prev.A[a].Told {
-			told = "; its client is told " + t.State.A[a].Told.String()
+		if a := t.Step.Actor; a >= 0 && a < MaxWorkers {
+			w := &t.State.A[a]
+			switch {
+			case w.Told != prev.A[a].Told:
+				told = "; its client is told " + w.Told.String()
+			case w.PC == wEffect && w.Known == 0:
+				told = "; it runs the effect with its lease unconfirmed (a late start)"
+			case w.PC == wEffect || w.PC == wInFlight || w.PC == wQuery:
+				told = fmt.Sprintf("; it knows its lease for %d more tick(s)", w.Known)
+			}
+		}
+		if t.Step.Actor == env {
+			for a := range MaxWorkers {
+				was, now := prev.A[a].PC, t.State.A[a].PC
+				if (was == wEffect || was == wInFlight || was == wQuery) && now != was {
+					told += fmt.Sprintf("; the lease rule stops %s (its lease unconfirmed)", ownerName(int8(a)))
+				}
+			}
 		}
 		fmt.Fprintf(&b, "%3d. %s%s\n       record: %s%s\n", i+1, t.Step, told, t.State.Rec, t.State.downstream())
 		prev = t.State

@@ -1,11 +1,15 @@
 package model
 
 import (
+	"flag"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 )
+
+var update = flag.Bool("update", false, "rewrite the golden traces in testdata/")
 
 // fullEnv selects the larger bounds whose figures docs/reliability.md
 // reports (minutes, several GiB); CI runs the smaller ones.
@@ -221,5 +225,46 @@ func TestCanonical(t *testing.T) {
 	other.MaxSeen = 8 // above the record's version: a different state
 	if canonical(other, &c) == a {
 		t.Fatal("states that differ in version order have the same canonical form")
+	}
+}
+
+// TestGoldenTraces keeps two counterexamples as readable files: the
+// checker's output format, and the shortest schedules it finds, are part of
+// what reviewers read. Regenerate with -update.
+func TestGoldenTraces(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		c    Config
+	}{
+		{"no-lease-rule.trace", Config{Workers: 2, Reconciler: true, Crashes: 1, LostReplies: 1, Lives: 1, Mutation: MutNoLeaseRule}},
+		{"late-start-overlap.trace", Config{Workers: 3, Query: true, Reconciler: true, MaxAttempts: 2, LostReplies: 1, Lives: 1, NoOverlap: true}},
+		{"resolve-request-in-flight.trace", Config{Workers: 2, Query: true, Network: true, Reconciler: true, Operator: true, MaxAttempts: 2, Crashes: 1, LostReplies: 1, Lives: 1}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			res, err := Check(tc.c, maxStates)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Violation == nil {
+				t.Fatal("no counterexample")
+			}
+			got := res.Violation.Format(tc.c)
+			path := filepath.Join("testdata", tc.file)
+			if *update {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update)", err)
+			}
+			if got != string(want) {
+				t.Fatalf("trace differs from %s (run with -update if intended):\n%s", path, got)
+			}
+		})
 	}
 }
