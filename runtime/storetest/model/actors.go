@@ -164,8 +164,33 @@ type Config struct {
 	// workers run the effect at once, whether or not they know their lease
 	// live.
 	NoOverlap bool
+	// Policy is the runtime's error policy for unclassified errors
+	// (runtime.WithErrorPolicy). Under the default, RecordUnknown, an
+	// unclassified error is UNKNOWN like a lost reply, which the model
+	// already has; the other two add effects that fail with an
+	// unclassified error, before or after the downstream applied them.
+	Policy ErrorPolicy
 	// Mutation breaks one guard.
 	Mutation Mutation
+}
+
+// ErrorPolicy mirrors runtime.ErrorPolicy.
+type ErrorPolicy uint8
+
+// The error policies.
+const (
+	RecordUnknown ErrorPolicy = iota
+	RecordFailed
+	ReleaseRecord
+)
+
+func (p ErrorPolicy) String() string {
+	return [...]string{"RecordUnknown", "RecordFailed", "ReleaseRecord"}[p]
+}
+
+// unclassified is the outcome an unclassified error is recorded as.
+func (p ErrorPolicy) unclassified() Out {
+	return [...]Out{outUnknown, outFailed, outRelease}[p]
 }
 
 func (c Config) String() string {
@@ -186,9 +211,9 @@ func (c Config) String() string {
 		owners = "one process (same owner id)"
 	}
 	return fmt.Sprintf("%d workers (%s), %s, not-happened policy %s, %s, reconciler=%v sweeper=%v resolve=%v, max attempts %d, "+
-		"crashes<=%d lost replies<=%d unanswered queries<=%d lives<=%d, confirm late start=%v, strict overlap=%v, mutation %s",
+		"crashes<=%d lost replies<=%d unanswered queries<=%d lives<=%d, error policy %s, confirm late start=%v, strict overlap=%v, mutation %s",
 		c.Workers, owners, q, pol, net, c.Reconciler, c.Sweeper, c.Operator, c.MaxAttempts,
-		c.Crashes, c.LostReplies, c.QueryErrors, c.Lives, c.ConfirmLateStart, c.NoOverlap, c.Mutation)
+		c.Crashes, c.LostReplies, c.QueryErrors, c.Lives, c.Policy, c.ConfirmLateStart, c.NoOverlap, c.Mutation)
 }
 
 // Step is one atomic step: an actor's (with the store operation it ran)
@@ -518,6 +543,12 @@ func (g *stepper) effect(id int8) {
 		w.PC, w.Out = wComplete, outRelease
 		g.emit(Step{Actor: id, What: "effect fails retryably before the downstream"}, &ns)
 	}
+	if c.Policy != RecordUnknown {
+		ns := *s
+		w := &ns.A[id]
+		w.PC, w.Out = wComplete, c.Policy.unclassified()
+		g.emit(Step{Actor: id, What: "effect fails with an unclassified error before the downstream"}, &ns)
+	}
 	if a.Known == 0 && (!a.Late || c.ConfirmLateStart) {
 		return // stopped by the lease rule (see environment), or confirming a late start first
 	}
@@ -568,6 +599,11 @@ func (g *stepper) land(id int8, tok, l uint8, reply bool) {
 		rs := ds
 		rs.A[id].PC, rs.A[id].Out = wComplete, o
 		g.emit(Step{Actor: id, What: what}, &rs)
+		if c.Policy != RecordUnknown {
+			es := ds
+			es.A[id].PC, es.A[id].Out = wComplete, c.Policy.unclassified()
+			g.emit(Step{Actor: id, What: what + ", but the effect returns an unclassified error"}, &es)
+		}
 		if g.canLose() {
 			ls := ds
 			ls.Lost++

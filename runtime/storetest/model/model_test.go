@@ -198,6 +198,35 @@ func TestLateStartOverlaps(t *testing.T) {
 	t.Logf("with a late start confirmed first: no overlap in %d states", res.States)
 }
 
+// TestErrorPolicies: the checker finds why RecordUnknown is the default.
+// Under RecordFailed an effect that went through but returned an
+// unclassified error (a 500 after the charge) is recorded FAILED: its
+// client and every duplicate are told FAILED for an effect that happened.
+// Under ReleaseRecord the record is released and the retry runs the effect
+// again: two effects for an operation with a query. (Timeouts and
+// cancellations are UNKNOWN under every policy: the model's lost replies.)
+func TestErrorPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		p    ErrorPolicy
+		want string
+	}{
+		{RecordFailed, "told FAILED for an effect that happened"},
+		{ReleaseRecord, "exactly once"},
+	} {
+		t.Run(tc.p.String(), func(t *testing.T) {
+			c := Config{Workers: 2, Query: true, Reconciler: true, MaxAttempts: 2, Lives: 1, Policy: tc.p}
+			res, err := Check(c, maxStates)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Violation == nil || !strings.Contains(res.Violation.Invariant, tc.want) {
+				t.Fatalf("want %q, got %v", tc.want, res.Violation)
+			}
+			t.Logf("after %d states:\n%s", res.States, res.Violation.Format(c))
+		})
+	}
+}
+
 // TestCanonical: canonicalisation is idempotent and identifies states that
 // differ only by the workers' names or the versions' values.
 func TestCanonical(t *testing.T) {
