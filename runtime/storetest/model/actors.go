@@ -340,8 +340,8 @@ func tell(ns *State, id int8, t Told, life uint8) {
 	}
 }
 
-// lostReply emits the variant of a write whose reply was lost (applied, the
-// caller saw an error), when the bound allows.
+// canLose reports whether the bound allows one more lost reply (a write
+// applied whose caller saw an error, or a call that timed out).
 func (g *stepper) canLose() bool { return g.s.Lost < g.c.LostReplies }
 
 func (g *stepper) worker(id int8) {

@@ -329,13 +329,13 @@ func canonical(s State, c *Config) State {
 			s.A[i] = Actor{PC: rIdle}
 		}
 	}
-	var ptrs []*uint8
-	ptrs = append(ptrs, &s.Rec.Ver, &s.Rec.Token, &s.Rec.Created, &s.Counter, &s.MaxSeen)
+	var arr [5 + 4*numActors]*uint8
+	ptrs := append(arr[:0], &s.Rec.Ver, &s.Rec.Token, &s.Rec.Created, &s.Counter, &s.MaxSeen)
 	for i := range s.A {
 		a := &s.A[i]
 		ptrs = append(ptrs, &a.Ver, &a.Tok, &a.Msg, &a.Created)
 	}
-	var vals [32]uint8
+	var vals [len(arr)]uint8
 	n := 0
 	for _, p := range ptrs {
 		if *p != 0 {
