@@ -8,16 +8,17 @@ type PC uint8
 // The program counters. Workers follow runtime.Do, the reconciler
 // Reconciler.RunOnce and converge, the operator runtime.Resolve.
 const (
-	wOff      PC = iota // not in this configuration
-	wClaim              // about to claim (again)
-	wWait               // waiting on a live lease: Get, then decide
-	wQuery              // holds UNKNOWN or a taken-over PROCESSING: asks the query
-	wQCAS               // writes the query's answer (to PROCESSING: CAS before the effect)
-	wEffect             // holds PROCESSING: runs the effect
-	wInFlight           // the effect's request is on its way (fenced network)
-	wComplete           // records the outcome (retried with its token)
-	wDone               // returned to its client
-	wDead               // crashed
+	wOff       PC = iota // not in this configuration
+	wClaim               // about to claim (again)
+	wSlowReply           // claimed; the claim's reply is on its way (slow)
+	wWait                // waiting on a live lease: Get, then decide
+	wQuery               // holds UNKNOWN or a taken-over PROCESSING: asks the query
+	wQCAS                // writes the query's answer (to PROCESSING: CAS before the effect)
+	wEffect              // holds PROCESSING: runs the effect
+	wInFlight            // the effect's request is on its way (fenced network)
+	wComplete            // records the outcome (retried with its token)
+	wDone                // returned to its client
+	wDead                // crashed
 
 	rIdle  // reconciler: AcquirePending
 	rHeld  // reconciler: holds an UNKNOWN record: query or policy
@@ -31,7 +32,7 @@ const (
 	oDone   // operator: finished
 )
 
-var pcNames = [...]string{"off", "claim", "wait", "query", "query-cas", "effect", "in-flight", "complete", "done", "dead",
+var pcNames = [...]string{"off", "claim", "slow-reply", "wait", "query", "query-cas", "effect", "in-flight", "complete", "done", "dead",
 	"idle", "held", "write", "get", "claim", "undo", "hand-back", "write", "done"}
 
 func (p PC) String() string { return pcNames[p] }
@@ -101,6 +102,8 @@ type Actor struct {
 	Created  uint8
 	// Direct: the operator writes from a hold-off UNKNOWN without taking it.
 	Direct bool
+	// Then is where a worker goes when its slow claim reply arrives.
+	Then PC
 	// Late: the worker started its effect after the time its lease was
 	// known to hold (a compare-and-set to PROCESSING whose retries took
 	// that long); its heartbeat's first round asks the store once, before
@@ -126,7 +129,7 @@ type State struct {
 	ToldS   [maxLives]bool
 	ToldF   [maxLives]bool
 	// Faults used.
-	Crashes, Lost, QErr uint8
+	Crashes, Lost, QErr, Slow uint8
 }
 
 // Config bounds the model.
@@ -146,8 +149,9 @@ type Config struct {
 	Reconciler, Sweeper, Operator bool
 	// MaxAttempts is the reconciler's limit for a queried operation.
 	MaxAttempts uint8
-	// Fault bounds.
-	Crashes, LostReplies, QueryErrors uint8
+	// Fault bounds. SlowReplies are claim replies that arrive after the
+	// lease they grant could have expired (ticks pass in between).
+	Crashes, LostReplies, QueryErrors, SlowReplies uint8
 	// Lives: 1, or 2 to let a final record expire, be swept or replaced.
 	Lives uint8
 	// SharedOwner: the workers are concurrent calls in one process, so
@@ -210,10 +214,14 @@ func (c Config) String() string {
 	if c.SharedOwner {
 		owners = "one process (same owner id)"
 	}
+	slow := ""
+	if c.SlowReplies > 0 {
+		slow = fmt.Sprintf(", slow claim replies<=%d", c.SlowReplies)
+	}
 	return fmt.Sprintf("%d workers (%s), %s, not-happened policy %s, %s, reconciler=%v sweeper=%v resolve=%v, max attempts %d, "+
 		"crashes<=%d lost replies<=%d unanswered queries<=%d lives<=%d, error policy %s, confirm late start=%v, strict overlap=%v, mutation %s",
 		c.Workers, owners, q, pol, net, c.Reconciler, c.Sweeper, c.Operator, c.MaxAttempts,
-		c.Crashes, c.LostReplies, c.QueryErrors, c.Lives, c.Policy, c.ConfirmLateStart, c.NoOverlap, c.Mutation)
+		c.Crashes, c.LostReplies, c.QueryErrors, c.Lives, c.Policy, c.ConfirmLateStart, c.NoOverlap, c.Mutation) + slow
 }
 
 // Step is one atomic step: an actor's (with the store operation it ran)
@@ -374,10 +382,23 @@ func (g *stepper) worker(id int8) {
 			default:
 				w.PC = wEffect
 			}
+			if s.Slow < c.SlowReplies {
+				ss := ns
+				ss.Slow++
+				ss.A[id].PC, ss.A[id].Then = wSlowReply, w.PC
+				g.emit(Step{Actor: id, What: "claims (the reply is slow)", Op: op, Res: res, Fault: true}, &ss)
+			}
 			g.emit(Step{Actor: id, What: "claims", Op: op, Res: res}, &ns)
 			return
 		}
 		g.decide(id, Step{Actor: id, What: "claims", Op: op, Res: res}, &ns, res.Rec)
+	case wSlowReply:
+		// The lease was granted from the moment the claim was sent: the
+		// ticks that passed since count against it.
+		ns := *s
+		w := &ns.A[id]
+		w.PC, w.Then, w.Late = a.Then, wOff, a.Then == wEffect && a.Known == 0
+		g.emit(Step{Actor: id, What: "gets the claim's reply"}, &ns)
 	case wWait:
 		op := Op{Kind: OpGet}
 		ns, res := g.op(op)

@@ -370,8 +370,8 @@ func canonical(s State, c *Config) State {
 }
 
 func compareActors(a, b *Actor) int {
-	ka := [...]uint8{uint8(a.PC), uint8(a.St), a.Ver, a.Known, uint8(a.Out), a.Tok, b2u(a.Tried), a.Life, a.Msg, a.MsgLife, uint8(a.Told), b2u(a.Late)}
-	kb := [...]uint8{uint8(b.PC), uint8(b.St), b.Ver, b.Known, uint8(b.Out), b.Tok, b2u(b.Tried), b.Life, b.Msg, b.MsgLife, uint8(b.Told), b2u(b.Late)}
+	ka := [...]uint8{uint8(a.PC), uint8(a.St), a.Ver, a.Known, uint8(a.Out), a.Tok, b2u(a.Tried), a.Life, a.Msg, a.MsgLife, uint8(a.Told), b2u(a.Late), uint8(a.Then)}
+	kb := [...]uint8{uint8(b.PC), uint8(b.St), b.Ver, b.Known, uint8(b.Out), b.Tok, b2u(b.Tried), b.Life, b.Msg, b.MsgLife, uint8(b.Told), b2u(b.Late), uint8(b.Then)}
 	return slices.Compare(ka[:], kb[:])
 }
 

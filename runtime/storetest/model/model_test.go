@@ -166,36 +166,46 @@ func TestResolveRacesRequestInFlight(t *testing.T) {
 }
 
 // TestLateStartOverlaps documents what the checker finds in runtime.Do as
-// it is: after a query says "did not happen", the compare-and-set to
-// PROCESSING is retried (its reply lost) until after the lease could have
-// expired; the retry recognises its token and the worker starts the effect
-// at once, renewing concurrently. Meanwhile another worker took the record
-// over and runs the effect too: two effects overlap, and only the
-// downstream's fencing (the late effect's token is stale) keeps it to one.
-// With the fix the model proposes (ConfirmLateStart: renew before a late
-// start) the same bounds have no overlap.
+// it is: a worker can start its effect after the time its lease was known
+// to hold, renewing concurrently (the lease rule's "late round"), while
+// another worker took the expired record over and runs the effect too.
+// Two ways in: after a query says "did not happen", the compare-and-set to
+// PROCESSING is retried (its reply lost) past the lease, and the retry
+// recognises its token; or, without a query, a claim's reply arrives that
+// late. With a query the downstream's fencing keeps the overlap to one
+// effect; without one nothing does. With the fix the model proposes
+// (ConfirmLateStart: renew before a late start) neither overlaps.
 func TestLateStartOverlaps(t *testing.T) {
-	c := Config{Workers: 3, Query: true, Reconciler: true, MaxAttempts: 2, LostReplies: 1, Lives: 1, NoOverlap: true}
-	res, err := Check(c, maxStates)
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		c    Config
+	}{
+		{"query, CAS retried past the lease", Config{Workers: 3, Query: true, Reconciler: true, MaxAttempts: 2, LostReplies: 1, Lives: 1, NoOverlap: true}},
+		{"no query, slow claim reply", Config{Workers: 2, Reconciler: true, SlowReplies: 1, Lives: 1, NoOverlap: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.c
+			res, err := Check(c, maxStates)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Violation == nil || !strings.Contains(res.Violation.Invariant, "overlap") {
+				t.Fatalf("want the late-start overlap, got %v", res.Violation)
+			}
+			t.Logf("runtime.Do as it is, after %d states:\n%s", res.States, res.Violation.Format(c))
+			if testing.Short() && c.Workers > 2 {
+				return // the fix's 155,000 states
+			}
+			c.ConfirmLateStart = true
+			if res, err = Check(c, maxStates); err != nil {
+				t.Fatal(err)
+			}
+			if res.Violation != nil {
+				t.Fatalf("with a late start confirmed first:\n%s", res.Violation.Format(c))
+			}
+			t.Logf("with a late start confirmed first: no overlap in %d states", res.States)
+		})
 	}
-	if res.Violation == nil || !strings.Contains(res.Violation.Invariant, "overlap") {
-		t.Fatalf("want the late-start overlap, got %v", res.Violation)
-	}
-	t.Logf("runtime.Do as it is, after %d states:\n%s", res.States, res.Violation.Format(c))
-	if testing.Short() {
-		return // the fix's 155,000 states
-	}
-
-	c.ConfirmLateStart = true
-	if res, err = Check(c, maxStates); err != nil {
-		t.Fatal(err)
-	}
-	if res.Violation != nil {
-		t.Fatalf("with a late start confirmed first:\n%s", res.Violation.Format(c))
-	}
-	t.Logf("with a late start confirmed first: no overlap in %d states", res.States)
 }
 
 // TestErrorPolicies: the checker finds why RecordUnknown is the default.
@@ -267,6 +277,7 @@ func TestGoldenTraces(t *testing.T) {
 	}{
 		{"no-lease-rule.trace", Config{Workers: 2, Reconciler: true, Crashes: 1, LostReplies: 1, Lives: 1, Mutation: MutNoLeaseRule}},
 		{"late-start-overlap.trace", Config{Workers: 3, Query: true, Reconciler: true, MaxAttempts: 2, LostReplies: 1, Lives: 1, NoOverlap: true}},
+		{"late-start-no-query.trace", Config{Workers: 2, Reconciler: true, SlowReplies: 1, Lives: 1, NoOverlap: true}},
 		{"resolve-request-in-flight.trace", Config{Workers: 2, Query: true, Network: true, Reconciler: true, Operator: true, MaxAttempts: 2, Crashes: 1, LostReplies: 1, Lives: 1}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
