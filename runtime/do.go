@@ -213,6 +213,9 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		ex.rt.emit(ctx, Event{Kind: EventReleased, Operation: ex.id.Operation, Err: cerr})
 		return zero, errors.Join(fmt.Errorf("idem: %s %q: the caller's context ended before the effect ran: %w", ex.id.Operation, ex.id.Key, cerr), rerr)
 	}
+	if err := ex.confirmLateStart(ctx, rec); err != nil {
+		return zero, err
+	}
 	effCtx, cancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
 	defer cancel(nil)
 	// The lease is renewed until the outcome is recorded: a completion that
@@ -289,6 +292,34 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		return zero, fmt.Errorf("%w: %s %q: %w", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key, err)
 	}
 	return zero, err
+}
+
+// confirmLateStart renews the lease before the effect starts when the
+// write that granted it was sent so long ago (a slow reply, a retried
+// compare-and-set, a paused process) that the lease may have expired and
+// another worker taken the record over: the effect must not start beside
+// that worker's. A renewal's compare-and-set succeeds only if no one took
+// over. When the lease cannot be confirmed, nothing has run: the call fails
+// and the record is left to its lease.
+func (ex *execution[Req, Resp]) confirmLateStart(ctx context.Context, rec Record) error {
+	if time.Since(ex.granted) < ex.lease-ex.lease/leaseMargin {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ex.lease/renewEvery)
+	defer cancel()
+	sent := time.Now()
+	_, err := ex.rt.store.Renew(rctx, RenewParams{ID: ex.id, State: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version, Lease: ex.lease})
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		ex.rt.emit(ctx, Event{Kind: EventLeaseLost, Operation: ex.id.Operation, State: rec.State, Err: err})
+		return fmt.Errorf("%w: %s %q: the lease (version %d) expired before the effect could start and another worker took over; the effect did not run",
+			ErrLeaseLost, ex.id.Operation, ex.id.Key, rec.Version)
+	case err != nil:
+		return fmt.Errorf("idem: %s %q: the lease may have expired before the effect could start and renewing it failed; the effect did not run: %w",
+			ex.id.Operation, ex.id.Key, err)
+	}
+	ex.granted = sent
+	return nil
 }
 
 // observeOutcome reports the outcome of an attempt that ran the effect.

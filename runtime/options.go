@@ -27,6 +27,10 @@ const (
 	// not run again until a query tells. The safe default.
 	RecordUnknown ErrorPolicy = iota
 	// RecordFailed records FAILED and replays the error to duplicates.
+	// Choose it only when an unclassified error always means the effect did
+	// not happen: an effect that went through and then returned a plain
+	// error (a 500 after the charge) is recorded FAILED, and every
+	// duplicate is told FAILED for an effect that happened.
 	RecordFailed
 	// ReleaseRecord deletes the record so that a retry runs the effect again.
 	// Choose it only when every unclassified error happens before any effect.

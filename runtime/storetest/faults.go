@@ -29,6 +29,7 @@ func RunFaults(t *testing.T, newStore NewStore) {
 		{"NoQueryPolicyIgnoresMaxAttempts", testNoQueryIgnoresMaxAttempts},
 		{"EveryOutcomeOverLimitIsRecorded", testEveryOutcomeOverLimit},
 		{"RenewalsKeepOrStopBeforeExpiry", testRenewals},
+		{"SlowClaimReplyNeverOverlaps", testSlowClaimReply},
 		{"AcquiredRecordsConvergeDespiteAnError", testAcquiredRecordsConverge},
 	})
 }

@@ -167,3 +167,60 @@ func testRenewals(t *testing.T, s runtime.Store) {
 		})
 	}
 }
+
+// slowClaimReply applies a claim at once but delivers its reply late, as a
+// congested network or a paused process would.
+type slowClaimReply struct {
+	runtime.Store
+	delay time.Duration
+	// applied is closed when the claim has been applied.
+	applied chan struct{}
+}
+
+func (s *slowClaimReply) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, p)
+	close(s.applied)
+	time.Sleep(s.delay)
+	return res, err
+}
+
+// testSlowClaimReply: a claim whose reply arrives after its lease expired
+// (another worker took the record over meanwhile and is running the
+// effect) must not start the effect: the worker first confirms its lease,
+// and the confirmation fails. Found by the exhaustive model check.
+func testSlowClaimReply(t *testing.T, s runtime.Store) {
+	ctx := scoped(t)
+	var o owners
+	effect := func(ctx context.Context, r chargeReq) (receipt, error) {
+		o.enter()
+		defer o.leave()
+		select {
+		case <-time.After(renewLease):
+			return receipt{ID: "ch", Amount: r.Amount}, nil
+		case <-ctx.Done():
+			return receipt{}, context.Cause(ctx)
+		}
+	}
+	slow := &slowClaimReply{Store: s, delay: 2 * renewLease, applied: make(chan struct{})}
+	first := newRuntime(t, slow, runtime.WithLease(renewLease), runtime.WithOwner("slow-reply"))
+	dup := newRuntime(t, s, runtime.WithLease(renewLease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))
+	done := make(chan error, 1)
+	go func() {
+		_, err := runtime.Do(ctx, first, call("k", chargeReq{"a", 1}, effect))
+		done <- err
+	}()
+	<-slow.applied
+	time.Sleep(renewLease + renewLease/4) // the first worker's lease expires
+	if _, err := runtime.Do(ctx, dup, call("k", chargeReq{"a", 1}, effect)); err != nil {
+		t.Fatalf("the duplicate's takeover: %v", err)
+	}
+	err := <-done
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ran != 1 {
+		t.Fatalf("the effect ran %d times (max %d at once); the late claim's call returned %v", o.ran, o.max, err)
+	}
+	if !errors.Is(err, runtime.ErrLeaseLost) {
+		t.Fatalf("the late claim's call: %v, want ErrLeaseLost", err)
+	}
+}

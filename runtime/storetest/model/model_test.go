@@ -192,7 +192,7 @@ func TestLateStartOverlaps(t *testing.T) {
 			if res.Violation == nil || !strings.Contains(res.Violation.Invariant, "overlap") {
 				t.Fatalf("want the late-start overlap, got %v", res.Violation)
 			}
-			t.Logf("runtime.Do as it is, after %d states:\n%s", res.States, res.Violation.Format(c))
+			t.Logf("runtime.Do before confirmLateStart, after %d states:\n%s", res.States, res.Violation.Format(c))
 			if testing.Short() && c.Workers > 2 {
 				return // the fix's 155,000 states
 			}
@@ -203,7 +203,7 @@ func TestLateStartOverlaps(t *testing.T) {
 			if res.Violation != nil {
 				t.Fatalf("with a late start confirmed first:\n%s", res.Violation.Format(c))
 			}
-			t.Logf("with a late start confirmed first: no overlap in %d states", res.States)
+			t.Logf("with a late start confirmed first (runtime.Do as it is): no overlap in %d states", res.States)
 		})
 	}
 }
