@@ -51,20 +51,22 @@ func (s brokenTakeover) Claim(ctx context.Context, p runtime.ClaimParams) (runti
 // live leases: concurrent duplicates both run the effect, and the run must
 // report it and fail its test.
 func TestCatchesDoubleEffects(t *testing.T) {
-	q := &quietTB{TB: t}
-	rep := Run(q, DoorDo, Config{Name: "broken", Store: brokenTakeover{memstore.New()}, Seed: 7, EnforceRecordLimit: true})
-	n := 0
-	for _, v := range rep.Violations {
-		if v.Invariant == "at-most-once" {
-			n++
+	// Whether a schedule overlaps two owners depends on the seed: the first
+	// seeds are tried in turn until one does.
+	for seed := uint64(1); seed <= 12; seed++ {
+		q := &quietTB{TB: t}
+		rep := Run(q, DoorDo, Config{Name: "broken", Store: brokenTakeover{memstore.New()}, Seed: seed, EnforceRecordLimit: true})
+		for _, v := range rep.Violations {
+			if v.Invariant == "at-most-once" {
+				if len(q.errs) == 0 {
+					t.Error("the run reported a violation but did not fail its test")
+				}
+				t.Logf("seed %d: %s", seed, v)
+				return
+			}
 		}
 	}
-	if n == 0 {
-		t.Errorf("a store that takes over live leases passed at-most-once: %s", rep.Summary())
-	}
-	if len(q.errs) == 0 {
-		t.Error("the run did not fail its test")
-	}
+	t.Error("a store that takes over live leases passed at-most-once on seeds 1 to 12")
 }
 
 // TestClassifyRuntime: what runtime.Do returns maps to the answer a client
