@@ -30,7 +30,9 @@ import (
 // callers in batches of at most maxBatch statements (default 64 when not
 // positive), one batch of each kind in flight at a time. It raises
 // throughput when many callers complete at once (each batch is one commit
-// flush); a single caller sees no delay. DoTx is not batched.
+// flush); a single caller sees no delay. DoTx's claim and FAILED record
+// are batched like any other; what it writes inside the caller's
+// transaction is not.
 func WithGroupCommit(maxBatch int) Option {
 	return func(s *Store) {
 		if maxBatch <= 0 {

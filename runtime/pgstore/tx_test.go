@@ -118,7 +118,8 @@ func TestDoTxConcurrentDuplicatesOneRow(t *testing.T) {
 func TestDoTxRollbackLeavesNothing(t *testing.T) {
 	p := testPool(t)
 	table := ordersTable(t, p)
-	rt, err := runtime.New(pgstore.New(p))
+	const lease = 300 * time.Millisecond
+	rt, err := runtime.New(pgstore.New(p), runtime.WithLease(lease), runtime.WithMaxWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +134,8 @@ func TestDoTxRollbackLeavesNothing(t *testing.T) {
 			return order{}, boom // after the write: it must be rolled back
 		}}
 
-	// The effect fails: its row and the record are rolled back, and the
-	// caller's transaction is still usable.
+	// The effect fails: its row is rolled back and the claim released, and
+	// the caller's transaction is still usable.
 	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 		if _, err := pgstore.DoTx(ctx, rt, tx, call); !errors.Is(err, boom) {
 			t.Errorf("DoTx error = %v, want the effect's error", err)
@@ -153,7 +154,8 @@ func TestDoTxRollbackLeavesNothing(t *testing.T) {
 	}
 
 	// The caller rolls back its own transaction after a successful effect:
-	// nothing remains either, and a retry runs the effect.
+	// no row remains, and the claim stays PROCESSING until its lease
+	// expires; then a retry runs the effect.
 	_ = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 		if _, err := pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-2",
 			Request: orderReq{"o-2", 5}, Effect: insertOrder(table, &runs)}); err != nil {
@@ -161,11 +163,12 @@ func TestDoTxRollbackLeavesNothing(t *testing.T) {
 		}
 		return errors.New("caller aborts")
 	})
+	rolledBack := time.Now()
 	if got := count(t, p, "SELECT count(*) FROM "+table); got != 0 {
 		t.Fatalf("%d business rows after the caller rolled back, want 0", got)
 	}
-	if got := count(t, p, "SELECT count(*) FROM idem_records WHERE scope = $1", runtime.ScopeFrom(ctx)); got != 0 {
-		t.Fatalf("%d records after the caller rolled back, want 0", got)
+	if got := count(t, p, "SELECT count(*) FROM idem_records WHERE scope = $1 AND state = 'PROCESSING'", runtime.ScopeFrom(ctx)); got != 1 {
+		t.Fatalf("%d PROCESSING claims after the caller rolled back, want 1", got)
 	}
 	var o order
 	if err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
@@ -175,6 +178,12 @@ func TestDoTxRollbackLeavesNothing(t *testing.T) {
 		return err
 	}); err != nil || o.Ref != "o-2" {
 		t.Fatalf("retry after rollback: %+v, %v", o, err)
+	}
+	if waited := time.Since(rolledBack); waited > lease+2*time.Second {
+		t.Errorf("the retry waited %v for a lease of %v", waited, lease)
+	}
+	if got := count(t, p, "SELECT count(*) FROM "+table); got != 1 {
+		t.Fatalf("%d business rows after the retry, want 1", got)
 	}
 }
 
