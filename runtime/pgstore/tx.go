@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -183,7 +184,11 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 			return zero, errors.Join(rerr, terr)
 		}
 		if errors.Is(terr, runtime.ErrLeaseLost) {
-			return zero, x.lostErr(x.isolationErr(ctx, tx))
+			if ierr := x.isolationErr(ctx, tx); ierr != nil {
+				// Not taken over: the claim is invisible to this snapshot.
+				return zero, errors.Join(ierr, x.release(ctx))
+			}
+			return zero, x.lostErr(nil)
 		}
 		return zero, errors.Join(fmt.Errorf("pgstore: %s %q: recording success: %w", id.Operation, id.Key, terr), x.release(ctx))
 	}
@@ -342,7 +347,8 @@ func (x *txCall) isolationErr(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil || level == "read committed" {
 		return nil
 	}
-	return fmt.Errorf("pgstore: DoTx needs READ COMMITTED; this transaction is %s and cannot see the claim committed after its snapshot", level)
+	return fmt.Errorf("pgstore: %s %q: DoTx needs READ COMMITTED; this transaction is %s, and its snapshot predates the claim; the effect's writes were rolled back",
+		x.id.Operation, x.id.Key, level)
 }
 
 // write runs a write of the record outside the caller's transaction, on a
@@ -429,11 +435,13 @@ func (s *Store) fitFailure(id runtime.Identity, cause error) (resp []byte, note 
 		{func() { f.msg = "" }, fmt.Sprintf("failure message not stored (%d bytes)", len(fe.Message))},
 		{func() { f.code = cut(f.code, 256) }, "failure code cut"},
 	}
+	var left []string
 	for _, st := range steps {
 		st.shrink()
-		resp, note = runtime.EncodeFailure(f), st.what+" (the store refused the failure as too large)"
+		left = append(left, st.what)
+		resp = runtime.EncodeFailure(f)
 		if len(resp) <= s.maxBytes {
-			return resp, note
+			return resp, strings.Join(left, "; ") + " (the store refused the failure as too large)"
 		}
 	}
 	return []byte("{}"), "failure not stored (the store refused it as too large)"
