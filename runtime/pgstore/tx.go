@@ -154,8 +154,9 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	if err != nil || leaseLost {
 		done = true
 		if rerr := finish(false); rerr != nil {
-			// The claim is kept: the effect's writes may still commit.
-			return zero, errors.Join(rerr, err)
+			// The claim is kept: the effect's writes may still commit. The
+			// effect's error is quoted, not wrapped: it is not the outcome.
+			return zero, fmt.Errorf("%w (the effect returned: %v)", rerr, err)
 		}
 		switch {
 		case leaseLost:
@@ -299,7 +300,8 @@ func (x *txCall) takeWithLockTimeout(ctx context.Context, arg db.ClaimExistingPa
 }
 
 // heartbeat renews the claim's lease every third of it while the effect
-// runs; when the lease is found lost it cancels the effect with cause
+// runs (after a failed renewal, again soon, each bounded by a third of the
+// lease); when the lease is found lost it cancels the effect with cause
 // runtime.ErrLeaseLost. Safety does not rest on it (the SUCCESS
 // compare-and-set inside the caller's transaction fences a worker that lost
 // its lease): it keeps a live worker's claim from being taken over, and the
@@ -338,7 +340,11 @@ func (x *txCall) renew(ctx context.Context, cancel context.CancelCauseFunc) *hea
 			cancel(fmt.Errorf("%w: %s %q", runtime.ErrLeaseLost, x.id.Operation, x.id.Key))
 			return
 		}
-		h.timer.Reset(every) // after a failed renewal too: the next may succeed
+		next := every
+		if err != nil {
+			next = max(every/8, time.Millisecond) // the lease is running out: try again soon
+		}
+		h.timer.Reset(next)
 	})
 	return h
 }

@@ -468,7 +468,7 @@ func TestDoTxRepeatableReadIsRefused(t *testing.T) {
 // taken all the same (here: changed under it), the effect is cancelled with
 // ErrLeaseLost and its writes are rolled back.
 func TestDoTxLeaseRenewal(t *testing.T) {
-	const lease = 150 * time.Millisecond
+	const lease = 300 * time.Millisecond
 	for _, stolen := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stolen=%v", stolen), func(t *testing.T) {
 			p := testPool(t)
