@@ -196,16 +196,21 @@ func TestDoTxPermanentFailureBlocksDuplicates(t *testing.T) {
 }
 
 // TestDoTxConcurrentDuplicatesMixedOutcomes: 16 concurrent callers per
-// identity, DoTx in their own transactions and runtime.Do, whose effects
+// identity (on a plain store and with group commit), DoTx in their own transactions and runtime.Do, whose effects
 // succeed, fail permanently or fail retryably, and whose callers commit or
 // roll back. Per identity the effect's row exists at most once, and every
 // answer matches the committed outcome: a success is the committed row
 // (or the caller's own effect, rolled back by that caller), a failure is
 // the FAILED record, and nothing else claims an outcome.
 func TestDoTxConcurrentDuplicatesMixedOutcomes(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testDoTxMixedOutcomes(t) })
+	t.Run("group commit", func(t *testing.T) { testDoTxMixedOutcomes(t, pgstore.WithGroupCommit(0)) })
+}
+
+func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 	p := testPool(t)
 	table := ordersTable(t, p)
-	rt, err := runtime.New(pgstore.New(p), runtime.WithLease(200*time.Millisecond), runtime.WithMaxWait(3*time.Second))
+	rt, err := runtime.New(pgstore.New(p, opts...), runtime.WithLease(200*time.Millisecond), runtime.WithMaxWait(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
