@@ -3,13 +3,11 @@ package pgstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
@@ -90,14 +88,15 @@ func TestDoTxLongTransactionKeepsItsRecord(t *testing.T) {
 	}
 }
 
-// TestDoTxRecordFailureIsBounded: the effect fails permanently while the
-// caller's transaction holds a lock; a duplicate takes the record as soon as
-// the savepoint rolls back and then waits for the caller's lock. The
-// permanent failure's separate transaction waits for the duplicate's record
-// row, the duplicate for the caller: a cycle across two connections that
-// PostgreSQL cannot see. DoTx must give up within bounds, not hang.
-func TestDoTxRecordFailureIsBounded(t *testing.T) {
+// TestDoTxFailureRecordedWhileCallerHoldsLocks: the effect fails
+// permanently while the caller's transaction holds a lock that a
+// duplicate's effect would wait for, and the duplicate waits for the call.
+// Recording the failure must not wait for the caller's transaction (nor the
+// duplicate), and the duplicate must replay the failure, never run.
+func TestDoTxFailureRecordedWhileCallerHoldsLocks(t *testing.T) {
 	p := testPool(t)
+	w := &claimWatch{}
+	dupPool := watchedPool(t, w)
 	table := ordersTable(t, p)
 	if _, err := p.Exec(context.Background(), "INSERT INTO "+table+" (ref, amount) VALUES ('stock', 1)"); err != nil {
 		t.Fatal(err)
@@ -106,30 +105,17 @@ func TestDoTxRecordFailureIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dupRT, err := runtime.New(pgstore.New(p), runtime.WithMaxWait(20*time.Second))
+	dupRT, err := runtime.New(pgstore.New(dupPool), runtime.WithMaxWait(20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The race between the duplicate and the failure's transaction for the
-	// record row is usually won by the duplicate (it was already waiting);
-	// when the failure's transaction wins, it records FAILED and there is no
-	// cycle, so the schedule is tried again with another key.
-	for try := range 10 {
-		if reproduced := recordFailureCycle(t, p, table, callerRT, dupRT, fmt.Sprintf("r-%d", try)); reproduced {
-			return
-		}
-	}
-	t.Fatal("the schedule was not reproduced in 10 tries: the duplicate never took the record first")
-}
-
-func recordFailureCycle(t *testing.T, p *pgxpool.Pool, table string, callerRT, dupRT *runtime.Runtime, key string) bool {
 	ctx := scopedCtx(t.Name())
 	lockStock := func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "UPDATE "+table+" SET amount = amount + 1 WHERE ref = 'stock'")
 		return err
 	}
 	reserve := func(effect func(context.Context, pgx.Tx, orderReq) (order, error)) pgstore.TxCall[orderReq, order] {
-		return pgstore.TxCall[orderReq, order]{Operation: "Orders.Reserve", Key: key, Request: orderReq{key, 1}, Effect: effect}
+		return pgstore.TxCall[orderReq, order]{Operation: "Orders.Reserve", Key: "r-1", Request: orderReq{"r-1", 1}, Effect: effect}
 	}
 	callerTx, err := p.Begin(ctx)
 	if err != nil {
@@ -139,21 +125,21 @@ func recordFailureCycle(t *testing.T, p *pgxpool.Pool, table string, callerRT, d
 	if err := lockStock(ctx, callerTx); err != nil {
 		t.Fatal(err)
 	}
-	dupRan := make(chan struct{})
+	var dupRan atomic.Bool
 	dupDone := make(chan error, 1)
 	callerDone := make(chan error, 1)
 	go func() {
 		_, err := pgstore.DoTx(ctx, callerRT, callerTx, reserve(func(context.Context, pgx.Tx, orderReq) (order, error) {
-			go func() { // the duplicate waits on this claim, then takes the record
-				dupDone <- pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			go func() {
+				dupDone <- pgx.BeginFunc(ctx, dupPool, func(tx pgx.Tx) error {
 					_, err := pgstore.DoTx(ctx, dupRT, tx, reserve(func(ctx context.Context, tx pgx.Tx, _ orderReq) (order, error) {
-						close(dupRan)
-						return order{}, lockStock(ctx, tx) // waits for the caller's lock
+						dupRan.Store(true)
+						return order{}, lockStock(ctx, tx) // would wait for the caller's lock
 					}))
 					return err
 				})
 			}()
-			time.Sleep(200 * time.Millisecond) // the duplicate is waiting on the claim row
+			w.waitingOrDone(t, p) // the duplicate has claimed (and waits) or waits on a lock
 			return order{}, runtime.Permanent(errors.New("out of stock"))
 		}))
 		callerDone <- err
@@ -165,21 +151,21 @@ func recordFailureCycle(t *testing.T, p *pgxpool.Pool, table string, callerRT, d
 		}
 	case <-time.After(8 * time.Second):
 		_ = callerTx.Rollback(context.Background()) // break the cycle so the test can end
-		t.Fatal("DoTx hung recording the permanent failure while a duplicate waited on the caller's lock")
+		t.Fatal("DoTx hung recording the permanent failure while a duplicate waited")
 	}
-	reproduced := false
+	var err2 error
 	select {
-	case <-dupRan:
-		reproduced = true
-	default:
-	}
-	_ = callerTx.Rollback(context.Background())
-	select {
-	case <-dupDone:
+	case err2 = <-dupDone: // the caller's transaction is still open
 	case <-time.After(10 * time.Second):
-		t.Fatal("the duplicate never finished after the caller rolled back")
+		t.Fatal("the duplicate did not answer while the caller's transaction was open")
 	}
-	return reproduced
+	var fe *runtime.FailedError
+	if !errors.As(err2, &fe) || fe.Message != "out of stock" {
+		t.Errorf("duplicate: %v, want the failure replayed", err2)
+	}
+	if dupRan.Load() {
+		t.Error("the duplicate ran the effect")
+	}
 }
 
 // TestReplaysTakeNoLock: a replay of a finished record inside a caller's

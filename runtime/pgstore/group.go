@@ -2,9 +2,13 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/runtime/pgstore/internal/db"
 )
@@ -26,13 +30,15 @@ import (
 // callers in batches of at most maxBatch statements (default 64 when not
 // positive), one batch of each kind in flight at a time. It raises
 // throughput when many callers complete at once (each batch is one commit
-// flush); a single caller sees no delay. DoTx is not batched.
+// flush); a single caller sees no delay. DoTx's claim and FAILED record
+// are batched like any other; what it writes inside the caller's
+// transaction is not.
 func WithGroupCommit(maxBatch int) Option {
 	return func(s *Store) {
 		if maxBatch <= 0 {
 			maxBatch = 64
 		}
-		s.group = &groupCommit{maxBatch: maxBatch}
+		s.group = &groupCommit{maxBatch: maxBatch, q: db.New(closeOnceDB{s.pool})}
 	}
 }
 
@@ -45,7 +51,9 @@ const maxInFlight = 4
 const batchTimeout = 30 * time.Second
 
 type groupCommit struct {
-	maxBatch    int
+	maxBatch int
+	// q sends the batches, each closed exactly once (see closeOnceDB).
+	q           *db.Queries
 	claims      batchQueue[db.ClaimBatchParams, []db.ClaimBatchRow]
 	transitions batchQueue[db.TransitionBatchParams, []int64]
 
@@ -152,16 +160,82 @@ func (q *batchQueue[A, R]) flush(g *groupCommit, send sendFunc[A, R]) {
 }
 
 func (s *Store) sendClaims(ctx context.Context, args []db.ClaimBatchParams, got func(int, []db.ClaimBatchRow, error)) error {
-	br := s.q.ClaimBatch(ctx, args)
+	br := s.group.q.ClaimBatch(ctx, args)
 	br.Query(got)
 	return br.Close()
 }
 
 func (s *Store) sendTransitions(ctx context.Context, args []db.TransitionBatchParams, got func(int, []int64, error)) error {
-	br := s.q.TransitionBatch(ctx, args)
+	br := s.group.q.TransitionBatch(ctx, args)
 	br.Query(got)
 	return br.Close()
 }
+
+// closeOnceDB is the pool as the group-commit mode's queries see it: the
+// batch results it returns are closed exactly once, whoever asks. The
+// generated code closes a batch's results when it has read them, and the
+// batch's error (a failed commit, say) is learnt only from Close, so the
+// results are closed again; on a pool, the first close has returned the
+// connection, and a second would act on it while another goroutine uses it
+// (after a failed batch it invalidates the connection's statement cache: a
+// concurrent map write).
+type closeOnceDB struct{ db.DBTX }
+
+func (d closeOnceDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return &closeOnceResults{BatchResults: d.DBTX.SendBatch(ctx, b)}
+}
+
+// closeOnceResults closes its batch once and remembers the error; once
+// closed it answers every call with errBatchClosed (or that error) without
+// touching the connection.
+type closeOnceResults struct {
+	pgx.BatchResults
+	closed bool
+	err    error
+}
+
+var errBatchClosed = errors.New("pgstore: batch already closed")
+
+func (r *closeOnceResults) Close() error {
+	if !r.closed {
+		r.closed = true
+		r.err = r.BatchResults.Close()
+	}
+	return r.err
+}
+
+func (r *closeOnceResults) closedErr() error {
+	if r.err != nil {
+		return r.err
+	}
+	return errBatchClosed
+}
+
+func (r *closeOnceResults) Exec() (pgconn.CommandTag, error) {
+	if r.closed {
+		return pgconn.CommandTag{}, r.closedErr()
+	}
+	return r.BatchResults.Exec()
+}
+
+func (r *closeOnceResults) Query() (pgx.Rows, error) {
+	if r.closed {
+		return nil, r.closedErr()
+	}
+	return r.BatchResults.Query()
+}
+
+func (r *closeOnceResults) QueryRow() pgx.Row {
+	if r.closed {
+		return errRow{r.closedErr()}
+	}
+	return r.BatchResults.QueryRow()
+}
+
+// errRow is a row whose Scan fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // claimRows runs the claim statement, batched when group commit is on and
 // q is the pool's (DoTx runs on its transaction, unbatched).

@@ -145,6 +145,12 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 // when that record may be taken (see [takeable]) does a second statement
 // take it by compare-and-set on the version read.
 func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+	return s.claimWith(ctx, q, p, q.ClaimExisting)
+}
+
+// claimWith is claim with take running the takeover statement.
+func (s *Store) claimWith(ctx context.Context, q *db.Queries, p runtime.ClaimParams,
+	take func(context.Context, db.ClaimExistingParams) ([]db.ClaimExistingRow, error)) (runtime.ClaimResult, error) {
 	arg := db.ClaimParams{
 		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
 		Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: interval(p.Lease), Request: p.Request,
@@ -172,7 +178,7 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 		if r.Claimed || !takeable(&rec, p) {
 			return runtime.ClaimResult{Claimed: r.Claimed, Record: rec}, nil
 		}
-		taken, err := q.ClaimExisting(ctx, db.ClaimExistingParams{
+		taken, err := take(ctx, db.ClaimExistingParams{
 			Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: interval(p.Lease), Request: p.Request,
 			Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key, Version: rec.Version,
 			AcquireUnknown: p.AcquireUnknown,

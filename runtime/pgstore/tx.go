@@ -1,10 +1,13 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,21 +40,34 @@ type TxCall[Req, Resp any] struct {
 // the effect twice.
 var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled back")
 
-// DoTx runs a local effect exactly once: the claim, the effect and the
-// SUCCESS record are written inside tx, the caller's transaction, so they
-// commit or roll back together and there is nothing to reconcile. rt's store
-// must be a *Store on the same database.
+// DoTx runs a local effect exactly once: the effect's writes and the SUCCESS
+// record are written inside tx, the caller's transaction, so they commit or
+// roll back together. rt's store must be a *Store on the same database.
 //
-// A concurrent duplicate blocks on the claim row until the first transaction
-// ends (bounded by rt's MaxWait, as lock_timeout), then replays the response
-// or, if the first rolled back, runs the effect itself; past the bound it gets
-// [runtime.ErrInProgress]. When the effect fails, DoTx rolls back to its
-// savepoint, so neither the record nor the effect's writes remain, and returns
-// the error; the caller's transaction stays usable. A [runtime.Permanent]
-// error is then recorded as FAILED in a separate short transaction, so
-// duplicates replay it. Use READ COMMITTED (PostgreSQL's default): under
-// REPEATABLE READ a duplicate fails with a serialization error instead of
-// replaying.
+// The claim itself is committed first, on its own (PROCESSING, with the
+// runtime's lease, renewed while the effect runs), so that a duplicate
+// (DoTx in another transaction, or [runtime.Do]) never runs the effect while
+// this call's transaction is open: it waits (a DoTx duplicate up to rt's
+// MaxWait, then [runtime.ErrInProgress]) and replays the outcome, whatever
+// it turns out to be. The effect runs inside a savepoint; SUCCESS is a
+// compare-and-set from the claim, inside tx, so it commits with the effect's
+// writes, and a worker that lost its lease meanwhile commits nothing. Just
+// before it the claim's lease is ended: from then on the record's row,
+// locked by tx, holds duplicates off until tx ends.
+//
+// When the effect fails, DoTx rolls back to its savepoint (the effect's
+// writes are gone; the caller's transaction stays usable) and returns the
+// error. A [runtime.Permanent] error is then recorded as FAILED, committed
+// on its own, so it stands whether the caller commits or rolls back, and
+// duplicates replay it; any other error releases the claim, so a retry runs
+// the effect again. A response or failure over the store's record limit is
+// recorded shortened, as the runtime's size rule says.
+//
+// If the caller rolls its transaction back after DoTx succeeded, nothing
+// remains of the effect, and the claim, its lease ended, is taken over by
+// the next duplicate, which runs the effect. DoTx uses a second connection
+// of the store's pool, one statement at a time. Use READ COMMITTED
+// (PostgreSQL's default).
 func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c TxCall[Req, Resp]) (Resp, error) {
 	var zero Resp
 	s, ok := rt.Store().(*Store)
@@ -80,16 +96,25 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	if ttl <= 0 {
 		ttl = rt.TTL()
 	}
+	x := &txCall{s: s, rt: rt, id: id}
+	rec, claimed, err := x.claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: fp, Request: reqBytes, Owner: rt.Owner(), Lease: rt.Lease()})
+	if err != nil {
+		return zero, err
+	}
+	if !claimed {
+		return runtime.Replay[Resp](rt, rec, fp)
+	}
+	x.version = rec.Version
 
 	sp, err := tx.Begin(ctx) // a savepoint
 	if err != nil {
-		return zero, fmt.Errorf("pgstore: %s %q: savepoint: %w", id.Operation, id.Key, err)
+		return zero, errors.Join(fmt.Errorf("pgstore: %s %q: savepoint: %w", id.Operation, id.Key, err), x.release(ctx))
 	}
 	// The savepoint is released or rolled back on a context the caller
 	// cannot cancel, bounded by the completion timeout: with the caller's
 	// context, once done, pgx fails the statement unsent and marks the
-	// savepoint closed, and the effect's writes and a PROCESSING claim would
-	// stay in the caller's transaction, to be committed.
+	// savepoint closed, and the effect's writes and the SUCCESS record
+	// would stay in the caller's transaction, to be committed.
 	finish := func(release bool) error {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.CompletionTimeout())
 		defer cancel()
@@ -100,68 +125,89 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 			return nil
 		}
 		if err := sp.Rollback(fctx); err != nil {
-			return fmt.Errorf("%w: %s %q: rolling back to the savepoint left the effect's writes and the claim in the transaction: %w",
+			return fmt.Errorf("%w: %s %q: rolling back to the savepoint left the effect's writes in the transaction: %w",
 				ErrRollbackRequired, id.Operation, id.Key, err)
 		}
 		return nil
 	}
+
+	effCtx, cancelEffect := context.WithCancelCause(runtime.WithAttempt(ctx, runtime.Attempt{
+		ID: id, FencingToken: rec.Version, DownstreamKey: runtime.DownstreamKey(id), TakenOver: rec.Takeovers > 0,
+	}))
+	defer cancelEffect(nil)
+	hb := x.renew(ctx, cancelEffect)
 	done := false
 	defer func() {
-		if !done { // a panic in the effect: roll back, then let it go on
-			_ = finish(false)
+		if !done { // a panic in the effect: undo it, free the claim, let the panic go on
+			hb.stop()
+			if finish(false) == nil {
+				_ = x.release(ctx)
+			}
 		}
 	}()
-	fail := func(err error) (Resp, error) {
+	resp, err := c.Effect(effCtx, sp, c.Request)
+	// The renewals end before any write to the record: once this
+	// transaction has written it, a renewal on another connection would
+	// wait for this transaction to end.
+	hb.stop()
+	leaseLost := errors.Is(context.Cause(effCtx), runtime.ErrLeaseLost)
+	if err != nil || leaseLost {
 		done = true
 		if rerr := finish(false); rerr != nil {
-			return zero, errors.Join(rerr, err)
+			// The claim is kept: the effect's writes may still commit. The
+			// effect's error is quoted, not wrapped: it is not the outcome.
+			return zero, fmt.Errorf("%w (the effect returned: %v)", rerr, err)
+		}
+		switch {
+		case leaseLost:
+			return zero, x.lostErr(err)
+		case errors.Is(err, runtime.ErrPermanent):
+			return zero, x.fail(ctx, err, ttl)
+		}
+		if rerr := x.release(ctx); rerr != nil {
+			return zero, errors.Join(err, rerr)
 		}
 		return zero, err
 	}
-	q := s.q.WithTx(sp)
 
-	res, err := s.claimWithLockTimeout(ctx, sp, q, rt.MaxWait(), runtime.ClaimParams{
-		ID: id, Fingerprint: fp, Request: reqBytes, Owner: rt.Owner(), Lease: rt.Lease(),
-	})
-	if err != nil {
-		return fail(err)
+	tp := runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: rt.Owner(), Version: rec.Version,
+		To: runtime.StateSuccess, TTL: ttl}
+	if body, merr := rt.Codec().Marshal(resp); merr != nil {
+		tp.ResponseOmitted, tp.Note = true, "response not stored: encoding it failed: "+merr.Error()
+	} else if s.checkSize("response", body) != nil {
+		// The size rule: the effect is recorded as done, without a
+		// response to replay (duplicates get runtime.ErrNotReplayable).
+		tp.ResponseOmitted, tp.Note = true, fmt.Sprintf("response not stored: %d bytes, more than the store accepts (%d)", len(body), s.maxBytes)
+	} else {
+		tp.Response = body
 	}
-	if !res.Claimed {
+	// The claim's lease ends now, committed: should the caller roll back,
+	// a duplicate takes the claim over at once. From the compare-and-set
+	// below until the caller's transaction ends, the record's row is locked:
+	// a takeover waits for it, then finds SUCCESS (or, after a rollback,
+	// the claim to take). A duplicate that takes the claim in between wins,
+	// and this call, finding the record changed, commits nothing.
+	if _, rerr := s.Renew(ctx, runtime.RenewParams{ID: id, State: runtime.StateProcessing, Owner: rt.Owner(), Version: rec.Version}); errors.Is(rerr, runtime.ErrLeaseLost) {
 		done = true
-		if err := finish(true); err != nil {
-			return zero, err
+		if ferr := finish(false); ferr != nil {
+			return zero, errors.Join(ferr, rerr)
 		}
-		return runtime.Replay[Resp](rt, res.Record, fp)
-	}
-	rec := res.Record
-	effCtx := runtime.WithAttempt(ctx, runtime.Attempt{
-		ID: id, FencingToken: rec.Version, DownstreamKey: runtime.DownstreamKey(id), TakenOver: rec.Takeovers > 0,
-	})
-	resp, err := c.Effect(effCtx, sp, c.Request)
-	if err != nil {
-		resp, err := fail(err)
-		if errors.Is(err, ErrRollbackRequired) {
-			return resp, err
+		return zero, x.lostErr(nil)
+	} // another error leaves the lease as it was: a duplicate then waits for it after a rollback
+	_, terr := s.transition(ctx, s.q.WithTx(sp), tp)
+	if terr != nil {
+		done = true
+		if rerr := finish(false); rerr != nil {
+			return zero, errors.Join(rerr, terr)
 		}
-		if errors.Is(err, runtime.ErrPermanent) {
-			if ferr := s.recordFailure(ctx, rt, id, fp, reqBytes, err, ttl); ferr != nil {
-				return zero, errors.Join(err, ferr)
+		if errors.Is(terr, runtime.ErrLeaseLost) {
+			if ierr := x.isolationErr(ctx, tx); ierr != nil {
+				// Not taken over: the claim is invisible to this snapshot.
+				return zero, errors.Join(ierr, x.release(ctx))
 			}
+			return zero, x.lostErr(nil)
 		}
-		return resp, err
-	}
-	body, err := rt.Codec().Marshal(resp)
-	if err != nil {
-		return fail(fmt.Errorf("pgstore: %s %q: encoding response: %w", id.Operation, id.Key, err))
-	}
-	if err := s.checkSize("response", body); err != nil {
-		return fail(fmt.Errorf("pgstore: %s %q: the effect's writes were rolled back: %w", id.Operation, id.Key, err))
-	}
-	if _, err := s.transition(ctx, q, runtime.TransitionParams{
-		ID: id, From: runtime.StateProcessing, Owner: rt.Owner(), Version: rec.Version,
-		To: runtime.StateSuccess, TTL: ttl, Response: body,
-	}); err != nil {
-		return fail(fmt.Errorf("pgstore: %s %q: recording success: %w", id.Operation, id.Key, err))
+		return zero, errors.Join(fmt.Errorf("pgstore: %s %q: recording success: %w", id.Operation, id.Key, terr), x.release(ctx))
 	}
 	done = true
 	if err := finish(true); err != nil {
@@ -170,58 +216,270 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	return resp, nil
 }
 
-// claimWithLockTimeout claims inside the transaction with lock_timeout set to
-// maxWait for the claim statement only, so a duplicate waits on the first
-// transaction's row at most that long.
-func (s *Store) claimWithLockTimeout(ctx context.Context, tx pgx.Tx, q *db.Queries, maxWait time.Duration, p runtime.ClaimParams) (runtime.ClaimResult, error) {
-	ms := max(maxWait.Milliseconds(), 1)
-	var prev string
-	if err := tx.QueryRow(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)",
-		strconv.FormatInt(ms, 10)+"ms").Scan(&prev, new(string)); err != nil {
-		return runtime.ClaimResult{}, fmt.Errorf("pgstore: %s %q: setting lock_timeout: %w", p.ID.Operation, p.ID.Key, err)
-	}
-	res, err := s.claim(ctx, q, p)
-	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-			return res, fmt.Errorf("%w: %s %q: another transaction holds it (waited %v)", runtime.ErrInProgress, p.ID.Operation, p.ID.Key, maxWait)
-		}
-		return res, err
-	}
-	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", prev); err != nil {
-		return res, fmt.Errorf("pgstore: %s %q: restoring lock_timeout: %w", p.ID.Operation, p.ID.Key, err)
-	}
-	return res, nil
+// txCall is the part of a DoTx call that works on the record outside the
+// caller's transaction.
+type txCall struct {
+	s       *Store
+	rt      *runtime.Runtime
+	id      runtime.Identity
+	version int64 // of the claim
 }
 
-// recordFailure writes a FAILED record in its own short transaction, so
-// that duplicates replay the permanent failure of a local effect whose
-// writes were rolled back. It is bounded: the claim waits at most MaxWait
-// for a duplicate's transaction (lock_timeout), and the whole at most the
-// completion timeout, since the caller's own transaction may hold locks a
-// duplicate waits on, a cycle across two connections that PostgreSQL cannot
-// see. When the bound is hit the failure is not recorded and a retry runs
-// the effect again (its writes were rolled back).
-func (s *Store) recordFailure(ctx context.Context, rt *runtime.Runtime, id runtime.Identity, fp, req []byte, cause error, ttl time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.CompletionTimeout())
-	defer cancel()
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		q := s.q.WithTx(tx)
-		res, err := s.claimWithLockTimeout(ctx, tx, q, rt.MaxWait(), runtime.ClaimParams{ID: id, Fingerprint: fp, Request: req, Owner: rt.Owner(), Lease: rt.Lease()})
+// claim claims the record, committed on its own, or returns the record to
+// replay after waiting, like [runtime.Do], for a call in flight. A takeover
+// of an expired lease waits at most MaxWait (lock_timeout) for the
+// transaction of a DoTx that recorded its outcome and has not yet committed.
+func (x *txCall) claim(ctx context.Context, p runtime.ClaimParams) (rec runtime.Record, claimed bool, err error) {
+	id := x.id
+	var waitUntil time.Time
+	backoff := 5 * time.Millisecond
+	for range 1000 {
+		res, err := x.s.claimWith(ctx, x.s.q, p, x.takeWithLockTimeout)
 		if err != nil {
-			return err
+			return rec, false, fmt.Errorf("pgstore: %s %q: claim: %w", id.Operation, id.Key, err)
 		}
-		if !res.Claimed {
-			return nil // a duplicate recorded an outcome meanwhile: keep it
+		if res.Claimed {
+			return res.Record, true, nil
 		}
-		_, err = s.transition(ctx, q, runtime.TransitionParams{
-			ID: id, From: runtime.StateProcessing, Owner: rt.Owner(), Version: res.Record.Version,
-			To: runtime.StateFailed, TTL: ttl, Response: runtime.EncodeFailure(cause),
-		})
+		rec = res.Record
+		for {
+			if rec.State != runtime.StateProcessing || !bytes.Equal(rec.Fingerprint, p.Fingerprint) {
+				return rec, false, nil // replay it (an UNKNOWN record: ErrOutcomeUnknown)
+			}
+			if !rec.LeaseLive() {
+				break // claim again: take it over
+			}
+			if waitUntil.IsZero() {
+				waitUntil = time.Now().Add(x.rt.MaxWait())
+			}
+			left := time.Until(waitUntil)
+			if left <= 0 {
+				return rec, false, fmt.Errorf("%w: %s %q (lease held by another worker for %v more)",
+					runtime.ErrInProgress, id.Operation, id.Key, rec.LeaseExpiresAt.Sub(rec.StoreNow).Round(time.Millisecond))
+			}
+			sleep := min(backoff, left, rec.LeaseExpiresAt.Sub(rec.StoreNow)+time.Millisecond)
+			backoff = min(backoff*2, 250*time.Millisecond)
+			t := time.NewTimer(sleep)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return rec, false, fmt.Errorf("pgstore: %s %q: waiting for the call in flight: %w", id.Operation, id.Key, context.Cause(ctx))
+			case <-t.C:
+			}
+			rec, err = x.s.Get(ctx, id)
+			if errors.Is(err, runtime.ErrNotFound) {
+				break // released: claim again
+			}
+			if err != nil {
+				return rec, false, fmt.Errorf("pgstore: %s %q: %w", id.Operation, id.Key, err)
+			}
+		}
+	}
+	return rec, false, fmt.Errorf("pgstore: %s %q: the store neither grants nor refuses the claim", id.Operation, id.Key)
+}
+
+// takeWithLockTimeout takes an expired record over in a short transaction
+// with lock_timeout set to MaxWait: the record may be locked by the open
+// transaction of a DoTx that recorded SUCCESS in it.
+func (x *txCall) takeWithLockTimeout(ctx context.Context, arg db.ClaimExistingParams) ([]db.ClaimExistingRow, error) {
+	var rows []db.ClaimExistingRow
+	err := pgx.BeginFunc(ctx, x.s.pool, func(tx pgx.Tx) error {
+		ms := max(x.rt.MaxWait().Milliseconds(), 1)
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(ms, 10)+"ms"); err != nil {
+			return fmt.Errorf("setting lock_timeout: %w", err)
+		}
+		var err error
+		rows, err = x.s.q.WithTx(tx).ClaimExisting(ctx, arg)
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("pgstore: %s %q: recording the permanent failure (not recorded; a retry runs the effect again): %w", id.Operation, id.Key, err)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		return nil, fmt.Errorf("%w: %s %q: another transaction holds it (waited %v)", runtime.ErrInProgress, x.id.Operation, x.id.Key, x.rt.MaxWait())
+	}
+	return rows, err
+}
+
+// heartbeat renews the claim's lease every third of it while the effect
+// runs (after a failed renewal, again soon, each bounded by a third of the
+// lease); when the lease is found lost it cancels the effect with cause
+// runtime.ErrLeaseLost. Safety does not rest on it (the SUCCESS
+// compare-and-set inside the caller's transaction fences a worker that lost
+// its lease): it keeps a live worker's claim from being taken over, and the
+// lease live until a permanent failure is recorded.
+type heartbeat struct {
+	mu      sync.Mutex
+	stopped bool
+	timer   *time.Timer
+}
+
+// stop ends the renewals, waiting for one in progress (bounded by its
+// timeout, a third of the lease).
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	h.timer.Stop()
+}
+
+func (x *txCall) renew(ctx context.Context, cancel context.CancelCauseFunc) *heartbeat {
+	lease := x.rt.Lease()
+	every := lease / 3
+	h := &heartbeat{}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.timer = time.AfterFunc(every, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.stopped {
+			return
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), every)
+		_, err := x.s.Renew(rctx, runtime.RenewParams{ID: x.id, State: runtime.StateProcessing, Owner: x.rt.Owner(), Version: x.version, Lease: lease})
+		rcancel()
+		if errors.Is(err, runtime.ErrLeaseLost) {
+			cancel(fmt.Errorf("%w: %s %q", runtime.ErrLeaseLost, x.id.Operation, x.id.Key))
+			return
+		}
+		next := every
+		if err != nil {
+			next = max(every/8, time.Millisecond) // the lease is running out: try again soon
+		}
+		h.timer.Reset(next)
+	})
+	return h
+}
+
+// lostErr is the error of a call whose claim was taken over: another worker
+// decides the outcome, so this attempt's own error is quoted, not wrapped
+// (a permanent failure of this attempt is not the call's outcome).
+func (x *txCall) lostErr(attempt error) error {
+	msg := fmt.Sprintf("%s %q: another worker took over (version %d) before this attempt finished; its writes were rolled back",
+		x.id.Operation, x.id.Key, x.version)
+	if attempt != nil {
+		msg += fmt.Sprintf(" (this attempt: %v)", attempt)
+	}
+	return fmt.Errorf("%w: %s", runtime.ErrLeaseLost, msg)
+}
+
+// isolationErr explains a SUCCESS compare-and-set that found no record in a
+// transaction that cannot see the committed claim (REPEATABLE READ or
+// SERIALIZABLE, whose snapshot predates it); nil under READ COMMITTED.
+func (x *txCall) isolationErr(ctx context.Context, tx pgx.Tx) error {
+	var level string
+	if err := tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil || level == "read committed" {
+		return nil
+	}
+	return fmt.Errorf("pgstore: %s %q: DoTx needs READ COMMITTED; this transaction is %s, and its snapshot predates the claim; the effect's writes were rolled back",
+		x.id.Operation, x.id.Key, level)
+}
+
+// write runs a write of the record outside the caller's transaction, on a
+// context the caller cannot cancel, retrying transient errors until the
+// completion timeout.
+func (x *txCall) write(ctx context.Context, release bool, f func(context.Context) error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.rt.CompletionTimeout())
+	defer cancel()
+	backoff := 10 * time.Millisecond
+	for tries := 1; ; tries++ {
+		err := f(wctx)
+		if release && tries > 1 && errors.Is(err, runtime.ErrLeaseLost) {
+			return nil // an earlier try deleted it and its reply was lost
+		}
+		if err == nil || errors.Is(err, runtime.ErrLeaseLost) || errors.Is(err, runtime.ErrTooLarge) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-wctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// release frees the claim after an effect that did nothing (its writes
+// were rolled back), so that a retry runs it.
+func (x *txCall) release(ctx context.Context) error {
+	err := x.write(ctx, true, func(wctx context.Context) error {
+		return x.s.Release(wctx, runtime.ReleaseParams{ID: x.id, State: runtime.StateProcessing, Owner: x.rt.Owner(), Version: x.version})
+	})
+	if err != nil && !errors.Is(err, runtime.ErrLeaseLost) {
+		return fmt.Errorf("pgstore: %s %q: releasing the claim (it stays until its lease expires): %w", x.id.Operation, x.id.Key, err)
 	}
 	return nil
+}
+
+// fail records the permanent failure cause as FAILED, committed on its own,
+// after the effect's writes were rolled back, and returns the error for the
+// caller: cause when it was recorded.
+func (x *txCall) fail(ctx context.Context, cause error, ttl time.Duration) error {
+	resp, note := x.s.fitFailure(x.id, cause)
+	tp := runtime.TransitionParams{ID: x.id, From: runtime.StateProcessing, Owner: x.rt.Owner(), Version: x.version,
+		To: runtime.StateFailed, TTL: ttl, Response: resp, Note: note,
+		Token: fmt.Sprintf("%s#dotx-failed-%d", x.rt.Owner(), x.version)}
+	err := x.write(ctx, false, func(wctx context.Context) error {
+		_, err := x.s.transition(wctx, x.s.q, tp)
+		return err
+	})
+	switch {
+	case err == nil:
+		return cause
+	case errors.Is(err, runtime.ErrLeaseLost):
+		return x.lostErr(cause)
+	}
+	// Quoted, not wrapped: duplicates are not told this failure, so the
+	// caller must not be told it as the outcome either.
+	return fmt.Errorf("pgstore: %s %q: the effect failed permanently (%v) but recording it failed; its writes were rolled back and the claim stays until its lease expires: %w",
+		x.id.Operation, x.id.Key, cause, err)
+}
+
+// fitFailure encodes cause as a FAILED record's response within the record
+// limit, by the runtime's size rule: the Detailer payload is left out
+// first, then the message is cut, then left out; note says what was.
+func (s *Store) fitFailure(id runtime.Identity, cause error) (resp []byte, note string) {
+	resp = runtime.EncodeFailure(cause)
+	if len(resp) <= s.maxBytes {
+		return resp, ""
+	}
+	fe, err := runtime.DecodeFailure(id, resp)
+	if err != nil { // EncodeFailure's output always decodes
+		return []byte("{}"), "failure not stored: " + err.Error()
+	}
+	f := storedFailure{code: fe.Code, msg: fe.Message}
+	steps := []struct {
+		shrink func()
+		what   string
+	}{
+		{func() {}, fmt.Sprintf("failure detail not stored (%d bytes)", len(fe.Detail))},
+		{func() { f.msg = cut(f.msg, 256) }, fmt.Sprintf("failure message cut from %d bytes", len(fe.Message))},
+		{func() { f.msg = "" }, fmt.Sprintf("failure message not stored (%d bytes)", len(fe.Message))},
+		{func() { f.code = cut(f.code, 256) }, "failure code cut"},
+	}
+	var left []string
+	for _, st := range steps {
+		st.shrink()
+		left = append(left, st.what)
+		resp = runtime.EncodeFailure(f)
+		if len(resp) <= s.maxBytes {
+			return resp, strings.Join(left, "; ") + " (the store refused the failure as too large)"
+		}
+	}
+	return []byte("{}"), "failure not stored (the store refused it as too large)"
+}
+
+// storedFailure is a failure rebuilt from its stored parts, to encode
+// again smaller.
+type storedFailure struct{ code, msg string }
+
+func (f storedFailure) Error() string     { return f.msg }
+func (f storedFailure) ErrorCode() string { return f.code }
+
+// cut shortens s to at most n bytes of valid UTF-8, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return string(bytes.ToValidUTF8([]byte(s[:n]), nil)) + "…"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/memstore"
 	"github.com/idemkit/idem/runtime/pgstore"
@@ -118,7 +120,7 @@ func TestDoTxConcurrentDuplicatesOneRow(t *testing.T) {
 func TestDoTxRollbackLeavesNothing(t *testing.T) {
 	p := testPool(t)
 	table := ordersTable(t, p)
-	rt, err := runtime.New(pgstore.New(p))
+	rt, err := runtime.New(pgstore.New(p), runtime.WithMaxWait(100*time.Millisecond)) // the retry must not need to wait
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +135,8 @@ func TestDoTxRollbackLeavesNothing(t *testing.T) {
 			return order{}, boom // after the write: it must be rolled back
 		}}
 
-	// The effect fails: its row and the record are rolled back, and the
-	// caller's transaction is still usable.
+	// The effect fails: its row is rolled back and the claim released, and
+	// the caller's transaction is still usable.
 	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 		if _, err := pgstore.DoTx(ctx, rt, tx, call); !errors.Is(err, boom) {
 			t.Errorf("DoTx error = %v, want the effect's error", err)
@@ -153,7 +155,8 @@ func TestDoTxRollbackLeavesNothing(t *testing.T) {
 	}
 
 	// The caller rolls back its own transaction after a successful effect:
-	// nothing remains either, and a retry runs the effect.
+	// no row remains, and the claim, its lease ended, is taken over at
+	// once by a retry, which runs the effect.
 	_ = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 		if _, err := pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-2",
 			Request: orderReq{"o-2", 5}, Effect: insertOrder(table, &runs)}); err != nil {
@@ -164,8 +167,9 @@ func TestDoTxRollbackLeavesNothing(t *testing.T) {
 	if got := count(t, p, "SELECT count(*) FROM "+table); got != 0 {
 		t.Fatalf("%d business rows after the caller rolled back, want 0", got)
 	}
-	if got := count(t, p, "SELECT count(*) FROM idem_records WHERE scope = $1", runtime.ScopeFrom(ctx)); got != 0 {
-		t.Fatalf("%d records after the caller rolled back, want 0", got)
+	if got := count(t, p, "SELECT count(*) FROM idem_records WHERE scope = $1 AND state = 'PROCESSING' AND lease_expires_at <= clock_timestamp()",
+		runtime.ScopeFrom(ctx)); got != 1 {
+		t.Fatalf("%d PROCESSING claims with an ended lease after the caller rolled back, want 1", got)
 	}
 	var o order
 	if err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
@@ -175,6 +179,9 @@ func TestDoTxRollbackLeavesNothing(t *testing.T) {
 		return err
 	}); err != nil || o.Ref != "o-2" {
 		t.Fatalf("retry after rollback: %+v, %v", o, err)
+	}
+	if got := count(t, p, "SELECT count(*) FROM "+table); got != 1 {
+		t.Fatalf("%d business rows after the retry, want 1", got)
 	}
 }
 
@@ -274,5 +281,249 @@ func TestDoTxNeedsPgStore(t *testing.T) {
 		Effect: func(context.Context, pgx.Tx, orderReq) (order, error) { return order{}, nil }})
 	if err == nil {
 		t.Fatal("DoTx on a memory store did not fail")
+	}
+}
+
+// detailed is a permanent error with a Detailer payload.
+type detailed struct {
+	msg    string
+	detail []byte
+}
+
+func (d detailed) Error() string         { return d.msg }
+func (d detailed) ErrorCode() string     { return "declined" }
+func (d detailed) FailureDetail() []byte { return d.detail }
+
+// TestDoTxOutcomesOverTheRecordLimit: the size rule in DoTx's own writes.
+// An outcome over the store's record limit is recorded shortened, within the
+// limit, never left PROCESSING nor lost; duplicates replay what was kept.
+func TestDoTxOutcomesOverTheRecordLimit(t *testing.T) {
+	const limit = 512
+	page := "<html><body>" + strings.Repeat("<p>upstream &amp; gateway error</p>", 200) + "</body></html>"
+	for _, tc := range []struct {
+		name   string
+		effect func(table string, runs *atomic.Int32) func(context.Context, pgx.Tx, orderReq) (order, error)
+		check  func(t *testing.T, first error, dup error, rec runtime.Record)
+	}{
+		{
+			name: "permanent failure with an HTML page and a large detail",
+			effect: func(string, *atomic.Int32) func(context.Context, pgx.Tx, orderReq) (order, error) {
+				return func(context.Context, pgx.Tx, orderReq) (order, error) {
+					return order{}, runtime.Permanent(detailed{msg: page, detail: []byte(strings.Repeat("d", 4096))})
+				}
+			},
+			check: func(t *testing.T, first, dup error, rec runtime.Record) {
+				if !errors.Is(first, runtime.ErrPermanent) {
+					t.Errorf("first call: %v, want its permanent failure", first)
+				}
+				var fe *runtime.FailedError
+				if !errors.As(dup, &fe) || fe.Code != "declined" || !strings.HasPrefix(page, strings.TrimSuffix(fe.Message, "…")) || len(fe.Detail) != 0 {
+					t.Errorf("duplicate: %.300v, want the failure replayed, shortened, with its code", dup)
+				}
+				if rec.State != runtime.StateFailed || !strings.Contains(rec.Note, "detail not stored") || !strings.Contains(rec.Note, "message cut") {
+					t.Errorf("record %s, note %q", rec.State, rec.Note)
+				}
+			},
+		},
+		{
+			name: "response over the limit",
+			effect: func(table string, runs *atomic.Int32) func(context.Context, pgx.Tx, orderReq) (order, error) {
+				return func(ctx context.Context, tx pgx.Tx, r orderReq) (order, error) {
+					o, err := insertOrder(table, runs)(ctx, tx, r)
+					o.Ref = strings.Repeat("x", 2*limit)
+					return o, err
+				}
+			},
+			check: func(t *testing.T, first, dup error, rec runtime.Record) {
+				if first != nil {
+					t.Errorf("first call: %v, want success", first)
+				}
+				if !errors.Is(dup, runtime.ErrNotReplayable) {
+					t.Errorf("duplicate: %v, want ErrNotReplayable", dup)
+				}
+				if rec.State != runtime.StateSuccess || !rec.ResponseOmitted {
+					t.Errorf("record %s, response omitted %v", rec.State, rec.ResponseOmitted)
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPool(t)
+			table := ordersTable(t, p)
+			rt, err := runtime.New(pgstore.New(p, pgstore.WithMaxRecordBytes(limit)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := scopedCtx(t.Name())
+			var runs atomic.Int32
+			call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5}, Effect: tc.effect(table, &runs)}
+			run := func() error {
+				return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+					_, err := pgstore.DoTx(ctx, rt, tx, call)
+					return err
+				})
+			}
+			first := run()
+			call.Effect = func(context.Context, pgx.Tx, orderReq) (order, error) {
+				runs.Add(1)
+				return order{}, errors.New("a duplicate ran the effect")
+			}
+			dup := run()
+			rec, err := rt.Store().Get(ctx, runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: "Orders.Create", Key: "o-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rec.Response) > limit {
+				t.Errorf("stored response is %d bytes, over the limit of %d", len(rec.Response), limit)
+			}
+			tc.check(t, first, dup, rec)
+			if n := runs.Load(); n > 1 {
+				t.Errorf("the effect ran %d times", n)
+			}
+		})
+	}
+}
+
+// TestDoTxRoundTrips: the cost of DoTx over its effect. First call: the
+// claim (committed on its own), the savepoint, the end of the claim's
+// lease, the SUCCESS compare-and-set and the savepoint's release; a
+// replay: the claim.
+func TestDoTxRoundTrips(t *testing.T) {
+	testPool(t) // skips or fails like the others when there is no server
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := &countingTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	cfg.MaxConns = 2 // the caller's transaction and the claim: warm statement caches
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	rt, err := runtime.New(pgstore.New(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx = scopedCtx(t.Name())
+	do := func(key string) int32 {
+		t.Helper()
+		var n int32
+		if err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			tracer.n.Store(0)
+			_, err := pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[string, string]{Operation: "T.RoundTrips", Key: key, Request: "req",
+				Effect: func(context.Context, pgx.Tx, string) (string, error) { return "resp", nil }})
+			n = tracer.n.Load()
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	do("warm-up")
+	do("warm-up-2")
+	if n := do("first"); n != 5 {
+		t.Errorf("first call: %d statements, want 5 (claim, savepoint, end of lease, complete, release)", n)
+	}
+	if n := do("first"); n != 1 {
+		t.Errorf("replay: %d statements, want 1 (claim)", n)
+	}
+}
+
+// TestDoTxRepeatableReadIsRefused: under REPEATABLE READ a transaction
+// whose snapshot predates the claim cannot see it; DoTx says so, rolls the
+// effect back and frees the claim, rather than report a lost lease.
+func TestDoTxRepeatableReadIsRefused(t *testing.T) {
+	p := testPool(t)
+	table := ordersTable(t, p)
+	rt, err := runtime.New(pgstore.New(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := scopedCtx(t.Name())
+	var runs atomic.Int32
+	call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5}, Effect: insertOrder(table, &runs)}
+	err = pgx.BeginTxFunc(ctx, p, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // takes the snapshot
+			return err
+		}
+		_, err := pgstore.DoTx(ctx, rt, tx, call)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "READ COMMITTED") || errors.Is(err, runtime.ErrLeaseLost) {
+		t.Fatalf("DoTx under REPEATABLE READ: %v, want a clear refusal", err)
+	}
+	if n := count(t, p, "SELECT count(*) FROM idem_records WHERE scope = $1", runtime.ScopeFrom(ctx)); n != 0 {
+		t.Fatalf("%d records left, want the claim released", n)
+	}
+	if n := count(t, p, "SELECT count(*) FROM "+table); n != 0 {
+		t.Fatalf("%d business rows, want 0", n)
+	}
+}
+
+// TestDoTxLeaseRenewal: the claim's lease is renewed while a long effect
+// runs, so a duplicate waits instead of taking it over; when the claim is
+// taken all the same (here: changed under it), the effect is cancelled with
+// ErrLeaseLost and its writes are rolled back.
+func TestDoTxLeaseRenewal(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	for _, stolen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stolen=%v", stolen), func(t *testing.T) {
+			p := testPool(t)
+			table := ordersTable(t, p)
+			rt, err := runtime.New(pgstore.New(p), runtime.WithLease(lease), runtime.WithMaxWait(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := scopedCtx(t.Name())
+			var runs atomic.Int32
+			dupDone := make(chan error, 1)
+			call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5},
+				Effect: func(ectx context.Context, tx pgx.Tx, r orderReq) (order, error) {
+					o, err := insertOrder(table, &runs)(ectx, tx, r)
+					if err != nil {
+						return o, err
+					}
+					if stolen {
+						if _, err := p.Exec(ectx, "UPDATE idem_records SET version = nextval('idem_records_version_seq') WHERE scope = $1",
+							runtime.ScopeFrom(ectx)); err != nil {
+							return o, err
+						}
+						<-ectx.Done() // the next renewal finds the lease lost
+						return o, context.Cause(ectx)
+					}
+					go func() {
+						_, err := runtime.Do(ctx, rt, runtime.Call[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: r,
+							Effect: func(context.Context, orderReq) (order, error) {
+								runs.Add(1)
+								return order{}, errors.New("the duplicate ran")
+							}})
+						dupDone <- err
+					}()
+					time.Sleep(4 * lease) // a long effect: four leases
+					return o, nil
+				}}
+			err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error { _, err := pgstore.DoTx(ctx, rt, tx, call); return err })
+			if stolen {
+				if !errors.Is(err, runtime.ErrLeaseLost) {
+					t.Fatalf("DoTx: %v, want ErrLeaseLost", err)
+				}
+				if n := count(t, p, "SELECT count(*) FROM "+table); n != 0 {
+					t.Fatalf("%d business rows after the lease was lost, want 0", n)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-dupDone; err != nil {
+				t.Fatalf("duplicate: %v, want the response replayed", err)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("the effect ran %d times", n)
+			}
+		})
 	}
 }

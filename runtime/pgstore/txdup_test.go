@@ -1,0 +1,350 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/pgstore"
+)
+
+// claimWatch is a pgx tracer that tells when a claim statement has been
+// sent (and on which backend) and when one has returned, so that a test
+// can order two transactions by what the server is doing, not by sleeps.
+type claimWatch struct {
+	mu      sync.Mutex
+	started []uint32 // backend pids of claims sent
+	ended   int      // claims returned
+}
+
+type claimKey struct{}
+
+func (w *claimWatch) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "-- name: Claim :many") {
+		w.mu.Lock()
+		w.started = append(w.started, conn.PgConn().PID())
+		w.mu.Unlock()
+		return context.WithValue(ctx, claimKey{}, true)
+	}
+	return ctx
+}
+
+func (w *claimWatch) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if ctx.Value(claimKey{}) != nil {
+		w.mu.Lock()
+		w.ended++
+		w.mu.Unlock()
+	}
+}
+
+// waitingOrDone waits until a claim the watched pool sent has either
+// returned or is blocked on a lock held by another transaction (pg_locks:
+// an ungranted lock of that backend).
+func (w *claimWatch) waitingOrDone(t *testing.T, p *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		w.mu.Lock()
+		pids, ended := append([]uint32(nil), w.started...), w.ended
+		w.mu.Unlock()
+		if ended > 0 {
+			return
+		}
+		for _, pid := range pids {
+			var waiting bool
+			if err := p.QueryRow(context.Background(),
+				"SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)", int32(pid)).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting {
+				return
+			}
+		}
+		time.Sleep(time.Millisecond) // polling the server's state, not ordering by time
+	}
+	t.Fatal("the duplicate's claim neither returned nor waited on a lock")
+}
+
+// watchedPool is a pool of its own whose claims w watches.
+func watchedPool(t *testing.T, w *claimWatch) *pgxpool.Pool {
+	t.Helper()
+	testPool(t) // migrated
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = w
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// TestDoTxPermanentFailureBlocksDuplicates is the schedule of issue 16 item
+// 4: T1's effect fails with runtime.Permanent while T2, a duplicate (DoTx in
+// another transaction, or runtime.Do), waits for T1. T2 must not run the
+// effect, neither while T1 is open nor after T1 commits or rolls back: it
+// replays T1's failure, which survives T1's rollback.
+func TestDoTxPermanentFailureBlocksDuplicates(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		dupIsDo  bool // T2 is runtime.Do rather than DoTx
+		rollback bool // T1's caller rolls its transaction back
+	}{
+		{"DoTx duplicate, caller commits", false, false},
+		{"DoTx duplicate, caller rolls back", false, true},
+		{"Do duplicate, caller commits", true, false},
+		{"Do duplicate, caller rolls back", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPool(t)
+			w := &claimWatch{}
+			p2 := watchedPool(t, w)
+			table := ordersTable(t, p)
+			rt1, err := runtime.New(pgstore.New(p), runtime.WithMaxWait(20*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt2, err := runtime.New(pgstore.New(p2), runtime.WithMaxWait(20*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := scopedCtx(t.Name())
+			req := orderReq{"o-1", 990}
+			var runs atomic.Int32
+			inEffect, fail := make(chan struct{}), make(chan struct{})
+			t1Done := make(chan error, 1)
+			go func() {
+				err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+					_, err := pgstore.DoTx(ctx, rt1, tx, pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: req,
+						Effect: func(ctx context.Context, tx pgx.Tx, r orderReq) (order, error) {
+							if _, err := insertOrder(table, &runs)(ctx, tx, r); err != nil {
+								return order{}, err
+							}
+							close(inEffect)
+							<-fail
+							return order{}, runtime.Permanent(errors.New("card declined"))
+						}})
+					if !errors.Is(err, runtime.ErrPermanent) {
+						return fmt.Errorf("T1: %w, want the permanent failure", err)
+					}
+					if tc.rollback {
+						return err
+					}
+					return nil // the caller commits the rest of its work
+				})
+				if tc.rollback && errors.Is(err, runtime.ErrPermanent) {
+					err = nil
+				}
+				t1Done <- err
+			}()
+			<-inEffect
+
+			t2Done := make(chan error, 1)
+			go func() {
+				if tc.dupIsDo {
+					_, err := runtime.Do(ctx, rt2, runtime.Call[orderReq, string]{Operation: "Orders.Create", Key: "o-1", Request: req,
+						Effect: func(context.Context, orderReq) (string, error) { runs.Add(1); return "paid", nil }})
+					t2Done <- err
+					return
+				}
+				t2Done <- pgx.BeginFunc(ctx, p2, func(tx pgx.Tx) error {
+					_, err := pgstore.DoTx(ctx, rt2, tx, pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: req,
+						Effect: insertOrder(table, &runs)})
+					return err
+				})
+			}()
+			w.waitingOrDone(t, p) // T2 is waiting for T1 (or has its answer)
+			close(fail)
+			if err := <-t1Done; err != nil {
+				t.Fatal(err)
+			}
+			var err2 error
+			select {
+			case err2 = <-t2Done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("T2 never returned")
+			}
+			var fe *runtime.FailedError
+			if !errors.As(err2, &fe) || fe.Message != "card declined" {
+				t.Errorf("T2 got %v, want T1's failure replayed", err2)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Errorf("the effect ran %d times, want 1 (T1's, rolled back)", n)
+			}
+			if n := count(t, p, "SELECT count(*) FROM "+table); n != 0 {
+				t.Errorf("%d business rows, want 0", n)
+			}
+			var state string
+			if err := p.QueryRow(ctx, "SELECT state FROM idem_records WHERE scope = $1 AND key = 'o-1'", runtime.ScopeFrom(ctx)).Scan(&state); err != nil || state != "FAILED" {
+				t.Errorf("record: %q, %v; want FAILED", state, err)
+			}
+		})
+	}
+}
+
+// TestDoTxConcurrentDuplicatesMixedOutcomes: 16 concurrent callers per
+// identity (on a plain store and with group commit), DoTx in their own transactions and runtime.Do, whose effects
+// succeed, fail permanently or fail retryably, and whose callers commit or
+// roll back. Per identity the effect's row exists at most once, and every
+// answer matches the committed outcome: a success is the committed row
+// (or the caller's own effect, rolled back by that caller), a failure is
+// the FAILED record, and nothing else claims an outcome.
+func TestDoTxConcurrentDuplicatesMixedOutcomes(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testDoTxMixedOutcomes(t) })
+	t.Run("group commit", func(t *testing.T) { testDoTxMixedOutcomes(t, pgstore.WithGroupCommit(0)) })
+}
+
+func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
+	p := testPool(t)
+	table := ordersTable(t, p)
+	rt, err := runtime.New(pgstore.New(p, opts...), runtime.WithLease(200*time.Millisecond), runtime.WithMaxWait(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers, keys = 16, 8
+	errAgain := errors.New("try again")
+	type answer struct {
+		own      bool // the caller's own effect ran and returned
+		resp     order
+		err      error
+		rollback bool
+	}
+	for k := range keys {
+		key := fmt.Sprintf("mix-%d", k)
+		ctx := scopedCtx(t.Name())
+		req := orderReq{key, 10}
+		answers := make([]answer, callers)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a := &answers[i]
+				outcome := (i + k) % 4 // 0, 1: success; 2: permanent; 3: retryable
+				a.rollback = (i+2*k)%3 == 0
+				effect := func(ctx context.Context, tx pgx.Tx, r orderReq) (order, error) {
+					var dummy atomic.Int32
+					o, err := insertOrder(table, &dummy)(ctx, tx, r)
+					switch {
+					case err != nil:
+						return o, err
+					case outcome == 2:
+						return order{}, runtime.Permanent(fmt.Errorf("declined by caller %d", i))
+					case outcome == 3:
+						return order{}, runtime.Retryable(errAgain)
+					}
+					a.own = true
+					return o, nil
+				}
+				<-start
+				if i%5 == 4 { // a runtime.Do duplicate: its effect's row commits on its own
+					a.resp, a.err = runtime.Do(ctx, rt, runtime.Call[orderReq, order]{Operation: "Orders.Create", Key: key, Request: req,
+						Effect: func(ctx context.Context, r orderReq) (order, error) {
+							tx, err := p.Begin(ctx)
+							if err != nil {
+								return order{}, err
+							}
+							defer func() { _ = tx.Rollback(ctx) }()
+							o, err := effect(ctx, tx, r)
+							if err != nil {
+								return o, err
+							}
+							return o, tx.Commit(ctx)
+						}})
+					a.rollback = false
+					return
+				}
+				_ = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+					a.resp, a.err = pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: key, Request: req, Effect: effect})
+					if a.rollback {
+						return errors.New("the caller rolls back")
+					}
+					return nil
+				})
+			}()
+		}
+		close(start)
+		wg.Wait()
+
+		var rows []order
+		r, err := p.Query(ctx, "SELECT id, ref, amount FROM "+table+" WHERE ref = $1", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err = pgx.CollectRows(r, pgx.RowToStructByPos[order])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) > 1 {
+			t.Fatalf("%s: the effect's row exists %d times", key, len(rows))
+		}
+		rec, err := rt.Store().Get(ctx, runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: "Orders.Create", Key: key})
+		if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			t.Fatal(err)
+		}
+		var committed *order
+		switch {
+		case rec.State == runtime.StateSuccess:
+			var o order
+			if err := rt.Codec().Unmarshal(rec.Response, &o); err != nil || len(rows) != 1 || rows[0] != o {
+				t.Fatalf("%s: SUCCESS record %+v (%v) with rows %+v", key, o, err, rows)
+			}
+			committed = &o
+		case len(rows) != 0:
+			t.Fatalf("%s: record %s (%v) but the effect's row %+v was committed", key, rec.State, err, rows)
+		}
+		tally := map[string]int{}
+		for _, a := range answers {
+			switch {
+			case a.err == nil && a.own:
+				tally["ran"]++
+			case a.err == nil:
+				tally["replayed"]++
+			case errors.Is(a.err, runtime.ErrPermanent):
+				tally["failed"]++
+			default:
+				tally["other"]++
+			}
+		}
+		t.Logf("%s: record %s, %d rows; answers %v", key, rec.State, len(rows), tally)
+		var fe *runtime.FailedError
+		for i, a := range answers {
+			switch {
+			case a.err == nil && a.own && a.rollback:
+				// Its own effect, rolled back by its own caller.
+			case a.err == nil:
+				if committed == nil || a.resp != *committed {
+					t.Errorf("%s caller %d: told success %+v, committed %+v (record %s)", key, i, a.resp, committed, rec.State)
+				}
+			case errors.As(a.err, &fe) || errors.Is(a.err, runtime.ErrPermanent):
+				msg := a.err.Error()
+				if fe != nil {
+					msg = fe.Message
+				}
+				got, derr := runtime.DecodeFailure(rec.ID, rec.Response)
+				if rec.State != runtime.StateFailed || derr != nil || !strings.Contains(msg, got.Message) {
+					t.Errorf("%s caller %d: told failure %q, record %s %q", key, i, msg, rec.State, rec.Response)
+				}
+				fe = nil
+			case errors.Is(a.err, runtime.ErrInProgress), errors.Is(a.err, runtime.ErrLeaseLost), errors.Is(a.err, errAgain):
+				// No outcome claimed.
+			default:
+				t.Errorf("%s caller %d: unexpected answer %v", key, i, a.err)
+			}
+		}
+	}
+}
