@@ -76,8 +76,16 @@ func testTakeoverSlowQuery(t *testing.T, s runtime.Store) {
 			Effect: effect, Query: slowQuery(4*shortLease, started)})
 	}
 	wg.Add(1)
-	go worker(0, startedA)
-	<-startedA
+	done0 := make(chan struct{})
+	go func() {
+		defer close(done0)
+		worker(0, startedA)
+	}()
+	select {
+	case <-startedA:
+	case <-done0:
+		t.Fatalf("worker 0 returned before its query started: %v", errs[0])
+	}
 	time.Sleep(2 * shortLease) // past the taker's lease, unless it renews during the query
 	wg.Add(1)
 	go worker(1, make(chan struct{}, 1))
