@@ -110,3 +110,14 @@ func (c *Client) Pipelined(ctx context.Context, fn func(Pipeliner) error) ([]Cmd
 	return nil, nil
 }
 func (c *Client) Close() error { return nil }
+
+// Tx is a WATCH transaction: reads inside it are checked again at EXEC.
+type Tx struct{ cmdable }
+
+func (c *Client) Watch(ctx context.Context, fn func(*Tx) error, keys ...string) error {
+	return fn(&Tx{cmdable: c.cmdable})
+}
+
+func (c *Tx) TxPipelined(ctx context.Context, fn func(Pipeliner) error) ([]Cmder, error) {
+	return nil, nil
+}
