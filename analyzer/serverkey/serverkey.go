@@ -171,6 +171,35 @@ func (c *checker) coarse(sel *ast.SelectorExpr, call *ast.CallExpr) bool {
 	return false
 }
 
+// sameInstant are the time.Time methods that keep the instant (and its
+// precision) and change only how it is shown.
+var sameInstant = map[string]bool{"UTC": true, "Local": true, "In": true}
+
+// coarsened reports whether the time.Now() call x, whose enclosing nodes
+// are stack (innermost last), is made coarse before it is used:
+// time.Now().Truncate(d), or through .UTC(), .Local() or .In(loc) first
+// (time.Now().UTC().Format("2006-01-02")).
+func (c *checker) coarsened(stack []ast.Node, x ast.Expr) bool {
+	for i := len(stack) - 1; i >= 1; i -= 2 {
+		sel, ok := stack[i].(*ast.SelectorExpr)
+		if !ok || sel.X != x {
+			return false
+		}
+		outer, ok := stack[i-1].(*ast.CallExpr)
+		if !ok || outer.Fun != sel {
+			return false
+		}
+		if c.coarse(sel, outer) {
+			return true
+		}
+		if !sameInstant[sel.Sel.Name] {
+			return false
+		}
+		x = outer
+	}
+	return false
+}
+
 // fresh returns the fresh value e carries: a mint call in e, or in what is
 // assigned to a local variable e reads (in the function being checked).
 func (c *checker) fresh(e ast.Expr) *mint {
@@ -200,12 +229,8 @@ func (c *checker) freshDepth(e ast.Expr, seen map[types.Object]bool, depth int) 
 				return false // a pick among n values, whatever the generator's seed
 			}
 			if m := c.mintCall(x); m != nil {
-				if m.what == "time.Now()" && len(stack) >= 2 {
-					if sel, ok := stack[len(stack)-1].(*ast.SelectorExpr); ok && sel.X == x {
-						if outer, ok := stack[len(stack)-2].(*ast.CallExpr); ok && outer.Fun == sel && c.coarse(sel, outer) {
-							return false
-						}
-					}
+				if m.what == "time.Now()" && c.coarsened(stack, x) {
+					return false
 				}
 				found = m
 				return false
@@ -333,7 +358,8 @@ func (c *checker) freshKey(e ast.Expr, depth int) string {
 				return c.freshKey(sel.X, depth+1) // base64.URLEncoding.EncodeToString(..) receiver is not fresh
 			}
 		default:
-			if sel, ok := x.Fun.(*ast.SelectorExpr); ok && (fn.Name() == "String" || fn.Name() == "Format" || strings.HasPrefix(fn.Name(), "Unix")) && !c.coarse(sel, x) {
+			if sel, ok := x.Fun.(*ast.SelectorExpr); ok && (fn.Name() == "String" || fn.Name() == "Format" || strings.HasPrefix(fn.Name(), "Unix") ||
+				rulekit.PkgPath(fn) == "time" && sameInstant[fn.Name()]) && !c.coarse(sel, x) {
 				return c.freshKey(sel.X, depth+1)
 			}
 		}
