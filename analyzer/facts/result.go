@@ -52,6 +52,9 @@ type Summary struct {
 	Closes      []int // tx params committed or rolled back
 	ClosesAny   bool  // commits or rolls back some tx (not deferred)
 	CallsParam  map[int]bool
+	Writes      bool  // writes to a database (SQL INSERT/UPDATE/DELETE, an ORM write)
+	Begins      bool  // returns a freshly begun transaction
+	MayIO       *Path // I/O out of sight: a cgo call, a send on a channel
 }
 
 // Result is the facts analyzer's result for one package.
@@ -815,6 +818,11 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 			if !s.Timeout && r.IsTimeoutCheck(instr) {
 				s.Timeout, changed = true, true
 			}
+			if s.MayIO == nil {
+				if p := r.opaqueIO(instr); p != nil {
+					s.MayIO, changed = p, true
+				}
+			}
 			ci, ok := instr.(ssa.CallInstruction)
 			if !ok {
 				continue
@@ -840,6 +848,9 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 			}
 			if !s.Claim && r.ClaimCall(c) {
 				s.Claim, changed = true, true
+			}
+			if !s.Writes && r.dbWrite(c) {
+				s.Writes, changed = true, true
 			}
 			if _, isCall := instr.(*ssa.Call); isCall {
 				if v, ok := r.TxEnd(c); ok {
@@ -869,6 +880,9 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 				}
 			}
 		}
+	}
+	if !s.Begins && r.returnsBegun(fn) {
+		s.Begins, changed = true, true
 	}
 	return changed
 }
@@ -1058,9 +1072,14 @@ func (r *Result) export() {
 		}
 		s := r.sums[fn]
 		if r.cfg.Recording && r.cfg.Program != nil && fn.Signature.Recv() != nil {
-			ms := &MethodSummary{Runner: s.Runner}
+			ms := &MethodSummary{Runner: s.Runner, Writes: s.Writes, Begins: s.Begins}
 			if s.Net != nil {
 				ms.Net = &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf}
+			} else {
+				ms.Via = invokedBy(fn)
+			}
+			if s.MayIO != nil {
+				ms.MayIO = &NetIO{Chain: s.MayIO.Chain, Leaf: s.MayIO.Leaf}
 			}
 			if s.TokenDel != nil {
 				ms.TokenDel = &TokenDelete{Chain: s.TokenDel.Chain}
@@ -1087,6 +1106,9 @@ func (r *Result) export() {
 		}
 		if s.Claim {
 			r.Pass.ExportObjectFact(obj, &TokenClaim{})
+		}
+		if s.Begins {
+			r.Pass.ExportObjectFact(obj, &BeginsTx{})
 		}
 		if len(s.Closes) > 0 {
 			r.Pass.ExportObjectFact(obj, &ClosesTx{Params: s.Closes})
@@ -1129,4 +1151,192 @@ func Effect(p *Path) string {
 		return "an HTTP request"
 	}
 	return "a remote call"
+}
+
+// opaqueIO reports I/O that the analysis cannot follow: a cgo call (a
+// binding of a C library that talks to the network), or a send on a
+// channel (a hand-off to a background worker whose loop is out of sight),
+// directly or through a helper of the package.
+func (r *Result) opaqueIO(instr ssa.Instruction) *Path {
+	leaf := func(what string, pos token.Pos) *Path {
+		return &Path{Chain: []string{what}, Leaf: r.PosString(pos), LeafPos: pos}
+	}
+	switch in := instr.(type) {
+	case *ssa.Send:
+		return leaf("a send on a channel (a hand-off to a worker)", in.Pos())
+	case *ssa.Select:
+		for _, st := range in.States {
+			if st.Dir == types.SendOnly {
+				return leaf("a send on a channel (a hand-off to a worker)", st.Pos)
+			}
+		}
+	case ssa.CallInstruction:
+		c := in.Common()
+		sf := StaticFn(c)
+		if sf == nil {
+			return nil
+		}
+		if name := sf.Name(); strings.HasPrefix(name, "_Cfunc_") {
+			return leaf("C."+strings.TrimPrefix(name, "_Cfunc_")+" (cgo)", r.CallStart(c.Pos()))
+		}
+		if s := r.local(sf); s != nil && s.MayIO != nil {
+			return pathVia(DisplayName(sf), s.MayIO, sf.Pos(), true)
+		}
+	}
+	return nil
+}
+
+// dbWrite reports whether c writes to a database: SQL that inserts,
+// updates or deletes (or an Exec of text not known), an ORM write, or a
+// helper of the package that does one.
+func (r *Result) dbWrite(c *ssa.CallCommon) bool {
+	if q, ok := SQLOf(c); ok {
+		return reInsert.MatchString(q) || reUpdate.MatchString(q) || reDelete.MatchString(q)
+	}
+	if fn := CalleeObj(c); fn != nil {
+		if sqlMethod(fn) && strings.Contains(fn.Name(), "Exec") {
+			return true
+		}
+		if ormPkg(fn) && (ormRowWrites[fn.Name()] || fn.Name() == "Delete") {
+			return true
+		}
+	}
+	if sf := StaticFn(c); sf != nil {
+		if s := r.local(sf); s != nil {
+			return s.Writes
+		}
+	}
+	return false
+}
+
+// invokedBy returns the interface methods fn (and the closures it makes)
+// calls, once each.
+func invokedBy(fn *ssa.Function) []invokedMethod {
+	var out []invokedMethod
+	seen := map[string]bool{}
+	var visit func(f *ssa.Function)
+	visit = func(f *ssa.Function) {
+		for _, b := range f.Blocks {
+			for _, instr := range b.Instrs {
+				ci, ok := instr.(ssa.CallInstruction)
+				if !ok {
+					continue
+				}
+				if it := ifaceOf(ci.Common()); it != nil {
+					want := ifaceText(it)
+					k := wantKey(want) + "|" + ci.Common().Method.Name()
+					if !seen[k] {
+						seen[k] = true
+						out = append(out, invokedMethod{want: want, name: ci.Common().Method.Name()})
+					}
+				}
+			}
+		}
+		for _, af := range f.AnonFuncs {
+			visit(af)
+		}
+	}
+	visit(fn)
+	return out
+}
+
+// returnsBegun reports whether fn is a begin helper: its first result is
+// a transaction (or a gorm/pop handle), at most an error follows, and
+// every return hands back a transaction begun in it (by a Begin call or
+// another begin helper) or nil.
+func (r *Result) returnsBegun(fn *ssa.Function) bool {
+	res := fn.Signature.Results()
+	if res.Len() < 1 || res.Len() > 2 || !r.TxOrConn(res.At(0).Type()) {
+		return false
+	}
+	if res.Len() == 2 && !types.Identical(res.At(1).Type(), errorType) {
+		return false
+	}
+	begun := false
+	for _, b := range fn.Blocks {
+		ret, ok := b.Instrs[len(b.Instrs)-1].(*ssa.Return)
+		if !ok || len(ret.Results) == 0 {
+			continue
+		}
+		switch v := r.begunValue(ret.Results[0], 0); {
+		case v == nil:
+			return false
+		case v == nilTx:
+		default:
+			begun = true
+		}
+	}
+	return begun
+}
+
+// nilTx stands for a nil transaction returned on an error path.
+var nilTx = &ssa.Const{}
+
+// begunValue follows v back to the Begin call that made it (returned as
+// is), nilTx for a nil constant, or nil.
+func (r *Result) begunValue(v ssa.Value, depth int) ssa.Value {
+	if depth > 8 {
+		return nil
+	}
+	switch x := v.(type) {
+	case *ssa.Const:
+		if x.IsNil() {
+			return nilTx
+		}
+	case *ssa.ChangeType:
+		return r.begunValue(x.X, depth+1)
+	case *ssa.MakeInterface:
+		return r.begunValue(x.X, depth+1)
+	case *ssa.ChangeInterface:
+		return r.begunValue(x.X, depth+1)
+	case *ssa.Extract:
+		if call, ok := x.Tuple.(*ssa.Call); ok && x.Index == 0 && r.IsBegin(&call.Call) {
+			return call
+		}
+	case *ssa.Call:
+		if r.IsBegin(&x.Call) {
+			return x
+		}
+		// gorm: db.Begin().WithContext(ctx) keeps the transaction
+		if fn := CalleeObj(&x.Call); fn != nil && IsConnTx(x.Type()) && len(x.Call.Args) > 0 && !x.Call.IsInvoke() {
+			if fn.Name() == "WithContext" || fn.Name() == "Session" {
+				return r.begunValue(x.Call.Args[0], depth+1)
+			}
+		}
+	case *ssa.Phi:
+		var got ssa.Value
+		for _, e := range x.Edges {
+			w := r.begunValue(e, depth+1)
+			if w == nil {
+				return nil
+			}
+			if w != nilTx {
+				got = w
+			}
+		}
+		if got == nil {
+			return nilTx
+		}
+		return got
+	}
+	return nil
+}
+
+// beginHelper: c calls a begin helper (see [BeginsTx]).
+func (r *Result) beginHelper(c *ssa.CallCommon, fn *types.Func) bool {
+	if it := ifaceOf(c); it != nil {
+		return r.resolving() && r.cfg.Program.invokeBegins(it, c.Method)
+	}
+	sf := StaticFn(c)
+	if sf == nil {
+		return false
+	}
+	if s := r.local(sf); s != nil {
+		return s.Begins
+	}
+	if fn.Origin() != nil {
+		fn = fn.Origin()
+	}
+	var f BeginsTx
+	return r.Pass.ImportObjectFact(fn, &f)
 }
