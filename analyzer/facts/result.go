@@ -1340,3 +1340,45 @@ func (r *Result) beginHelper(c *ssa.CallCommon, fn *types.Func) bool {
 	var f BeginsTx
 	return r.Pass.ImportObjectFact(fn, &f)
 }
+
+// refusals are the gRPC codes with which a server refuses a request
+// before doing any of it: InvalidArgument, NotFound, PermissionDenied,
+// FailedPrecondition, OutOfRange, Unimplemented, Unauthenticated.
+var refusals = map[uint64]bool{3: true, 5: true, 7: true, 9: true, 11: true, 12: true, 16: true}
+
+// RefusalEdge returns the index of b's successor taken when b's branch
+// finds a gRPC code that refuses the request (status.Code(err) ==
+// codes.InvalidArgument, a case of a switch on it), or -1. What follows
+// that edge tells a definite failure apart: the remote side did nothing.
+func RefusalEdge(b *ssa.BasicBlock) int {
+	if len(b.Instrs) == 0 || len(b.Succs) != 2 {
+		return -1
+	}
+	iff, ok := b.Instrs[len(b.Instrs)-1].(*ssa.If)
+	if !ok {
+		return -1
+	}
+	cond, ok := iff.Cond.(*ssa.BinOp)
+	if !ok || cond.Op != token.EQL && cond.Op != token.NEQ {
+		return -1
+	}
+	if !refusalCode(cond.X) && !refusalCode(cond.Y) {
+		return -1
+	}
+	if cond.Op == token.EQL {
+		return 0
+	}
+	return 1
+}
+
+func refusalCode(v ssa.Value) bool {
+	c, ok := v.(*ssa.Const)
+	if !ok || c.Value == nil || c.Value.Kind() != constant.Int {
+		return false
+	}
+	if p, n := rulekit.NamedOf(c.Type()); p != pkgCodes || n != "Code" {
+		return false
+	}
+	x, _ := constant.Uint64Val(c.Value)
+	return refusals[x]
+}
