@@ -82,7 +82,7 @@ func settle(ctx context.Context, db *sql.DB, merchant, orderNo string) error {
 	return err
 }
 
-func settleLocked(ctx context.Context, tx *sql.Tx, merchant, orderNo string) error {
+func settleLocked(ctx context.Context, tx *sql.Tx, merchant, orderNo string) error { // want settleLocked:`rowlocker\(\[trade_orders\]\)`
 	var st string
 	if err := tx.QueryRowContext(ctx, `SELECT pay_status FROM trade_orders WHERE merchant_id = $1 AND order_no = $2 FOR UPDATE`, merchant, orderNo).Scan(&st); err != nil {
 		return err

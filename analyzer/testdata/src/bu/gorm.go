@@ -68,7 +68,7 @@ func gormFail(db *gorm.DB, p *Payment, reason string) error {
 	return db.Model(p).Updates(map[string]any{"status": "FAILED", "reason": reason}).Error // want `gorm Updates sets status of Payment`
 }
 
-func gormFailLocked(db *gorm.DB, p *Payment, reason string) error {
+func gormFailLocked(db *gorm.DB, p *Payment, reason string) error { // want gormFailLocked:`rowlocker\(\[\*\]\)`
 	return db.Clauses(clause.Locking{Strength: "UPDATE"}).Model(p).Updates(map[string]any{"status": "FAILED", "reason": reason}).Error
 }
 
