@@ -142,6 +142,8 @@ var (
 	genericDel   = regexp.MustCompile(`^(Del|Delete\w*|Remove\w*|Unlink|Destroy|Forget|Purge|Evict|Clear\w*|Expire)$`)
 	genericCheck = regexp.MustCompile(`^(Get\w*|Exists|Has\w*|Find\w*|First|Take|Load\w*|Lookup\w*|Fetch\w*|Seen|IsProcessed|Contains|Check\w*)$`)
 	genericClaim = regexp.MustCompile(`^(SetNX|SetNx|SetIfAbsent|PutIfAbsent|Claim\w*|Acquire\w*|TryLock|Lock\w*|Reserve\w*|Create\w*|Insert\w*|FirstOrCreate|Begin\w*)$`)
+	// names of helpers that delete what their name says
+	reDeleteName = regexp.MustCompile(`(?i)^(del|delete|remove|release|clear|drop|purge|evict|forget|unlock|free)`)
 	genericWrite = regexp.MustCompile(`^(Set\w*|Put\w*|Save\w*|Store\w*|Mark\w*|Update\w*|Upsert\w*|Complete\w*|Finish\w*|Record\w*)$`)
 )
 
@@ -229,7 +231,7 @@ func (r *Result) GenericTokenOp(c *ssa.CallCommon) string {
 	default:
 		return ""
 	}
-	if !tokenArgs(fo, c) {
+	if !tokenArgs(fo, c) && !r.builtKey(c) {
 		return ""
 	}
 	// a method on a concrete type of the analyzed module is summarized

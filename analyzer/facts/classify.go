@@ -131,6 +131,18 @@ func hasCallOption(fn *types.Func) bool {
 	return false
 }
 
+// redisReads are the go-redis commands that only read: their failure
+// leaves nothing behind that a retry would repeat.
+var redisReads = map[string]bool{
+	"Get": true, "MGet": true, "GetRange": true, "StrLen": true, "Exists": true, "Type": true, "TTL": true, "PTTL": true,
+	"HGet": true, "HGetAll": true, "HMGet": true, "HExists": true, "HKeys": true, "HVals": true, "HLen": true,
+	"SMembers": true, "SIsMember": true, "SMIsMember": true, "SCard": true,
+	"ZScore": true, "ZMScore": true, "ZRank": true, "ZCard": true, "ZCount": true, "ZRange": true, "ZRangeWithScores": true,
+	"ZRangeByScore": true, "ZRevRange": true, "ZRevRangeByScore": true,
+	"LRange": true, "LLen": true, "LIndex": true, "Keys": true, "Scan": true, "HScan": true, "SScan": true, "ZScan": true,
+	"Ping": true,
+}
+
 func isRedis(fn *types.Func) bool { return rulekit.PkgPath(fn) == pkgRedis }
 
 func redisNet(fn *types.Func) bool {
@@ -466,7 +478,11 @@ var (
 // a remote effect (an HTTP GET/HEAD, a dial, a go-redis read): its failure
 // may be handled as a failure.
 func ReadOnlyLeaf(p *Path) bool {
-	switch p.Chain[len(p.Chain)-1] {
+	leaf := p.Chain[len(p.Chain)-1]
+	if i := strings.Index(leaf, ")."); i > 0 && (strings.HasPrefix(leaf, "(redis.") || strings.HasPrefix(leaf, "(*redis.")) {
+		return redisReads[leaf[i+2:]]
+	}
+	switch leaf {
 	case "http.Get", "http.Head", "(*http.Client).Get", "(*http.Client).Head",
 		"net.Dial", "net.DialTimeout", "(*net.Dialer).Dial", "(*net.Dialer).DialContext",
 		"(redis.cmdable).Get", "(redis.cmdable).Exists", "(redis.cmdable).HGet",

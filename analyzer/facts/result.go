@@ -54,6 +54,7 @@ type Summary struct {
 	CallsParam  map[int]bool
 	Writes      bool  // writes to a database (SQL INSERT/UPDATE/DELETE, an ORM write)
 	Begins      bool  // returns a freshly begun transaction
+	KeyBuilder  bool  // returns a string that names an idempotency key ("idempotency:" + ...)
 	MayIO       *Path // I/O out of sight: a cgo call, a send on a channel
 }
 
@@ -884,6 +885,14 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 	if !s.Begins && r.returnsBegun(fn) {
 		s.Begins, changed = true, true
 	}
+	if !s.KeyBuilder && buildsTokenKeys(fn) {
+		s.KeyBuilder, changed = true, true
+	}
+	if s.TokenDel == nil {
+		if p := r.namedTokenDelete(fn); p != nil {
+			s.TokenDel, changed = p, true
+		}
+	}
 	return changed
 }
 
@@ -1381,4 +1390,83 @@ func refusalCode(v ssa.Value) bool {
 	}
 	x, _ := constant.Uint64Val(c.Value)
 	return refusals[x]
+}
+
+// buildsTokenKeys reports whether fn builds idempotency keys: its first
+// result is a string and what a return hands back is named so (a constant
+// "idempotency:" prefix, an idem_ helper), so a key it made is one.
+func buildsTokenKeys(fn *ssa.Function) bool {
+	res := fn.Signature.Results()
+	if res.Len() == 0 {
+		return false
+	}
+	if b, ok := res.At(0).Type().Underlying().(*types.Basic); !ok || b.Info()&types.IsString == 0 {
+		return false
+	}
+	for _, b := range fn.Blocks {
+		if ret, ok := b.Instrs[len(b.Instrs)-1].(*ssa.Return); ok && len(ret.Results) > 0 {
+			var ws []string
+			words(ret.Results[0], 0, &ws)
+			if strongTokenWords(ws) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// builtKey reports whether an argument of c is a key made by a function
+// of the package that builds idempotency keys.
+func (r *Result) builtKey(c *ssa.CallCommon) bool {
+	for _, a := range c.Args {
+		if call, ok := unwrap(a).(*ssa.Call); ok {
+			if sf := StaticFn(&call.Call); sf != nil {
+				if s := r.local(sf); s != nil && s.KeyBuilder {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// namedTokenDelete: fn, a function of the service named for deleting an
+// idempotency key (deleteIdempotencyKey, releaseIdemToken), deletes
+// through a call shaped like a delete (a repository's Del, Delete or
+// Remove, a go-redis Del or Unlink, SQL DELETE) whatever its key is
+// called: the helper's name says what the key is.
+func (r *Result) namedTokenDelete(fn *ssa.Function) *Path {
+	obj, ok := fn.Object().(*types.Func)
+	if !ok || !strongTokenWords([]string{obj.Name()}) || !r.sameModule(obj) ||
+		!reDeleteName.MatchString(obj.Name()) {
+		return nil
+	}
+	for _, b := range fn.Blocks {
+		for _, instr := range b.Instrs {
+			ci, ok := instr.(ssa.CallInstruction)
+			if !ok {
+				continue
+			}
+			c := ci.Common()
+			fo := CalleeObj(c)
+			if fo == nil {
+				continue
+			}
+			del := false
+			switch cmd := redisCmd(c); {
+			case cmd != "":
+				del = cmd == "Del" || cmd == "Unlink" || cmd == "HDel" || cmd == "GetDel"
+			default:
+				if q, ok := SQLOf(c); ok {
+					del = reDelete.MatchString(q)
+				} else if sig := fo.Type().(*types.Signature); sig.Recv() != nil {
+					del = genericDel.MatchString(fo.Name())
+				}
+			}
+			if del {
+				return &Path{Chain: []string{FuncName(fo)}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos()}
+			}
+		}
+	}
+	return nil
 }
