@@ -263,3 +263,42 @@ func (r *Result) IsDownstreamQuery(c *ssa.CallCommon) bool {
 	}
 	return r.NetCall(c) != nil
 }
+
+// reCASWhere: an UPDATE whose WHERE compares a state, status, version or
+// lease column: a compare-and-set when its rows affected are checked.
+var reCASWhere = regexp.MustCompile(`(?is)\bwhere\b.*\b\w*(state|status|version|lease|owner)\w*\s*=`)
+
+// CASClaim reports whether call is a database compare-and-set whose count
+// is read: UPDATE .. WHERE id = $1 AND status = 'AWAITING' followed by a
+// RowsAffected() of its result. Only one of concurrent duplicates sees a
+// row change, so it is an atomic claim of whatever row it moves on, even
+// when the token itself (a nonce) was read only to find that row.
+func (r *Result) CASClaim(call *ssa.Call) bool {
+	q, ok := SQLOf(&call.Call)
+	if !ok || !reUpdate.MatchString(q) || !reCASWhere.MatchString(q) {
+		return false
+	}
+	var result ssa.Value = call
+	if call.Call.Signature().Results().Len() > 1 {
+		result = nil
+		for _, ref := range *call.Referrers() {
+			if e, ok := ref.(*ssa.Extract); ok && e.Index == 0 {
+				result = e
+			}
+		}
+	}
+	if result == nil {
+		return false
+	}
+	for _, ref := range *result.Referrers() {
+		ci, ok := ref.(ssa.CallInstruction)
+		if !ok {
+			continue
+		}
+		c := ci.Common()
+		if fn := CalleeObj(c); fn != nil && fn.Name() == "RowsAffected" && (c.Value == result || len(c.Args) > 0 && c.Args[0] == result) {
+			return true
+		}
+	}
+	return false
+}
