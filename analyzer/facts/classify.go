@@ -464,11 +464,13 @@ func isFailedConst(v ssa.Value) bool {
 var (
 	reStatusSetter = regexp.MustCompile(`(?i)^(set|update|save|mark|write|record|transition|finish|complete|persist|store)\w*(state|status)$|^(state|status)$`)
 	// markPaymentFailed, HandleFailedPayment, onChargeFailure, failPayment,
-	// cancelOrder, reverseTransfer, releaseReservation, ...
+	// cancelOrder, reverseTransfer, releaseReservation, rollbackReservation,
+	// restoreStock, ...
 	reMarkFailed = regexp.MustCompile(`^(?i:mark|set|save|record|persist|flag|handle|process|on|update|move|transition)\w*(Fail(ed|ure)?|Cancel+ed|Declined|Rejected|Revers(ed|al))\w*$` +
 		`|^(?i:mark|set|handle|on)(As)?(fail|cancel|declin|reject)\w*$` +
 		`|^(?i:fail|cancel|reverse|void|revert|compensate|undo)(Intent|Payment|Charge|Order|Operation|Transfer|Transaction|Invoice|Withdrawal|Deposit|Reservation|Booking|Subscription|Payout)s?\w*$` +
-		`|^(?i:release)(Reservation|Hold|Funds|Stock|Inventory|Balance)s?\w*$|^(?i:reverse|revert)(Ledger|Entry|Entries|Balance|Fee)\w*$`)
+		`|^(?i:roll_?back)(Payment|Charge|Order|Transfer|Withdrawal|Deposit|Reservation|Booking|Payout|Hold|Stock|Inventory)s?\w*$` +
+		`|^(?i:release|restore|unreserve)(Reservation|Hold|Funds|Stock|Inventory|Balance)s?\w*$|^(?i:reverse|revert)(Ledger|Entry|Entries|Balance|Fee)\w*$`)
 	reRefund      = regexp.MustCompile(`^(?i:issue|create|do|start|make|send)?(?i:refund)`)
 	rePermanent   = regexp.MustCompile(`(?i)permanent`)
 	reStatusParam = regexp.MustCompile(`(?i)state|status`)

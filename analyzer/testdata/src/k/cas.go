@@ -9,7 +9,7 @@ import (
 	"kb"
 )
 
-// 12''. the nonce is read only to find the row; a compare-and-set on the
+// 12b. the nonce is read only to find the row; a compare-and-set on the
 // row's status (rows affected checked) claims it before the effect.
 func casClaim(ctx context.Context, db *sql.DB, nonce string) error {
 	var id string
@@ -30,7 +30,7 @@ func casClaim(ctx context.Context, db *sql.DB, nonce string) error {
 	return err
 }
 
-// 12''. the same with pgx's command tag.
+// 12b. the same with pgx's command tag.
 func casClaimPgx(ctx context.Context, pool *pgxpool.Pool, nonce string) error {
 	var id string
 	if err := pool.QueryRow(ctx, "SELECT order_id FROM nonces WHERE nonce = $1", nonce).Scan(&id); err != nil {
