@@ -1,6 +1,7 @@
 package facts
 
 import (
+	"go/token"
 	"go/types"
 	"regexp"
 
@@ -301,4 +302,75 @@ func (r *Result) CASClaim(call *ssa.Call) bool {
 		}
 	}
 	return false
+}
+
+// FirestoreFailWrite describes c when it is a Firestore write of a
+// failed-like state to a state/status field: DocumentRef, Transaction,
+// WriteBatch or BulkWriter Update with []firestore.Update{{Path: "Status",
+// Value: SyncFailed}}, or Set with map[string]any{"status": "failed"}.
+func FirestoreFailWrite(c *ssa.CallCommon) string {
+	fo := CalleeObj(c)
+	if fo == nil || rulekit.PkgPath(fo) != pkgFirestore || fo.Name() != "Update" && fo.Name() != "Set" {
+		return ""
+	}
+	for _, a := range c.Args {
+		switch base := unwrap(a).(type) {
+		case *ssa.MakeMap:
+			for _, ref := range *base.Referrers() {
+				if mu, ok := ref.(*ssa.MapUpdate); ok && mu.Map == base {
+					k, _ := ConstString(unwrap(mu.Key))
+					if reStateWord.MatchString(k) && isFailedConst(unwrap(mu.Value)) {
+						return "writes a FAILED status"
+					}
+				}
+			}
+		case *ssa.Slice:
+			al, ok := base.X.(*ssa.Alloc)
+			if !ok {
+				continue
+			}
+			for _, ref := range *al.Referrers() {
+				ia, ok := ref.(*ssa.IndexAddr)
+				if !ok {
+					continue
+				}
+				// the fields stored into one firestore.Update element, in
+				// place or into a literal copied there
+				bases := []ssa.Value{ia}
+				for _, r2 := range *ia.Referrers() {
+					if st, ok := r2.(*ssa.Store); ok && st.Addr == ia {
+						if u, ok := st.Val.(*ssa.UnOp); ok && u.Op == token.MUL {
+							bases = append(bases, u.X)
+						}
+					}
+				}
+				var path string
+				failed := false
+				for _, b := range bases {
+					for _, r2 := range *b.Referrers() {
+						fa, ok := r2.(*ssa.FieldAddr)
+						if !ok {
+							continue
+						}
+						for _, r3 := range *fa.Referrers() {
+							st, ok := r3.(*ssa.Store)
+							if !ok || st.Addr != fa {
+								continue
+							}
+							switch fieldName(fa.X.Type(), fa.Field) {
+							case "Path":
+								path, _ = ConstString(unwrap(st.Val))
+							case "Value":
+								failed = isFailedConst(unwrap(st.Val))
+							}
+						}
+					}
+				}
+				if failed && reStateWord.MatchString(path) {
+					return "writes a FAILED status"
+				}
+			}
+		}
+	}
+	return ""
 }

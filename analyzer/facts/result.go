@@ -619,6 +619,9 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 	if what := r.OrmFailWrite(c); what != "" {
 		return &Action{What: what, Chain: []string{name}}
 	}
+	if what := FirestoreFailWrite(c); what != "" {
+		return &Action{What: what, Chain: []string{name}}
+	}
 	args := flatArgs(c)
 	failedArg := -1
 	for i, a := range args {
