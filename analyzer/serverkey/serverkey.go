@@ -487,6 +487,14 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 			return
 		}
 	}
+	if len(path) == 1 && reMerchantRef.MatchString(path[0]) && !sameRepo(p, c.pass.Pkg.Path()) {
+		m := c.fresh(value)
+		if m == nil || c.reusedAcrossLoop(m, at, stack) {
+			return
+		}
+		c.report(m, at, merchantRefMsg(path0(p)+"."+n+"."+path[0], m))
+		return
+	}
 	if len(path) == 1 && reKeyField.MatchString(path[0]) && sameRepo(p, c.pass.Pkg.Path()) {
 		m := c.fresh(value)
 		if m == nil || c.reusedAcrossLoop(m, at, stack) {
@@ -495,6 +503,17 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 		c.report(m, at, fmt.Sprintf("%s.%s, the idempotency key of this service's own record, is minted on the server (%s): a duplicate of the request never finds the record made under the fresh key, so the deduplication never fires and the effect runs again; "+
 			"store the key the client sent (its Idempotency-Key header) and refuse the request when it has none", n, path[0], m.what))
 	}
+}
+
+// reMerchantRef names the field (or form parameter) of a downstream's
+// request that the downstream deduplicates on: a payment provider's
+// merchant order number (WeChat Pay's and Alipay's out_trade_no, Stripe's
+// client_reference_id, Adyen's merchant reference).
+var reMerchantRef = regexp.MustCompile(`(?i)^(out_?trade_?no|out_?refund_?no|out_?request_?no|out_?biz_?no|merchant_?(order|trade|transaction|request)_?(no|num|number|id|ref|reference)|merchant_?ref(erence)?|client_?reference_?id|partner_?(order|trade)_?(no|id))$`)
+
+func merchantRefMsg(what string, m *mint) string {
+	return fmt.Sprintf("%s, the merchant reference the provider deduplicates on, is minted on the server (%s) on every call: a retry of the same request sends a new reference, so the provider creates a second order (a second charge) instead of returning the first; "+
+		"derive it from the request's own identity (the order number) or the client's idempotency key, and mint nothing per call", what, m.what)
 }
 
 // reKeyField names a field that holds an idempotency key.
@@ -522,6 +541,14 @@ func (c *checker) call(call *ast.CallExpr, stack rulekit.Stack) {
 	if _, rn := rulekit.RecvNamed(fn); rn == "Header" && rulekit.PkgPath(fn) == "net/http" && (fn.Name() == "Set" || fn.Name() == "Add") && len(call.Args) == 2 {
 		if s, _, ok := rulekit.ConstString(info, call.Args[0]); ok && reHeader.MatchString(s) {
 			c.header(call, call.Args[1], stack)
+		}
+		return
+	}
+	if _, rn := rulekit.RecvNamed(fn); rn == "Values" && rulekit.PkgPath(fn) == "net/url" && (fn.Name() == "Set" || fn.Name() == "Add") && len(call.Args) == 2 {
+		if s, _, ok := rulekit.ConstString(info, call.Args[0]); ok && reMerchantRef.MatchString(s) {
+			if m := c.fresh(call.Args[1]); m != nil && !c.reusedAcrossLoop(m, call, stack) {
+				c.report(m, call, merchantRefMsg("the "+s+" sent to the downstream", m))
+			}
 		}
 		return
 	}
