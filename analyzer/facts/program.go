@@ -219,7 +219,7 @@ func wantKey(want map[string]string) string {
 
 // Resolves reports whether the second pass could see more in package pkg
 // than the first: it calls an interface method that resolves to network
-// I/O, a transaction runner or a token delete.
+// I/O, a transaction runner, a begin helper or a token delete.
 func (p *Program) Resolves(pkg string) bool {
 	p.mu.Lock()
 	calls := p.calls[pkg]
@@ -229,7 +229,7 @@ func (p *Program) Resolves(pkg string) bool {
 			return true
 		}
 		for _, impl := range p.implementationsOf(c.want, c.name) {
-			if s := p.summary(impl.key); s != nil && (s.Runner >= 0 || s.TokenDel != nil) {
+			if s := p.summary(impl.key); s != nil && (s.Runner >= 0 || s.TokenDel != nil || s.Begins) {
 				return true
 			}
 		}

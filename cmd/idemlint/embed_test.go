@@ -254,3 +254,77 @@ func txrpcFindings(t *testing.T, dir, bin string, patterns ...string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// beginHelpers: a transaction begun by an implementation of a repository
+// interface (in a package the caller does not import) and by a helper of
+// another package, then a network call, then Commit.
+var beginHelpers = map[string]string{
+	"go.mod": "module example.com/bh\n\ngo 1.26\n",
+	"store/store.go": `package store
+
+import (
+	"context"
+	"database/sql"
+)
+
+// Repo hands out transactions.
+type Repo interface {
+	GetTx(ctx context.Context) (*sql.Tx, error)
+}
+
+// Open begins a transaction for its caller.
+func Open(ctx context.Context, db *sql.DB) (*sql.Tx, error) { return db.BeginTx(ctx, nil) }
+`,
+	"store/pg/pg.go": `package pg
+
+import (
+	"context"
+	"database/sql"
+
+	"example.com/bh/store"
+)
+
+type Repo struct{ DB *sql.DB }
+
+func (r *Repo) GetTx(ctx context.Context) (*sql.Tx, error) {
+	tx, err := store.Open(ctx, r.DB)
+	if err != nil {
+		return nil, err
+	}
+	return tx, nil
+}
+`,
+	"app/app.go": `package app
+
+import (
+	"context"
+	"net/http"
+
+	"example.com/bh/store"
+)
+
+func Pay(ctx context.Context, repo store.Repo) error {
+	tx, err := repo.GetTx(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := http.Post("https://pay.example/charge", "text/plain", nil); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+`,
+}
+
+// TestBeginHelperInterface: repo.GetTx(ctx), resolved to the only
+// implementation, which begins through a helper of another package, opens
+// a transaction like db.BeginTx.
+func TestBeginHelperInterface(t *testing.T) {
+	bin := buildIdemlint(t)
+	dir := writeFiles(t, beginHelpers)
+	diags := txrpcFindings(t, dir, bin, "./...")
+	if len(diags) != 1 || !strings.Contains(diags[0], "http.Post") || !strings.Contains(diags[0], "transaction begun at app.go:11:") {
+		t.Fatalf("txrpc findings = %v, want 1: http.Post inside the transaction begun at app.go:11", diags)
+	}
+}
