@@ -366,35 +366,26 @@ func gormLocking(info *types.Info, e ast.Expr) bool {
 // through any number of helpers, and exports a RowLocker fact for each.
 func (c *checker) findLockers() {
 	c.lockers = map[*types.Func][]string{}
-	for changed, round := true, 0; changed && round < 4; round++ {
-		changed = false
-		for _, f := range c.pass.Files {
-			for _, d := range f.Decls {
-				fd, ok := d.(*ast.FuncDecl)
-				if !ok || fd.Body == nil {
-					continue
-				}
-				fn, _ := c.pass.TypesInfo.Defs[fd.Name].(*types.Func)
-				if fn == nil || c.lockers[fn] != nil {
-					continue
-				}
-				var tables []string
-				ast.Inspect(fd.Body, func(n ast.Node) bool {
-					if _, ok := n.(*ast.FuncLit); ok {
-						return false
-					}
-					if k, ok := n.(*ast.CallExpr); ok {
-						tables = append(tables, c.locks(k)...)
-					}
-					return true
-				})
-				if len(tables) > 0 {
-					c.lockers[fn] = tables
-					changed = true
-				}
-			}
+	rulekit.Fixpoint(c.pass.TypesInfo, c.pass.Files, 4, func(fd *ast.FuncDecl, fn *types.Func) bool {
+		if c.lockers[fn] != nil {
+			return false
 		}
-	}
+		var tables []string
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			if _, ok := n.(*ast.FuncLit); ok {
+				return false
+			}
+			if k, ok := n.(*ast.CallExpr); ok {
+				tables = append(tables, c.locks(k)...)
+			}
+			return true
+		})
+		if len(tables) == 0 {
+			return false
+		}
+		c.lockers[fn] = tables
+		return true
+	})
 	for fn, tables := range c.lockers {
 		c.pass.ExportObjectFact(fn, &RowLocker{Tables: tables})
 	}

@@ -257,26 +257,18 @@ func (c *checker) freshDepth(e ast.Expr, seen map[types.Object]bool, depth int) 
 // string, number or byte array (a uuid), is freshly minted on every return,
 // and exports a Fresh fact for each.
 func (c *checker) findHelpers() {
-	for changed, round := true, 0; changed && round < 4; round++ {
-		changed = false
-		for _, f := range c.pass.Files {
-			for _, d := range f.Decls {
-				fd, ok := d.(*ast.FuncDecl)
-				if !ok || fd.Body == nil {
-					continue
-				}
-				fn, _ := c.pass.TypesInfo.Defs[fd.Name].(*types.Func)
-				if fn == nil || c.helpers[fn] != "" || !keyResult(fn) {
-					continue
-				}
-				c.body = fd.Body
-				if what := c.freshReturns(fd.Body); what != "" {
-					c.helpers[fn] = what
-					changed = true
-				}
-			}
+	rulekit.Fixpoint(c.pass.TypesInfo, c.pass.Files, 4, func(fd *ast.FuncDecl, fn *types.Func) bool {
+		if c.helpers[fn] != "" || !keyResult(fn) {
+			return false
 		}
-	}
+		c.body = fd.Body
+		what := c.freshReturns(fd.Body)
+		if what == "" {
+			return false
+		}
+		c.helpers[fn] = what
+		return true
+	})
 	for fn, what := range c.helpers {
 		c.pass.ExportObjectFact(fn, &Fresh{What: what})
 	}
