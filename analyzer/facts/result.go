@@ -1281,7 +1281,7 @@ func (r *Result) returnsBegun(fn *ssa.Function) bool {
 	return begun
 }
 
-// nilTx stands for a nil transaction returned on an error path.
+// nilTx stands for a nil (or zero) transaction returned on an error path.
 var nilTx = &ssa.Const{}
 
 // begunValue follows v back to the Begin call that made it (returned as
@@ -1292,7 +1292,7 @@ func (r *Result) begunValue(v ssa.Value, depth int) ssa.Value {
 	}
 	switch x := v.(type) {
 	case *ssa.Const:
-		if x.IsNil() {
+		if x.Value == nil { // nil, or the zero value of a struct (bun.Tx{})
 			return nilTx
 		}
 	case *ssa.ChangeType:
