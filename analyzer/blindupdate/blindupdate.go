@@ -64,6 +64,15 @@ func (f *BlindQuery) String() string {
 	return fmt.Sprintf("blindquery(%s count=%d)", f.Query, f.Count)
 }
 
+// RowLocker marks a function that takes row locks before it returns
+// (SELECT .. FOR UPDATE, gorm's Clauses(clause.Locking{Strength:
+// "UPDATE"}), or a helper that does): Tables are the locked tables, "*"
+// for a gorm lock (the model's table).
+type RowLocker struct{ Tables []string }
+
+func (*RowLocker) AFact()           {}
+func (f *RowLocker) String() string { return fmt.Sprintf("rowlocker(%v)", f.Tables) }
+
 // New returns a blindupdate analyzer for cfg.
 func New(cfg Config) *analysis.Analyzer {
 	c := &Config{StateColumns: append([]string(nil), cfg.StateColumns...)}
@@ -71,7 +80,7 @@ func New(cfg Config) *analysis.Analyzer {
 		Name:      Name,
 		Doc:       Doc,
 		URL:       "https://github.com/idemkit/idem/blob/main/docs/rules/blindupdate.md",
-		FactTypes: []analysis.Fact{new(BlindQuery)},
+		FactTypes: []analysis.Fact{new(BlindQuery), new(RowLocker)},
 		Run: func(pass *analysis.Pass) (any, error) {
 			if rulekit.IsStd(pass.Fset, pass.Files) {
 				return nil, nil
@@ -86,9 +95,10 @@ func New(cfg Config) *analysis.Analyzer {
 }
 
 type checker struct {
-	pass *analysis.Pass
-	cfg  *Config
-	rep  *directive.Reporter
+	pass    *analysis.Pass
+	cfg     *Config
+	rep     *directive.Reporter
+	lockers map[*types.Func][]string // functions of the package that take row locks
 }
 
 // how a call's result (the affected-row count) is used.
@@ -110,6 +120,7 @@ func (c *checker) run() {
 			own = append(own, f)
 		}
 	}
+	c.findLockers()
 	rulekit.WalkStack(gen, func(n ast.Node, stack rulekit.Stack) {
 		if call, ok := n.(*ast.CallExpr); ok {
 			c.generated(call, stack)
@@ -275,8 +286,10 @@ func (c *checker) resultUse(call *ast.CallExpr, stack rulekit.Stack, gorm bool) 
 	return ignored
 }
 
-// lockedBefore reports whether the function locks a row of table with
-// SELECT .. FOR UPDATE before call: the transition is then serialized.
+// lockedBefore reports whether the function locks a row of table before
+// call (SELECT .. FOR UPDATE, gorm's Clauses(clause.Locking{Strength:
+// "UPDATE"}), or a helper known to do one): the transition is then
+// serialized. Table "*" (a gorm update) accepts any lock.
 func (c *checker) lockedBefore(stack rulekit.Stack, call *ast.CallExpr, table string) bool {
 	body := rulekit.Body(stack.Func())
 	if body == nil {
@@ -285,8 +298,8 @@ func (c *checker) lockedBefore(stack rulekit.Stack, call *ast.CallExpr, table st
 	found := false
 	ast.Inspect(body, func(n ast.Node) bool {
 		if k, ok := n.(*ast.CallExpr); ok && k.Pos() < call.Pos() {
-			if q, _, _, ok := rulekit.SQLCall(c.pass.TypesInfo, k); ok {
-				if m := reForUpd.FindStringSubmatch(q); m != nil && baseTable(m[1]) == baseTable(table) {
+			for _, t := range c.locks(k) {
+				if t == "*" || table == "*" || baseTable(t) == baseTable(table) {
 					found = true
 				}
 			}
@@ -294,4 +307,86 @@ func (c *checker) lockedBefore(stack rulekit.Stack, call *ast.CallExpr, table st
 		return !found
 	})
 	return found
+}
+
+// locks returns the tables call k locks: by its SQL, a gorm Locking
+// clause ("*"), or as a helper known to lock.
+func (c *checker) locks(k *ast.CallExpr) []string {
+	info := c.pass.TypesInfo
+	if q, _, _, ok := rulekit.SQLCall(info, k); ok {
+		if m := reForUpd.FindStringSubmatch(q); m != nil {
+			return []string{m[1]}
+		}
+		return nil
+	}
+	fn := rulekit.Callee(info, k)
+	if fn == nil {
+		return nil
+	}
+	if rulekit.Is(fn, pkgGorm, "Clauses") {
+		for _, a := range k.Args {
+			if gormLocking(info, a) {
+				return []string{"*"}
+			}
+		}
+		return nil
+	}
+	if t, ok := c.lockers[fn]; ok {
+		return t
+	}
+	var f RowLocker
+	if fn.Pkg() != c.pass.Pkg && c.pass.ImportObjectFact(fn, &f) {
+		return f.Tables
+	}
+	return nil
+}
+
+// gormLocking: e is a clause.Locking{Strength: "UPDATE"} (or "NO KEY
+// UPDATE"): a lock that serializes writers, unlike SHARE.
+func gormLocking(info *types.Info, e ast.Expr) bool {
+	lit, ok := ast.Unparen(e).(*ast.CompositeLit)
+	if !ok {
+		return false
+	}
+	if p, n := rulekit.NamedOf(info.TypeOf(lit)); p != pkgGorm+"/clause" || n != "Locking" {
+		return false
+	}
+	for _, el := range lit.Elts {
+		if kv, ok := el.(*ast.KeyValueExpr); ok {
+			if id, ok := kv.Key.(*ast.Ident); ok && id.Name == "Strength" {
+				s, _, ok := rulekit.ConstString(info, kv.Value)
+				return ok && strings.Contains(strings.ToUpper(s), "UPDATE")
+			}
+		}
+	}
+	return false
+}
+
+// findLockers finds the functions of the package that take row locks,
+// through any number of helpers, and exports a RowLocker fact for each.
+func (c *checker) findLockers() {
+	c.lockers = map[*types.Func][]string{}
+	rulekit.Fixpoint(c.pass.TypesInfo, c.pass.Files, 4, func(fd *ast.FuncDecl, fn *types.Func) bool {
+		if c.lockers[fn] != nil {
+			return false
+		}
+		var tables []string
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			if _, ok := n.(*ast.FuncLit); ok {
+				return false
+			}
+			if k, ok := n.(*ast.CallExpr); ok {
+				tables = append(tables, c.locks(k)...)
+			}
+			return true
+		})
+		if len(tables) == 0 {
+			return false
+		}
+		c.lockers[fn] = tables
+		return true
+	})
+	for fn, tables := range c.lockers {
+		c.pass.ExportObjectFact(fn, &RowLocker{Tables: tables})
+	}
 }

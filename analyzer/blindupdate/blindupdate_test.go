@@ -10,10 +10,10 @@ import (
 )
 
 func TestBlindupdate(t *testing.T) {
-	results := analysistest.Run(t, analysistest.TestData(), blindupdate.New(blindupdate.Config{}), "bu", "bucaller", "busqlc")
+	results := analysistest.Run(t, ruletest.Testdata(), blindupdate.New(blindupdate.Config{}), "bu", "bucaller", "busqlc")
 	ruletest.CheckFindings(t, results, 12)
 }
 
 func TestBlindupdateFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), blindupdate.New(blindupdate.Config{}), "bufix")
+	analysistest.RunWithSuggestedFixes(t, ruletest.Testdata(), blindupdate.New(blindupdate.Config{}), "bufix")
 }

@@ -96,7 +96,7 @@ func (c *checker) gormCall(call *ast.CallExpr, stack rulekit.Stack) {
 			return
 		}
 	}
-	if c.resultUse(call, stack, true) != ignored {
+	if c.resultUse(call, stack, true) != ignored || c.lockedBefore(stack, call, "*") {
 		return
 	}
 	cond := "the model's primary key"

@@ -10,10 +10,10 @@ import (
 )
 
 func TestBypass(t *testing.T) {
-	results := analysistest.Run(t, analysistest.TestData(), bypass.New(bypass.Config{}), "bp", "bpimpl")
+	results := analysistest.Run(t, ruletest.Testdata(), bypass.New(bypass.Config{}), "bp", "bpimpl")
 	ruletest.CheckFindings(t, results, 12)
 }
 
 func TestBypassFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), bypass.New(bypass.Config{}), "bpfix")
+	analysistest.RunWithSuggestedFixes(t, ruletest.Testdata(), bypass.New(bypass.Config{}), "bpfix")
 }

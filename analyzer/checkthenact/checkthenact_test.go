@@ -10,7 +10,7 @@ import (
 )
 
 func TestCheckthenact(t *testing.T) {
-	results := analysistest.Run(t, analysistest.TestData(), checkthenact.New(checkthenact.Config{}), "ct")
+	results := analysistest.Run(t, ruletest.Testdata(), checkthenact.New(checkthenact.Config{}), "ct")
 	ruletest.CheckFindings(t, results, 12)
 }
 
@@ -19,9 +19,9 @@ func TestCheckthenactTables(t *testing.T) {
 	if err := a.Flags.Set("tables", "request_log"); err != nil {
 		t.Fatal(err)
 	}
-	analysistest.Run(t, analysistest.TestData(), a, "ctcfg")
+	analysistest.Run(t, ruletest.Testdata(), a, "ctcfg")
 }
 
 func TestCheckthenactFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), checkthenact.New(checkthenact.Config{}), "ctfix")
+	analysistest.RunWithSuggestedFixes(t, ruletest.Testdata(), checkthenact.New(checkthenact.Config{}), "ctfix")
 }

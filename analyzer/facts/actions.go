@@ -1,6 +1,7 @@
 package facts
 
 import (
+	"go/token"
 	"go/types"
 	"regexp"
 
@@ -142,6 +143,8 @@ var (
 	genericDel   = regexp.MustCompile(`^(Del|Delete\w*|Remove\w*|Unlink|Destroy|Forget|Purge|Evict|Clear\w*|Expire)$`)
 	genericCheck = regexp.MustCompile(`^(Get\w*|Exists|Has\w*|Find\w*|First|Take|Load\w*|Lookup\w*|Fetch\w*|Seen|IsProcessed|Contains|Check\w*)$`)
 	genericClaim = regexp.MustCompile(`^(SetNX|SetNx|SetIfAbsent|PutIfAbsent|Claim\w*|Acquire\w*|TryLock|Lock\w*|Reserve\w*|Create\w*|Insert\w*|FirstOrCreate|Begin\w*)$`)
+	// names of helpers that delete what their name says
+	reDeleteName = regexp.MustCompile(`(?i)^(del|delete|remove|release|clear|drop|purge|evict|forget|unlock|free)`)
 	genericWrite = regexp.MustCompile(`^(Set\w*|Put\w*|Save\w*|Store\w*|Mark\w*|Update\w*|Upsert\w*|Complete\w*|Finish\w*|Record\w*)$`)
 )
 
@@ -229,7 +232,7 @@ func (r *Result) GenericTokenOp(c *ssa.CallCommon) string {
 	default:
 		return ""
 	}
-	if !tokenArgs(fo, c) {
+	if !tokenArgs(fo, c) && !r.builtKey(c) {
 		return ""
 	}
 	// a method on a concrete type of the analyzed module is summarized
@@ -260,4 +263,114 @@ func (r *Result) IsDownstreamQuery(c *ssa.CallCommon) bool {
 		return true // an interface to the downstream: its name says what it asks
 	}
 	return r.NetCall(c) != nil
+}
+
+// reCASWhere: an UPDATE whose WHERE compares a state, status, version or
+// lease column: a compare-and-set when its rows affected are checked.
+var reCASWhere = regexp.MustCompile(`(?is)\bwhere\b.*\b\w*(state|status|version|lease|owner)\w*\s*=`)
+
+// CASClaim reports whether call is a database compare-and-set whose count
+// is read: UPDATE .. WHERE id = $1 AND status = 'AWAITING' followed by a
+// RowsAffected() of its result. Only one of concurrent duplicates sees a
+// row change, so it is an atomic claim of whatever row it moves on, even
+// when the token itself (a nonce) was read only to find that row.
+func (r *Result) CASClaim(call *ssa.Call) bool {
+	q, ok := SQLOf(&call.Call)
+	if !ok || !reUpdate.MatchString(q) || !reCASWhere.MatchString(q) {
+		return false
+	}
+	var result ssa.Value = call
+	if call.Call.Signature().Results().Len() > 1 {
+		result = nil
+		for _, ref := range *call.Referrers() {
+			if e, ok := ref.(*ssa.Extract); ok && e.Index == 0 {
+				result = e
+			}
+		}
+	}
+	if result == nil {
+		return false
+	}
+	for _, ref := range *result.Referrers() {
+		ci, ok := ref.(ssa.CallInstruction)
+		if !ok {
+			continue
+		}
+		c := ci.Common()
+		if fn := CalleeObj(c); fn != nil && fn.Name() == "RowsAffected" && (c.Value == result || len(c.Args) > 0 && c.Args[0] == result) {
+			return true
+		}
+	}
+	return false
+}
+
+// FirestoreFailWrite describes c when it is a Firestore write of a
+// failed-like state to a state/status field: DocumentRef, Transaction,
+// WriteBatch or BulkWriter Update with []firestore.Update{{Path: "Status",
+// Value: SyncFailed}}, or Set with map[string]any{"status": "failed"}.
+func FirestoreFailWrite(c *ssa.CallCommon) string {
+	fo := CalleeObj(c)
+	if fo == nil || rulekit.PkgPath(fo) != pkgFirestore || fo.Name() != "Update" && fo.Name() != "Set" {
+		return ""
+	}
+	for _, a := range c.Args {
+		switch base := unwrap(a).(type) {
+		case *ssa.MakeMap:
+			for _, ref := range *base.Referrers() {
+				if mu, ok := ref.(*ssa.MapUpdate); ok && mu.Map == base {
+					k, _ := ConstString(unwrap(mu.Key))
+					if reStateWord.MatchString(k) && isFailedConst(unwrap(mu.Value)) {
+						return "writes a FAILED status"
+					}
+				}
+			}
+		case *ssa.Slice:
+			al, ok := base.X.(*ssa.Alloc)
+			if !ok {
+				continue
+			}
+			for _, ref := range *al.Referrers() {
+				ia, ok := ref.(*ssa.IndexAddr)
+				if !ok {
+					continue
+				}
+				// the fields stored into one firestore.Update element, in
+				// place or into a literal copied there
+				bases := []ssa.Value{ia}
+				for _, r2 := range *ia.Referrers() {
+					if st, ok := r2.(*ssa.Store); ok && st.Addr == ia {
+						if u, ok := st.Val.(*ssa.UnOp); ok && u.Op == token.MUL {
+							bases = append(bases, u.X)
+						}
+					}
+				}
+				var path string
+				failed := false
+				for _, b := range bases {
+					for _, r2 := range *b.Referrers() {
+						fa, ok := r2.(*ssa.FieldAddr)
+						if !ok {
+							continue
+						}
+						for _, r3 := range *fa.Referrers() {
+							st, ok := r3.(*ssa.Store)
+							if !ok || st.Addr != fa {
+								continue
+							}
+							switch fieldName(fa.X.Type(), fa.Field) {
+							case "Path":
+								path, _ = ConstString(unwrap(st.Val))
+							case "Value":
+								failed = isFailedConst(unwrap(st.Val))
+							}
+						}
+					}
+				}
+				if failed && reStateWord.MatchString(path) {
+					return "writes a FAILED status"
+				}
+			}
+		}
+	}
+	return ""
 }

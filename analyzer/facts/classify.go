@@ -131,6 +131,18 @@ func hasCallOption(fn *types.Func) bool {
 	return false
 }
 
+// redisReads are the go-redis commands that only read: their failure
+// leaves nothing behind that a retry would repeat.
+var redisReads = map[string]bool{
+	"Get": true, "MGet": true, "GetRange": true, "StrLen": true, "Exists": true, "Type": true, "TTL": true, "PTTL": true,
+	"HGet": true, "HGetAll": true, "HMGet": true, "HExists": true, "HKeys": true, "HVals": true, "HLen": true,
+	"SMembers": true, "SIsMember": true, "SMIsMember": true, "SCard": true,
+	"ZScore": true, "ZMScore": true, "ZRank": true, "ZCard": true, "ZCount": true, "ZRange": true, "ZRangeWithScores": true,
+	"ZRangeByScore": true, "ZRevRange": true, "ZRevRangeByScore": true,
+	"LRange": true, "LLen": true, "LIndex": true, "Keys": true, "Scan": true, "HScan": true, "SScan": true, "ZScan": true,
+	"Ping": true,
+}
+
 func isRedis(fn *types.Func) bool { return rulekit.PkgPath(fn) == pkgRedis }
 
 func redisNet(fn *types.Func) bool {
@@ -452,11 +464,13 @@ func isFailedConst(v ssa.Value) bool {
 var (
 	reStatusSetter = regexp.MustCompile(`(?i)^(set|update|save|mark|write|record|transition|finish|complete|persist|store)\w*(state|status)$|^(state|status)$`)
 	// markPaymentFailed, HandleFailedPayment, onChargeFailure, failPayment,
-	// cancelOrder, reverseTransfer, releaseReservation, ...
+	// cancelOrder, reverseTransfer, releaseReservation, rollbackReservation,
+	// restoreStock, ...
 	reMarkFailed = regexp.MustCompile(`^(?i:mark|set|save|record|persist|flag|handle|process|on|update|move|transition)\w*(Fail(ed|ure)?|Cancel+ed|Declined|Rejected|Revers(ed|al))\w*$` +
 		`|^(?i:mark|set|handle|on)(As)?(fail|cancel|declin|reject)\w*$` +
 		`|^(?i:fail|cancel|reverse|void|revert|compensate|undo)(Intent|Payment|Charge|Order|Operation|Transfer|Transaction|Invoice|Withdrawal|Deposit|Reservation|Booking|Subscription|Payout)s?\w*$` +
-		`|^(?i:release)(Reservation|Hold|Funds|Stock|Inventory|Balance)s?\w*$|^(?i:reverse|revert)(Ledger|Entry|Entries|Balance|Fee)\w*$`)
+		`|^(?i:roll_?back)(Payment|Charge|Order|Transfer|Withdrawal|Deposit|Reservation|Booking|Payout|Hold|Stock|Inventory)s?\w*$` +
+		`|^(?i:release|restore|unreserve)(Reservation|Hold|Funds|Stock|Inventory|Balance)s?\w*$|^(?i:reverse|revert)(Ledger|Entry|Entries|Balance|Fee)\w*$`)
 	reRefund      = regexp.MustCompile(`^(?i:issue|create|do|start|make|send)?(?i:refund)`)
 	rePermanent   = regexp.MustCompile(`(?i)permanent`)
 	reStatusParam = regexp.MustCompile(`(?i)state|status`)
@@ -466,7 +480,11 @@ var (
 // a remote effect (an HTTP GET/HEAD, a dial, a go-redis read): its failure
 // may be handled as a failure.
 func ReadOnlyLeaf(p *Path) bool {
-	switch p.Chain[len(p.Chain)-1] {
+	leaf := p.Chain[len(p.Chain)-1]
+	if i := strings.Index(leaf, ")."); i > 0 && (strings.HasPrefix(leaf, "(redis.") || strings.HasPrefix(leaf, "(*redis.")) {
+		return redisReads[leaf[i+2:]]
+	}
+	switch leaf {
 	case "http.Get", "http.Head", "(*http.Client).Get", "(*http.Client).Head",
 		"net.Dial", "net.DialTimeout", "(*net.Dialer).Dial", "(*net.Dialer).DialContext",
 		"(redis.cmdable).Get", "(redis.cmdable).Exists", "(redis.cmdable).HGet",

@@ -100,6 +100,14 @@ type ClosesTx struct{ Params []int }
 func (*ClosesTx) AFact()           {}
 func (f *ClosesTx) String() string { return fmt.Sprintf("closestx(%v)", f.Params) }
 
+// BeginsTx marks a function that returns a freshly begun transaction (a
+// begin helper such as repo.GetTx(ctx)): its caller holds it open until
+// its Commit or Rollback.
+type BeginsTx struct{}
+
+func (*BeginsTx) AFact()         {}
+func (*BeginsTx) String() string { return "beginstx" }
+
 // Config is the shared configuration of the facts analyzer. Lists accept
 // comma-separated values when set through flags.
 type Config struct {
@@ -168,7 +176,7 @@ func New(cfg Config) *Facts {
 		Doc:  "computes idemlint's shared facts (network I/O chains, transaction runners, timeout checks, failure actions, token deletes)",
 		FactTypes: []analysis.Fact{
 			new(NetIO), new(TxRunner), new(TimeoutCheck), new(FailAction),
-			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(CallsParams), new(ClosesTx),
+			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(CallsParams), new(ClosesTx), new(BeginsTx),
 		},
 		ResultType: reflect.TypeOf((*Result)(nil)),
 		Run: func(pass *analysis.Pass) (any, error) {

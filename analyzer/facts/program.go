@@ -14,11 +14,23 @@ import (
 // analyzer learned about their methods in a first pass. With it, a call
 // through an interface (UserService.NotifyUser) is resolved to the
 // implementations in the loaded packages, even one in a package the
-// caller does not import. A call is known to do network I/O (or to run a
-// callback in a transaction, or to delete a token) only when every
-// implementation agrees: an outbox publisher that writes into the same
-// transaction keeps a Publisher interface silent, even though another
-// implementation does HTTP.
+// caller does not import.
+//
+// A method promoted from an embedded type, at any depth, by pointer or by
+// value, is what its declaring type's method does; one promoted from an
+// embedded interface forwards to that interface's implementations, and a
+// decorator that calls an interface method (a logging Notifier around an
+// HTTP one) may do what that method's implementations do.
+//
+// An interface call may do network I/O when an implementation is seen
+// doing it, or doing I/O the analysis cannot follow (a cgo call, a send
+// on a channel to a background worker), and no implementation is seen
+// writing to a database instead: an outbox publisher that writes into the
+// same transaction keeps a Publisher interface silent, even though another
+// implementation does HTTP. An implementation that shows neither (its
+// I/O out of sight) does not silence the others, so that loading more of
+// the program never takes a finding away. A call runs a callback in a
+// transaction (or deletes a token) when every implementation agrees.
 //
 // Types and methods are keyed by their path-qualified names and
 // signatures as text, so that a driver may type-check each package on its
@@ -43,12 +55,16 @@ type invokedMethod struct {
 }
 
 type namedInfo struct {
-	display string            // "*smtpmail.Mailer"
-	methods map[string]string // method set of *T: name -> signature text
+	display string                   // "*smtpmail.Mailer"
+	methods map[string]string        // method set of *T: name -> signature text
+	decl    map[string]string        // promoted methods: name -> the declaring type's method key
+	fwd     map[string]invokedMethod // methods promoted from an embedded interface
 }
 
 type namedMethod struct {
 	key, display string
+	promoted     bool           // through embedding
+	fwd          *invokedMethod // promoted from an embedded interface: forwards to its implementations
 }
 
 // MethodSummary is what the first pass learned about one concrete method.
@@ -56,6 +72,17 @@ type MethodSummary struct {
 	Net      *NetIO
 	Runner   int // -1: not a runner
 	TokenDel *TokenDelete
+	// MayIO is I/O the analysis cannot follow: a cgo call, or a send on
+	// a channel (a hand-off to a background worker).
+	MayIO *NetIO
+	// Writes: it writes to a database (its effect stays in the
+	// transaction, as an outbox publisher's does).
+	Writes bool
+	// Begins: it returns a freshly begun transaction.
+	Begins bool
+	// Via are the interface methods it calls (a decorator's), whose
+	// implementations may do what it is not seen doing itself.
+	Via []invokedMethod
 }
 
 // NewProgram returns an empty Program.
@@ -113,11 +140,23 @@ func (p *Program) AddTypes(pkg *types.Package, skip func(*types.TypeName) bool) 
 		if _, isIface := n.Underlying().(*types.Interface); isIface {
 			continue
 		}
-		info := &namedInfo{display: "*" + pkg.Name() + "." + name, methods: map[string]string{}}
+		info := &namedInfo{display: "*" + pkg.Name() + "." + name, methods: map[string]string{},
+			decl: map[string]string{}, fwd: map[string]invokedMethod{}}
 		ms := types.NewMethodSet(types.NewPointer(n))
 		for i := 0; i < ms.Len(); i++ {
-			f := ms.At(i).Obj().(*types.Func)
-			info.methods[f.Name()] = sigText(f.Type().(*types.Signature))
+			sel := ms.At(i)
+			f := sel.Obj().(*types.Func)
+			sig := f.Type().(*types.Signature)
+			info.methods[f.Name()] = sigText(sig)
+			if len(sel.Index()) < 2 {
+				continue // declared by the type itself
+			}
+			// promoted through embedding: f is the declaring type's method
+			if it, ok := sig.Recv().Type().Underlying().(*types.Interface); ok {
+				info.fwd[f.Name()] = invokedMethod{want: ifaceText(it), name: f.Name()}
+			} else if k := methodKey(f); k != "" {
+				info.decl[f.Name()] = k
+			}
 		}
 		p.mu.Lock()
 		p.named[pkg.Path()+"."+name] = info
@@ -126,7 +165,9 @@ func (p *Program) AddTypes(pkg *types.Package, skip func(*types.TypeName) bool) 
 }
 
 // methodKey names a concrete method: "example.com/mail.SMTP.Send". Methods
-// promoted from an embedded type are keyed by the type that declares them.
+// promoted from an embedded type are keyed by the type that declares them
+// (f of a promoted selection is the declaring type's method; AddTypes
+// records the key for each embedding type).
 func methodKey(fn *types.Func) string {
 	sig, _ := fn.Type().(*types.Signature)
 	if sig == nil || sig.Recv() == nil {
@@ -178,14 +219,17 @@ func wantKey(want map[string]string) string {
 
 // Resolves reports whether the second pass could see more in package pkg
 // than the first: it calls an interface method that resolves to network
-// I/O, a transaction runner or a token delete.
+// I/O, a transaction runner, a begin helper or a token delete.
 func (p *Program) Resolves(pkg string) bool {
 	p.mu.Lock()
 	calls := p.calls[pkg]
 	p.mu.Unlock()
 	for _, c := range calls {
+		if _, net := p.judgeNet(c.want, c.name, map[string]bool{}); net != nil {
+			return true
+		}
 		for _, impl := range p.implementationsOf(c.want, c.name) {
-			if s := p.summary(impl.key); s != nil && (s.Net != nil || s.Runner >= 0 || s.TokenDel != nil) {
+			if s := p.summary(impl.key); s != nil && (s.Runner >= 0 || s.TokenDel != nil || s.Begins) {
 				return true
 			}
 		}
@@ -205,8 +249,10 @@ func (p *Program) record(fn *types.Func, s *MethodSummary) {
 }
 
 // implementations returns the methods named m.Name() of the indexed types
-// whose pointer method set implements iface, sorted, or nil. A promoted
-// method resolves to the declaring type's key through the lookup below.
+// whose pointer method set implements iface, sorted, or nil. A method
+// promoted from an embedded concrete type is keyed by its declaring type
+// (where the first pass recorded its summary); one promoted from an
+// embedded interface carries that interface (fwd).
 func (p *Program) implementations(iface *types.Interface, m *types.Func) []*namedMethod {
 	return p.implementationsOf(ifaceText(iface), m.Name())
 }
@@ -237,11 +283,29 @@ func (p *Program) implementationsOf(want map[string]string, method string) []*na
 				break
 			}
 		}
-		if ok {
-			out = append(out, &namedMethod{key: tk + "." + method, display: "(" + info.display + ")." + method})
+		if !ok {
+			continue
 		}
+		nm := &namedMethod{key: tk + "." + method, display: "(" + info.display + ")." + method}
+		if k, ok := info.decl[method]; ok {
+			nm.key, nm.promoted = k, true
+		}
+		if f, ok := info.fwd[method]; ok {
+			nm.fwd, nm.promoted = &f, true
+		}
+		out = append(out, nm)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	// by key, the declaring type before those that embed it
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.key != b.key {
+			return a.key < b.key
+		}
+		if a.promoted != b.promoted {
+			return !a.promoted
+		}
+		return a.display < b.display
+	})
 	p.impls[key] = out
 	return out
 }
@@ -252,24 +316,84 @@ func (p *Program) summary(key string) *MethodSummary {
 	return p.methods[key]
 }
 
-// invokeNet resolves an interface call: every implementation does network
-// I/O. It returns the first implementation's name and fact, or "".
+// invokeNet resolves an interface call that may do network I/O (see
+// [Program]). It returns the implementation's name and fact, or "".
 func (p *Program) invokeNet(iface *types.Interface, m *types.Func) (string, *NetIO) {
-	impls := p.implementations(iface, m)
-	if len(impls) == 0 {
+	return p.judgeNet(ifaceText(iface), m.Name(), map[string]bool{})
+}
+
+// judgeNet weighs the implementations of the interface method (want,
+// method): the first that is seen doing network I/O (itself, or as a
+// decorator through the interface methods it calls), else the first doing
+// I/O out of sight; nothing when one is seen writing to a database
+// instead. onPath holds the interface methods being judged further up (a
+// decorator of the interface it implements adds nothing).
+func (p *Program) judgeNet(want map[string]string, method string, onPath map[string]bool) (string, *NetIO) {
+	k := wantKey(want) + "|" + method
+	if onPath[k] {
 		return "", nil
 	}
-	var first *NetIO
-	for _, f := range impls {
-		s := p.summary(f.key)
-		if s == nil || s.Net == nil {
-			return "", nil // an implementation that does not: silent
+	onPath[k] = true
+	defer delete(onPath, k)
+	var netImpl, mayImpl string
+	var net, may *NetIO
+	for _, impl := range p.implementationsOf(want, method) {
+		if impl.fwd != nil {
+			// forwards to whatever it embeds: the implementations say
+			if _, writes := p.writes(impl.fwd.want, impl.fwd.name, onPath); writes {
+				return "", nil
+			}
+			continue
 		}
-		if first == nil {
-			first = s.Net
+		s := p.summary(impl.key)
+		if s == nil {
+			continue // not seen: neither evidence nor silence
+		}
+		switch {
+		case s.Net != nil:
+			if net == nil {
+				netImpl, net = impl.display, s.Net
+			}
+			continue
+		case s.Writes:
+			return "", nil // seen writing into the database instead
+		}
+		for _, v := range s.Via {
+			if via, f := p.judgeNet(v.want, v.name, onPath); f != nil && net == nil {
+				netImpl, net = impl.display, &NetIO{Chain: append([]string{v.name, via}, f.Chain...), Leaf: f.Leaf}
+			}
+		}
+		if s.MayIO != nil && may == nil {
+			mayImpl, may = impl.display, s.MayIO
 		}
 	}
-	return impls[0].display, first
+	if net != nil {
+		return netImpl, net
+	}
+	return mayImpl, may
+}
+
+// writes reports whether an implementation of (want, method) is seen
+// writing to a database and doing no network I/O.
+func (p *Program) writes(want map[string]string, method string, onPath map[string]bool) (string, bool) {
+	k := wantKey(want) + "|" + method
+	if onPath[k] {
+		return "", false
+	}
+	onPath[k] = true
+	defer delete(onPath, k)
+	for _, impl := range p.implementationsOf(want, method) {
+		if impl.fwd != nil {
+			if d, ok := p.writes(impl.fwd.want, impl.fwd.name, onPath); ok {
+				return d, true
+			}
+			continue
+		}
+		if s := p.summary(impl.key); s != nil && s.Net == nil && s.Writes {
+			return impl.display, true
+		}
+	}
+	return "", false
 }
 
 // invokeRunner: every implementation runs the same func parameter inside a
@@ -282,6 +406,9 @@ func (p *Program) invokeRunner(iface *types.Interface, m *types.Func) int {
 	}
 	idx := -1
 	for _, f := range impls {
+		if f.fwd != nil {
+			continue // forwards to one of the others
+		}
 		s := p.summary(f.key)
 		if s == nil || s.Runner < 0 || idx >= 0 && s.Runner != idx {
 			return -1
@@ -298,14 +425,33 @@ func (p *Program) invokeTokenDel(iface *types.Interface, m *types.Func) (string,
 		return "", nil
 	}
 	var first *TokenDelete
+	display := ""
 	for _, f := range impls {
+		if f.fwd != nil {
+			continue
+		}
 		s := p.summary(f.key)
 		if s == nil || s.TokenDel == nil {
 			return "", nil
 		}
 		if first == nil {
-			first = s.TokenDel
+			first, display = s.TokenDel, f.display
 		}
 	}
-	return impls[0].display, first
+	return display, first
+}
+
+// invokeBegins: every implementation returns a freshly begun transaction.
+func (p *Program) invokeBegins(iface *types.Interface, m *types.Func) bool {
+	n := 0
+	for _, f := range p.implementations(iface, m) {
+		if f.fwd != nil {
+			continue
+		}
+		if s := p.summary(f.key); s == nil || !s.Begins {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }

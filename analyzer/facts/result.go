@@ -52,6 +52,10 @@ type Summary struct {
 	Closes      []int // tx params committed or rolled back
 	ClosesAny   bool  // commits or rolls back some tx (not deferred)
 	CallsParam  map[int]bool
+	Writes      bool  // writes to a database (SQL INSERT/UPDATE/DELETE, an ORM write)
+	Begins      bool  // returns a freshly begun transaction
+	KeyBuilder  bool  // returns a string that names an idempotency key ("idempotency:" + ...)
+	MayIO       *Path // I/O out of sight: a cgo call, a send on a channel
 }
 
 // Result is the facts analyzer's result for one package.
@@ -615,6 +619,9 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 	if what := r.OrmFailWrite(c); what != "" {
 		return &Action{What: what, Chain: []string{name}}
 	}
+	if what := FirestoreFailWrite(c); what != "" {
+		return &Action{What: what, Chain: []string{name}}
+	}
 	args := flatArgs(c)
 	failedArg := -1
 	for i, a := range args {
@@ -815,6 +822,11 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 			if !s.Timeout && r.IsTimeoutCheck(instr) {
 				s.Timeout, changed = true, true
 			}
+			if s.MayIO == nil {
+				if p := r.opaqueIO(instr); p != nil {
+					s.MayIO, changed = p, true
+				}
+			}
 			ci, ok := instr.(ssa.CallInstruction)
 			if !ok {
 				continue
@@ -840,6 +852,9 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 			}
 			if !s.Claim && r.ClaimCall(c) {
 				s.Claim, changed = true, true
+			}
+			if !s.Writes && r.dbWrite(c) {
+				s.Writes, changed = true, true
 			}
 			if _, isCall := instr.(*ssa.Call); isCall {
 				if v, ok := r.TxEnd(c); ok {
@@ -868,6 +883,17 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 					s.StatusParam, changed = i, true
 				}
 			}
+		}
+	}
+	if !s.Begins && r.returnsBegun(fn) {
+		s.Begins, changed = true, true
+	}
+	if !s.KeyBuilder && buildsTokenKeys(fn) {
+		s.KeyBuilder, changed = true, true
+	}
+	if s.TokenDel == nil {
+		if p := r.namedTokenDelete(fn); p != nil {
+			s.TokenDel, changed = p, true
 		}
 	}
 	return changed
@@ -1058,9 +1084,14 @@ func (r *Result) export() {
 		}
 		s := r.sums[fn]
 		if r.cfg.Recording && r.cfg.Program != nil && fn.Signature.Recv() != nil {
-			ms := &MethodSummary{Runner: s.Runner}
+			ms := &MethodSummary{Runner: s.Runner, Writes: s.Writes, Begins: s.Begins}
 			if s.Net != nil {
 				ms.Net = &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf}
+			} else {
+				ms.Via = invokedBy(fn)
+			}
+			if s.MayIO != nil {
+				ms.MayIO = &NetIO{Chain: s.MayIO.Chain, Leaf: s.MayIO.Leaf}
 			}
 			if s.TokenDel != nil {
 				ms.TokenDel = &TokenDelete{Chain: s.TokenDel.Chain}
@@ -1087,6 +1118,9 @@ func (r *Result) export() {
 		}
 		if s.Claim {
 			r.Pass.ExportObjectFact(obj, &TokenClaim{})
+		}
+		if s.Begins {
+			r.Pass.ExportObjectFact(obj, &BeginsTx{})
 		}
 		if len(s.Closes) > 0 {
 			r.Pass.ExportObjectFact(obj, &ClosesTx{Params: s.Closes})
@@ -1129,4 +1163,313 @@ func Effect(p *Path) string {
 		return "an HTTP request"
 	}
 	return "a remote call"
+}
+
+// opaqueIO reports I/O that the analysis cannot follow: a cgo call (a
+// binding of a C library that talks to the network), or a send on a
+// channel (a hand-off to a background worker whose loop is out of sight),
+// directly or through a helper of the package.
+func (r *Result) opaqueIO(instr ssa.Instruction) *Path {
+	leaf := func(what string, pos token.Pos) *Path {
+		return &Path{Chain: []string{what}, Leaf: r.PosString(pos), LeafPos: pos}
+	}
+	switch in := instr.(type) {
+	case *ssa.Send:
+		return leaf("a send on a channel (a hand-off to a worker)", in.Pos())
+	case *ssa.Select:
+		for _, st := range in.States {
+			if st.Dir == types.SendOnly {
+				return leaf("a send on a channel (a hand-off to a worker)", st.Pos)
+			}
+		}
+	case ssa.CallInstruction:
+		c := in.Common()
+		sf := StaticFn(c)
+		if sf == nil {
+			return nil
+		}
+		if name := sf.Name(); strings.HasPrefix(name, "_Cfunc_") {
+			return leaf("C."+strings.TrimPrefix(name, "_Cfunc_")+" (cgo)", r.CallStart(c.Pos()))
+		}
+		if s := r.local(sf); s != nil && s.MayIO != nil {
+			return pathVia(DisplayName(sf), s.MayIO, sf.Pos(), true)
+		}
+	}
+	return nil
+}
+
+// dbWrite reports whether c writes to a database: SQL that inserts,
+// updates or deletes (or an Exec of text not known), an ORM write, or a
+// helper of the package that does one.
+func (r *Result) dbWrite(c *ssa.CallCommon) bool {
+	if q, ok := SQLOf(c); ok {
+		return reInsert.MatchString(q) || reUpdate.MatchString(q) || reDelete.MatchString(q)
+	}
+	if fn := CalleeObj(c); fn != nil {
+		if sqlMethod(fn) && strings.Contains(fn.Name(), "Exec") {
+			return true
+		}
+		if ormPkg(fn) && (ormRowWrites[fn.Name()] || fn.Name() == "Delete") {
+			return true
+		}
+	}
+	if sf := StaticFn(c); sf != nil {
+		if s := r.local(sf); s != nil {
+			return s.Writes
+		}
+	}
+	return false
+}
+
+// invokedBy returns the interface methods fn (and the closures it makes)
+// calls, once each.
+func invokedBy(fn *ssa.Function) []invokedMethod {
+	var out []invokedMethod
+	seen := map[string]bool{}
+	var visit func(f *ssa.Function)
+	visit = func(f *ssa.Function) {
+		for _, b := range f.Blocks {
+			for _, instr := range b.Instrs {
+				ci, ok := instr.(ssa.CallInstruction)
+				if !ok {
+					continue
+				}
+				if it := ifaceOf(ci.Common()); it != nil {
+					want := ifaceText(it)
+					k := wantKey(want) + "|" + ci.Common().Method.Name()
+					if !seen[k] {
+						seen[k] = true
+						out = append(out, invokedMethod{want: want, name: ci.Common().Method.Name()})
+					}
+				}
+			}
+		}
+		for _, af := range f.AnonFuncs {
+			visit(af)
+		}
+	}
+	visit(fn)
+	return out
+}
+
+// returnsBegun reports whether fn is a begin helper: its first result is
+// a transaction (or a gorm/pop handle), at most an error follows, and
+// every return hands back a transaction begun in it (by a Begin call or
+// another begin helper) or nil.
+func (r *Result) returnsBegun(fn *ssa.Function) bool {
+	res := fn.Signature.Results()
+	if res.Len() < 1 || res.Len() > 2 || !r.TxOrConn(res.At(0).Type()) {
+		return false
+	}
+	if res.Len() == 2 && !types.Identical(res.At(1).Type(), errorType) {
+		return false
+	}
+	begun := false
+	for _, b := range fn.Blocks {
+		ret, ok := b.Instrs[len(b.Instrs)-1].(*ssa.Return)
+		if !ok || len(ret.Results) == 0 {
+			continue
+		}
+		switch v := r.begunValue(ret.Results[0], 0); {
+		case v == nil:
+			return false
+		case v == nilTx:
+		default:
+			begun = true
+		}
+	}
+	return begun
+}
+
+// nilTx stands for a nil (or zero) transaction returned on an error path.
+var nilTx = &ssa.Const{}
+
+// begunValue follows v back to the Begin call that made it (returned as
+// is), nilTx for a nil constant, or nil.
+func (r *Result) begunValue(v ssa.Value, depth int) ssa.Value {
+	if depth > 8 {
+		return nil
+	}
+	switch x := v.(type) {
+	case *ssa.Const:
+		if x.Value == nil { // nil, or the zero value of a struct (bun.Tx{})
+			return nilTx
+		}
+	case *ssa.ChangeType:
+		return r.begunValue(x.X, depth+1)
+	case *ssa.MakeInterface:
+		return r.begunValue(x.X, depth+1)
+	case *ssa.ChangeInterface:
+		return r.begunValue(x.X, depth+1)
+	case *ssa.Extract:
+		if call, ok := x.Tuple.(*ssa.Call); ok && x.Index == 0 && r.IsBegin(&call.Call) {
+			return call
+		}
+	case *ssa.Call:
+		if r.IsBegin(&x.Call) {
+			return x
+		}
+		// gorm: db.Begin().WithContext(ctx) keeps the transaction
+		if fn := CalleeObj(&x.Call); fn != nil && IsConnTx(x.Type()) && len(x.Call.Args) > 0 && !x.Call.IsInvoke() {
+			if fn.Name() == "WithContext" || fn.Name() == "Session" {
+				return r.begunValue(x.Call.Args[0], depth+1)
+			}
+		}
+	case *ssa.Phi:
+		var got ssa.Value
+		for _, e := range x.Edges {
+			w := r.begunValue(e, depth+1)
+			if w == nil {
+				return nil
+			}
+			if w != nilTx {
+				got = w
+			}
+		}
+		if got == nil {
+			return nilTx
+		}
+		return got
+	}
+	return nil
+}
+
+// beginHelper: c calls a begin helper (see [BeginsTx]).
+func (r *Result) beginHelper(c *ssa.CallCommon, fn *types.Func) bool {
+	if it := ifaceOf(c); it != nil {
+		return r.resolving() && r.cfg.Program.invokeBegins(it, c.Method)
+	}
+	sf := StaticFn(c)
+	if sf == nil {
+		return false
+	}
+	if s := r.local(sf); s != nil {
+		return s.Begins
+	}
+	if fn.Origin() != nil {
+		fn = fn.Origin()
+	}
+	var f BeginsTx
+	return r.Pass.ImportObjectFact(fn, &f)
+}
+
+// refusals are the gRPC codes with which a server refuses a request
+// before doing any of it: InvalidArgument, NotFound, PermissionDenied,
+// FailedPrecondition, OutOfRange, Unimplemented, Unauthenticated.
+var refusals = map[uint64]bool{3: true, 5: true, 7: true, 9: true, 11: true, 12: true, 16: true}
+
+// RefusalEdge returns the index of b's successor taken when b's branch
+// finds a gRPC code that refuses the request (status.Code(err) ==
+// codes.InvalidArgument, a case of a switch on it), or -1. What follows
+// that edge tells a definite failure apart: the remote side did nothing.
+func RefusalEdge(b *ssa.BasicBlock) int {
+	if len(b.Instrs) == 0 || len(b.Succs) != 2 {
+		return -1
+	}
+	iff, ok := b.Instrs[len(b.Instrs)-1].(*ssa.If)
+	if !ok {
+		return -1
+	}
+	cond, ok := iff.Cond.(*ssa.BinOp)
+	if !ok || cond.Op != token.EQL && cond.Op != token.NEQ {
+		return -1
+	}
+	if !refusalCode(cond.X) && !refusalCode(cond.Y) {
+		return -1
+	}
+	if cond.Op == token.EQL {
+		return 0
+	}
+	return 1
+}
+
+func refusalCode(v ssa.Value) bool {
+	c, ok := v.(*ssa.Const)
+	if !ok || c.Value == nil || c.Value.Kind() != constant.Int {
+		return false
+	}
+	if p, n := rulekit.NamedOf(c.Type()); p != pkgCodes || n != "Code" {
+		return false
+	}
+	x, _ := constant.Uint64Val(c.Value)
+	return refusals[x]
+}
+
+// buildsTokenKeys reports whether fn builds idempotency keys: its first
+// result is a string and what a return hands back is named so (a constant
+// "idempotency:" prefix, an idem_ helper), so a key it made is one.
+func buildsTokenKeys(fn *ssa.Function) bool {
+	res := fn.Signature.Results()
+	if res.Len() == 0 {
+		return false
+	}
+	if b, ok := res.At(0).Type().Underlying().(*types.Basic); !ok || b.Info()&types.IsString == 0 {
+		return false
+	}
+	for _, b := range fn.Blocks {
+		if ret, ok := b.Instrs[len(b.Instrs)-1].(*ssa.Return); ok && len(ret.Results) > 0 {
+			var ws []string
+			words(ret.Results[0], 0, &ws)
+			if strongTokenWords(ws) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// builtKey reports whether an argument of c is a key made by a function
+// of the package that builds idempotency keys.
+func (r *Result) builtKey(c *ssa.CallCommon) bool {
+	for _, a := range c.Args {
+		if call, ok := unwrap(a).(*ssa.Call); ok {
+			if sf := StaticFn(&call.Call); sf != nil {
+				if s := r.local(sf); s != nil && s.KeyBuilder {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// namedTokenDelete: fn, a function of the service named for deleting an
+// idempotency key (deleteIdempotencyKey, releaseIdemToken), deletes
+// through a call shaped like a delete (a repository's Del, Delete or
+// Remove, a go-redis Del or Unlink, SQL DELETE) whatever its key is
+// called: the helper's name says what the key is.
+func (r *Result) namedTokenDelete(fn *ssa.Function) *Path {
+	obj, ok := fn.Object().(*types.Func)
+	if !ok || !strongTokenWords([]string{obj.Name()}) || !r.sameModule(obj) ||
+		!reDeleteName.MatchString(obj.Name()) {
+		return nil
+	}
+	for _, b := range fn.Blocks {
+		for _, instr := range b.Instrs {
+			ci, ok := instr.(ssa.CallInstruction)
+			if !ok {
+				continue
+			}
+			c := ci.Common()
+			fo := CalleeObj(c)
+			if fo == nil {
+				continue
+			}
+			del := false
+			switch cmd := redisCmd(c); {
+			case cmd != "":
+				del = cmd == "Del" || cmd == "Unlink" || cmd == "HDel" || cmd == "GetDel"
+			default:
+				if q, ok := SQLOf(c); ok {
+					del = reDelete.MatchString(q)
+				} else if sig := fo.Type().(*types.Signature); sig.Recv() != nil {
+					del = genericDel.MatchString(fo.Name())
+				}
+			}
+			if del {
+				return &Path{Chain: []string{FuncName(fo)}, Leaf: r.PosString(r.CallStart(c.Pos())), LeafPos: c.Pos()}
+			}
+		}
+	}
+	return nil
 }

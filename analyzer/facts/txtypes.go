@@ -119,11 +119,17 @@ func (r *Result) TxOrConn(t types.Type) bool { return r.IsTxType(t) || IsConnTx(
 // MustBegin*, NewTransaction* or Tx (ent) returning a transaction (or a
 // gorm/pop handle), alone or with an error: sql and pgx Begin/BeginTx,
 // sqlx Beginx/BeginTxx/MustBegin/MustBeginTx, bun BeginTx, gorm Begin, pop
-// NewTransaction, ent Client.Tx/BeginTx.
+// NewTransaction, ent Client.Tx/BeginTx; or a call of a begin helper, a
+// function that returns one of those (in this package, through a BeginsTx
+// fact in another, or every implementation of an interface method in the
+// whole program).
 func (r *Result) IsBegin(c *ssa.CallCommon) bool {
 	fn := CalleeObj(c)
 	if fn == nil {
 		return false
+	}
+	if r.beginHelper(c, fn) {
+		return true
 	}
 	n := fn.Name()
 	if !(strings.HasPrefix(n, "Begin") || strings.HasPrefix(n, "begin") || strings.HasPrefix(n, "MustBegin") ||

@@ -174,6 +174,35 @@ func (c *checker) coarse(sel *ast.SelectorExpr, call *ast.CallExpr) bool {
 	return false
 }
 
+// sameInstant are the time.Time methods that keep the instant (and its
+// precision) and change only how it is shown.
+var sameInstant = map[string]bool{"UTC": true, "Local": true, "In": true}
+
+// coarsened reports whether the time.Now() call x, whose enclosing nodes
+// are stack (innermost last), is made coarse before it is used:
+// time.Now().Truncate(d), or through .UTC(), .Local() or .In(loc) first
+// (time.Now().UTC().Format("2006-01-02")).
+func (c *checker) coarsened(stack []ast.Node, x ast.Expr) bool {
+	for i := len(stack) - 1; i >= 1; i -= 2 {
+		sel, ok := stack[i].(*ast.SelectorExpr)
+		if !ok || sel.X != x {
+			return false
+		}
+		outer, ok := stack[i-1].(*ast.CallExpr)
+		if !ok || outer.Fun != sel {
+			return false
+		}
+		if c.coarse(sel, outer) {
+			return true
+		}
+		if !sameInstant[sel.Sel.Name] {
+			return false
+		}
+		x = outer
+	}
+	return false
+}
+
 // fresh returns the fresh value e carries: a mint call in e, or in what is
 // assigned to a local variable e reads (in the function being checked).
 func (c *checker) fresh(e ast.Expr) *mint {
@@ -203,12 +232,8 @@ func (c *checker) freshDepth(e ast.Expr, seen map[types.Object]bool, depth int) 
 				return false // a pick among n values, whatever the generator's seed
 			}
 			if m := c.mintCall(x); m != nil {
-				if m.what == "time.Now()" && len(stack) >= 2 {
-					if sel, ok := stack[len(stack)-1].(*ast.SelectorExpr); ok && sel.X == x {
-						if outer, ok := stack[len(stack)-2].(*ast.CallExpr); ok && outer.Fun == sel && c.coarse(sel, outer) {
-							return false
-						}
-					}
+				if m.what == "time.Now()" && c.coarsened(stack, x) {
+					return false
 				}
 				found = m
 				return false
@@ -235,26 +260,18 @@ func (c *checker) freshDepth(e ast.Expr, seen map[types.Object]bool, depth int) 
 // string, number or byte array (a uuid), is freshly minted on every return,
 // and exports a Fresh fact for each.
 func (c *checker) findHelpers() {
-	for changed, round := true, 0; changed && round < 4; round++ {
-		changed = false
-		for _, f := range c.pass.Files {
-			for _, d := range f.Decls {
-				fd, ok := d.(*ast.FuncDecl)
-				if !ok || fd.Body == nil {
-					continue
-				}
-				fn, _ := c.pass.TypesInfo.Defs[fd.Name].(*types.Func)
-				if fn == nil || c.helpers[fn] != "" || !keyResult(fn) {
-					continue
-				}
-				c.body = fd.Body
-				if what := c.freshReturns(fd.Body); what != "" {
-					c.helpers[fn] = what
-					changed = true
-				}
-			}
+	rulekit.Fixpoint(c.pass.TypesInfo, c.pass.Files, 4, func(fd *ast.FuncDecl, fn *types.Func) bool {
+		if c.helpers[fn] != "" || !keyResult(fn) {
+			return false
 		}
-	}
+		c.body = fd.Body
+		what := c.freshReturns(fd.Body)
+		if what == "" {
+			return false
+		}
+		c.helpers[fn] = what
+		return true
+	})
 	for fn, what := range c.helpers {
 		c.pass.ExportObjectFact(fn, &Fresh{What: what})
 	}
@@ -336,7 +353,8 @@ func (c *checker) freshKey(e ast.Expr, depth int) string {
 				return c.freshKey(sel.X, depth+1) // base64.URLEncoding.EncodeToString(..) receiver is not fresh
 			}
 		default:
-			if sel, ok := x.Fun.(*ast.SelectorExpr); ok && (fn.Name() == "String" || fn.Name() == "Format" || strings.HasPrefix(fn.Name(), "Unix")) && !c.coarse(sel, x) {
+			if sel, ok := x.Fun.(*ast.SelectorExpr); ok && (fn.Name() == "String" || fn.Name() == "Format" || strings.HasPrefix(fn.Name(), "Unix") ||
+				rulekit.PkgPath(fn) == "time" && sameInstant[fn.Name()]) && !c.coarse(sel, x) {
 				return c.freshKey(sel.X, depth+1)
 			}
 		}
@@ -464,6 +482,14 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 			return
 		}
 	}
+	if len(path) == 1 && reMerchantRef.MatchString(path[0]) && !sameRepo(p, c.pass.Pkg.Path()) {
+		m := c.fresh(value)
+		if m == nil || c.reusedAcrossLoop(m, at, stack) {
+			return
+		}
+		c.report(m, at, merchantRefMsg(path0(p)+"."+n+"."+path[0], m))
+		return
+	}
 	if len(path) == 1 && reKeyField.MatchString(path[0]) && sameRepo(p, c.pass.Pkg.Path()) {
 		m := c.fresh(value)
 		if m == nil || c.reusedAcrossLoop(m, at, stack) {
@@ -472,6 +498,17 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 		c.report(m, at, fmt.Sprintf("%s.%s, the idempotency key of this service's own record, is minted on the server (%s): a duplicate of the request never finds the record made under the fresh key, so the deduplication never fires and the effect runs again; "+
 			"store the key the client sent (its Idempotency-Key header) and refuse the request when it has none", n, path[0], m.what))
 	}
+}
+
+// reMerchantRef names the field (or form parameter) of a downstream's
+// request that the downstream deduplicates on: a payment provider's
+// merchant order number (WeChat Pay's and Alipay's out_trade_no, Stripe's
+// client_reference_id, Adyen's merchant reference).
+var reMerchantRef = regexp.MustCompile(`(?i)^(out_?trade_?no|out_?refund_?no|out_?request_?no|out_?biz_?no|merchant_?(order|trade|transaction|request)_?(no|num|number|id|ref|reference)|merchant_?ref(erence)?|client_?reference_?id|partner_?(order|trade)_?(no|id))$`)
+
+func merchantRefMsg(what string, m *mint) string {
+	return fmt.Sprintf("%s, the merchant reference the provider deduplicates on, is minted on the server (%s) on every call: a retry of the same request sends a new reference, so the provider creates a second order (a second charge) instead of returning the first; "+
+		"derive it from the request's own identity (the order number) or the client's idempotency key, and mint nothing per call", what, m.what)
 }
 
 // reKeyField names a field that holds an idempotency key.
@@ -499,6 +536,14 @@ func (c *checker) call(call *ast.CallExpr, stack rulekit.Stack) {
 	if _, rn := rulekit.RecvNamed(fn); rn == "Header" && rulekit.PkgPath(fn) == "net/http" && (fn.Name() == "Set" || fn.Name() == "Add") && len(call.Args) == 2 {
 		if s, _, ok := rulekit.ConstString(info, call.Args[0]); ok && reHeader.MatchString(s) {
 			c.header(call, call.Args[1], stack)
+		}
+		return
+	}
+	if _, rn := rulekit.RecvNamed(fn); rn == "Values" && rulekit.PkgPath(fn) == "net/url" && (fn.Name() == "Set" || fn.Name() == "Add") && len(call.Args) == 2 {
+		if s, _, ok := rulekit.ConstString(info, call.Args[0]); ok && reMerchantRef.MatchString(s) {
+			if m := c.fresh(call.Args[1]); m != nil && !c.reusedAcrossLoop(m, call, stack) {
+				c.report(m, call, merchantRefMsg("the "+s+" sent to the downstream", m))
+			}
 		}
 		return
 	}

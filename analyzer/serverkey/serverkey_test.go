@@ -10,10 +10,10 @@ import (
 )
 
 func TestServerkey(t *testing.T) {
-	results := analysistest.Run(t, analysistest.TestData(), serverkey.New(serverkey.Config{}), "sk")
+	results := analysistest.Run(t, ruletest.Testdata(), serverkey.New(serverkey.Config{}), "sk")
 	ruletest.CheckFindings(t, results, 12)
 }
 
 func TestServerkeyFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, analysistest.TestData(), serverkey.New(serverkey.Config{}), "skfix")
+	analysistest.RunWithSuggestedFixes(t, ruletest.Testdata(), serverkey.New(serverkey.Config{}), "skfix")
 }

@@ -319,8 +319,16 @@ func reaches(res *facts.Result, from, to ssa.Instruction) bool {
 		}
 		return true
 	}
+	// succs: b's successors, less the edge on which a gRPC code says the
+	// request was refused (that path tells a definite failure apart).
+	succs := func(b *ssa.BasicBlock) []*ssa.BasicBlock {
+		if i := facts.RefusalEdge(b); i >= 0 {
+			return []*ssa.BasicBlock{b.Succs[1-i]}
+		}
+		return b.Succs
+	}
 	seen := map[*ssa.BasicBlock]bool{}
-	work := append([]*ssa.BasicBlock(nil), fb.Succs...)
+	work := append([]*ssa.BasicBlock(nil), succs(fb)...)
 	for len(work) > 0 {
 		b := work[len(work)-1]
 		work = work[:len(work)-1]
@@ -334,7 +342,7 @@ func reaches(res *facts.Result, from, to ssa.Instruction) bool {
 		if b == tb {
 			return true
 		}
-		work = append(work, b.Succs...)
+		work = append(work, succs(b)...)
 	}
 	return false
 }

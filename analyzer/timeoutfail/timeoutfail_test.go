@@ -35,6 +35,19 @@ func TestTimeoutfail(t *testing.T) {
 	}
 }
 
+// TestTimeoutfailTokenHelper: token deletes behind generic names (a helper
+// named for the delete, a key from a function that builds idempotency
+// keys), with the defaults and with -tokendels naming the helper; the
+// errors of Redis reads reach the delete in neither.
+func TestTimeoutfailTokenHelper(t *testing.T) {
+	analysistest.Run(t, testdata, timeoutfail.New(timeoutfail.Config{}), "tk")
+	a := timeoutfail.New(timeoutfail.Config{})
+	if err := a.Flags.Set("tokendels", "(*tk.Handler).deleteIdempotencyKey"); err != nil {
+		t.Fatal(err)
+	}
+	analysistest.Run(t, testdata, a, "tk")
+}
+
 // TestTimeoutfailFix: a misspelled rule name in a suppression directive is
 // reported with a fix that corrects it.
 func TestTimeoutfailFix(t *testing.T) {

@@ -101,7 +101,7 @@ func run(pass *analysis.Pass, res *facts.Result) {
 					checks = append(checks, event{instr, name, nil})
 				case redisOp == "write":
 					consumes = append(consumes, event{instr, name, nil})
-				case res.ClaimCall(c):
+				case res.ClaimCall(c) || res.CASClaim(call):
 					// Before the effect it claims; after the effect it consumes.
 					claims = append(claims, event{instr, name, nil})
 					consumes = append(consumes, event{instr, name, nil})

@@ -9,9 +9,9 @@ import (
 	"github.com/idemkit/idem/analyzer/internal/idemops"
 )
 
-// TestFacts reads the services of bypass's testdata.
+// TestFacts reads the services of bypass's cases in the shared testdata.
 func TestFacts(t *testing.T) {
-	td, err := filepath.Abs(filepath.Join("..", "..", "bypass", "testdata"))
+	td, err := filepath.Abs(filepath.Join("..", "..", "testdata"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -416,3 +416,24 @@ func Snake(s string) string {
 	}
 	return b.String()
 }
+
+// Fixpoint calls learn for each function declared with a body in files,
+// round after round, until a round learns nothing (learn returns whether
+// it did) or rounds have run: what helpers are known to do flows to their
+// callers in the package, whatever the order of the declarations.
+func Fixpoint(info *types.Info, files []*ast.File, rounds int, learn func(fd *ast.FuncDecl, fn *types.Func) bool) {
+	for changed, round := true, 0; changed && round < rounds; round++ {
+		changed = false
+		for _, f := range files {
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
+				}
+				if fn, _ := info.Defs[fd.Name].(*types.Func); fn != nil && learn(fd, fn) {
+					changed = true
+				}
+			}
+		}
+	}
+}

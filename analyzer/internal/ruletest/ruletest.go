@@ -1,7 +1,9 @@
 // Package ruletest runs a rule's analyzer as a real command for its
 // tests: the test binary doubles as a multichecker (as cmd/idemlint is), so
 // a test can check exit codes, -json output against a golden file, and
-// go vet -vettool, on packages of the rule's testdata GOPATH.
+// go vet -vettool, on packages of the analyzers' shared testdata GOPATH
+// (analyzer/testdata: the library stubs once, the cases of every rule).
+// A rule's own testdata directory holds only its golden files.
 package ruletest
 
 import (
@@ -33,17 +35,24 @@ func Main(m *testing.M, analyzers ...*analysis.Analyzer) {
 	os.Exit(m.Run())
 }
 
-// Run runs the checker (this test binary) with args in GOPATH mode on the
-// GOPATH testdata and returns its output and exit code.
-func Run(t *testing.T, testdata string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	return run(t, testdata, os.Args[0], args...)
+// Testdata is the GOPATH shared by the analyzers' tests, analyzer/testdata,
+// as seen from a rule's package directory (where go test runs its tests).
+func Testdata() string {
+	return filepath.Join(analysistest.TestData(), "..", "..", "testdata")
 }
 
-// Vet runs go vet -vettool=<this test binary> with args in GOPATH mode.
-func Vet(t *testing.T, testdata string, args ...string) (stderr string, code int) {
+// Run runs the checker (this test binary) with args in GOPATH mode on the
+// shared GOPATH and returns its output and exit code.
+func Run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	_, stderr, code = run(t, testdata, "go", append([]string{"vet", "-vettool=" + os.Args[0]}, args...)...)
+	return run(t, Testdata(), os.Args[0], args...)
+}
+
+// Vet runs go vet -vettool=<this test binary> with args in GOPATH mode on
+// the shared GOPATH.
+func Vet(t *testing.T, args ...string) (stderr string, code int) {
+	t.Helper()
+	_, stderr, code = run(t, Testdata(), "go", append([]string{"vet", "-vettool=" + os.Args[0]}, args...)...)
 	return stderr, code
 }
 
@@ -121,37 +130,41 @@ func CheckFindings(t *testing.T, results []*analysistest.Result, min int) {
 	}
 }
 
-// EndToEnd runs the rule as a command on the testdata packages e2e/bad
-// (exit 3 and want in the output; exit 0 with -<rule>=false) and e2e/good
-// (exit 0, nothing printed), directly and under go vet -vettool.
-func EndToEnd(t *testing.T, testdata, rule, want string) {
+// EndToEnd runs the rule as a command on the shared testdata packages
+// e2e/<rule>/bad (exit 3 and want in the output; exit 0 with -<rule>=false)
+// and e2e/<rule>/good (exit 0, nothing printed), directly and under go vet
+// -vettool. The second argument, the rule's own testdata directory, is not
+// read: the cases live in the shared GOPATH.
+func EndToEnd(t *testing.T, _, rule, want string) {
 	t.Helper()
-	_, stderr, code := Run(t, testdata, "e2e/bad")
+	bad, good := "e2e/"+rule+"/bad", "e2e/"+rule+"/good"
+	_, stderr, code := Run(t, bad)
 	if code != 3 || !strings.Contains(stderr, want) {
 		t.Errorf("bad: exit %d, want 3 and %q; stderr:\n%s", code, want, stderr)
 	}
-	if _, stderr, code = Run(t, testdata, "e2e/good"); code != 0 || stderr != "" {
+	if _, stderr, code = Run(t, good); code != 0 || stderr != "" {
 		t.Errorf("good: exit %d, stderr:\n%s", code, stderr)
 	}
-	if _, stderr, code = Run(t, testdata, "-"+rule+"=false", "e2e/bad"); code != 0 {
+	if _, stderr, code = Run(t, "-"+rule+"=false", bad); code != 0 {
 		t.Errorf("-%s=false: exit %d, stderr:\n%s", rule, code, stderr)
 	}
 	msg := want[strings.Index(want, ": ")+2:]
-	if stderr, code := Vet(t, testdata, "e2e/bad"); code == 0 || !strings.Contains(stderr, msg) {
+	if stderr, code := Vet(t, bad); code == 0 || !strings.Contains(stderr, msg) {
 		t.Errorf("go vet -vettool: exit %d, stderr:\n%s", code, stderr)
 	}
-	if stderr, code := Vet(t, testdata, "e2e/good"); code != 0 {
+	if stderr, code := Vet(t, good); code != 0 {
 		t.Errorf("go vet -vettool on good: exit %d, stderr:\n%s", code, stderr)
 	}
 }
 
-// JSON compares the -json output of the rule on pkgs (after flags) with
-// testdata/json.golden.
+// JSON compares the -json output of the rule on pkgs (after flags) of the
+// shared GOPATH with the golden file json.golden of the rule's own testdata
+// directory.
 func JSON(t *testing.T, testdata string, args ...string) {
 	t.Helper()
-	stdout, stderr, code := Run(t, testdata, append([]string{"-json"}, args...)...)
+	stdout, stderr, code := Run(t, append([]string{"-json"}, args...)...)
 	if code != 0 {
 		t.Fatalf("-json: exit %d, stderr:\n%s", code, stderr)
 	}
-	Golden(t, testdata, filepath.Join(testdata, "json.golden"), stdout)
+	Golden(t, Testdata(), filepath.Join(testdata, "json.golden"), stdout)
 }

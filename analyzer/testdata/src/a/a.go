@@ -618,3 +618,52 @@ func retriedOK(db *sql.DB) error {
 	}
 	return tx.Commit()
 }
+
+// 26. a transaction begun by a helper in another package, itself through a
+// helper in a third (b.Repo.GetTx -> c.OpenTx -> Begin).
+func beginHelper(r *b.Repo) error {
+	tx, err := r.GetTx()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := http.Get("https://pay.example"); err != nil { // want `http\.Get \(called at \S+\) may do network I/O while the database transaction begun at a\.go:\d+:\d+ is open`
+		return err
+	}
+	return tx.Commit()
+}
+
+// 27. the same with pgx (b.Repo.GetPgxTx -> c.StartTx -> Begin).
+func beginHelperPgx(ctx context.Context, r *b.Repo) error {
+	tx, err := r.GetPgxTx(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if err := b.SendCharge("1"); err != nil { // want `b\.SendCharge \(called at \S+\) may do network I/O \(b\.SendCharge -> c\.PostJSON .*\) while the database transaction begun at a\.go:\d+:\d+ is open`
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// 28. the same with gorm (b.Repo.Session -> Begin).
+func beginHelperGorm(ctx context.Context, r *b.Repo) error {
+	tx := r.Session(ctx)
+	if err := b.SendCharge("1"); err != nil { // want `b\.SendCharge \(called at \S+\) may do network I/O \(b\.SendCharge -> c\.PostJSON .*\) while the database transaction begun at a\.go:\d+:\d+ is open`
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit().Error
+}
+
+// 26'. a transaction the repository already holds: not begun here.
+func currentTx(r *b.Repo) error {
+	tx, err := r.Current()
+	if err != nil {
+		return err
+	}
+	if _, err := http.Get("https://pay.example"); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

@@ -2,7 +2,12 @@
 package b
 
 import (
+	"context"
 	"database/sql"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"gorm.io/gorm"
 
 	"c"
 )
@@ -52,3 +57,30 @@ func Retry(n int, fn func() error) error {
 	}
 	return err
 }
+
+// Repo hands out transactions.
+type Repo struct {
+	DB   *sql.DB
+	Pool *pgxpool.Pool
+	Gorm *gorm.DB
+	Cur  *sql.Tx
+}
+
+// GetTx returns a freshly begun transaction (through c.OpenTx).
+func (r *Repo) GetTx() (*sql.Tx, error) {
+	tx, err := c.OpenTx(r.DB)
+	if err != nil {
+		return nil, err
+	}
+	return tx, nil
+}
+
+// GetPgxTx returns a freshly begun pgx transaction (through c.StartTx).
+func (r *Repo) GetPgxTx(ctx context.Context) (pgx.Tx, error) { return c.StartTx(ctx, r.Pool) }
+
+// Session returns a freshly begun gorm transaction.
+func (r *Repo) Session(ctx context.Context) *gorm.DB { return r.Gorm.WithContext(ctx).Begin() }
+
+// Current returns the transaction the repository already holds: not a
+// fresh one.
+func (r *Repo) Current() (*sql.Tx, error) { return r.Cur, nil }

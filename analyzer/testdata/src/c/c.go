@@ -3,7 +3,12 @@ package c
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PostJSON posts body to url.
@@ -27,4 +32,16 @@ func Checksum(b []byte) int {
 		n += int(x)
 	}
 	return n
+}
+
+// OpenTx begins a transaction for its caller (a begin helper).
+func OpenTx(db *sql.DB) (*sql.Tx, error) { return db.Begin() }
+
+// StartTx begins a pgx transaction for its caller.
+func StartTx(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx, nil
 }

@@ -3,9 +3,13 @@ package pgx
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// ErrNoRows occurs when rows are expected but none are returned.
+var ErrNoRows = errors.New("no rows in result set")
 
 type TxOptions struct{ IsoLevel string }
 

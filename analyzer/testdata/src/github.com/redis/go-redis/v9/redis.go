@@ -32,6 +32,10 @@ type StatusCmd struct{ baseCmd }
 
 func (c *StatusCmd) Result() (string, error) { return "", c.err }
 
+type MapStringStringCmd struct{ baseCmd }
+
+func (c *MapStringStringCmd) Result() (map[string]string, error) { return nil, c.err }
+
 type Cmd struct{ baseCmd }
 
 func (c *Cmd) Result() (any, error) { return nil, c.err }
@@ -87,6 +91,9 @@ func (c cmdable) HSet(ctx context.Context, key string, values ...any) *IntCmd {
 	return &IntCmd{}
 }
 func (c cmdable) HGet(ctx context.Context, key, field string) *StringCmd { return &StringCmd{} }
+func (c cmdable) HGetAll(ctx context.Context, key string) *MapStringStringCmd {
+	return &MapStringStringCmd{}
+}
 func (c cmdable) Eval(ctx context.Context, script string, keys []string, args ...any) *Cmd {
 	return &Cmd{}
 }
@@ -110,3 +117,14 @@ func (c *Client) Pipelined(ctx context.Context, fn func(Pipeliner) error) ([]Cmd
 	return nil, nil
 }
 func (c *Client) Close() error { return nil }
+
+// Tx is a WATCH transaction: reads inside it are checked again at EXEC.
+type Tx struct{ cmdable }
+
+func (c *Client) Watch(ctx context.Context, fn func(*Tx) error, keys ...string) error {
+	return fn(&Tx{cmdable: c.cmdable})
+}
+
+func (c *Tx) TxPipelined(ctx context.Context, fn func(Pipeliner) error) ([]Cmder, error) {
+	return nil, nil
+}
