@@ -58,8 +58,8 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		return zero, fmt.Errorf("idem: %s: call has no effect", c.Operation)
 	case c.Lease < 0 || (c.Lease > 0 && c.Lease < 10*time.Millisecond):
 		return zero, fmt.Errorf("idem: %s: lease must be at least 10ms, got %v", c.Operation, c.Lease)
-	case c.TTL < 0:
-		return zero, fmt.Errorf("idem: %s: TTL must not be negative, got %v", c.Operation, c.TTL)
+	case c.TTL < 0 || (c.TTL > 0 && c.TTL < minTTL):
+		return zero, fmt.Errorf("idem: %s: TTL must be at least %v, got %v", c.Operation, minTTL, c.TTL)
 	}
 	id := Identity{Scope: ScopeFrom(ctx), Operation: c.Operation, Key: c.Key}
 	if err := validateIdentity(id); err != nil {
@@ -274,7 +274,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 				ErrLeaseLost, ex.id.Operation, ex.id.Key, rec.Version, errors.Join(err, cerr))
 		}
 		if tp.To == StateSuccess {
-			return resp, fmt.Errorf("idem: %s %q: the effect succeeded but its outcome was not recorded: %w", ex.id.Operation, ex.id.Key, cerr)
+			return resp, fmt.Errorf("%w: %s %q: the effect succeeded but its outcome was not recorded: %w", ErrNotRecorded, ex.id.Operation, ex.id.Key, cerr)
 		}
 		return zero, fmt.Errorf("idem: %s %q: recording outcome %s: %w", ex.id.Operation, ex.id.Key, tp.To, errors.Join(err, cerr))
 	}

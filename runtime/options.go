@@ -90,11 +90,17 @@ func WithLease(d time.Duration) Option {
 	}
 }
 
-// WithTTL sets how long finished records are kept for replay (default 24h).
+// minTTL is the shortest TTL accepted: a record kept for less cannot be
+// replayed to any retry (it is as if there were no record).
+const minTTL = 10 * time.Millisecond
+
+// WithTTL sets how long finished records are kept for replay (default 24h,
+// at least 10ms). A duplicate that arrives after a record's TTL is a new
+// call: the effect runs again.
 func WithTTL(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("idem: TTL must be positive, got %v", d)
+		if d < minTTL {
+			return fmt.Errorf("idem: TTL must be at least %v, got %v", minTTL, d)
 		}
 		c.ttl = d
 		return nil

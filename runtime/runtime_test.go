@@ -388,7 +388,7 @@ func TestDoRejectsBadCalls(t *testing.T) {
 		{"nil runtime", nil, runtime.Call[int, int]{Operation: "Op", Key: "k", Effect: effect}, "runtime is nil"},
 		{"no effect", rt, runtime.Call[int, int]{Operation: "Op", Key: "k"}, "call has no effect"},
 		{"tiny lease", rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Effect: effect, Lease: time.Nanosecond}, "lease must be at least 10ms"},
-		{"negative TTL", rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Effect: effect, TTL: -time.Second}, "TTL must not be negative"},
+		{"negative TTL", rt, runtime.Call[int, int]{Operation: "Op", Key: "k", Effect: effect, TTL: -time.Second}, "TTL must be at least 10ms"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
