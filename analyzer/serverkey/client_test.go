@@ -13,6 +13,6 @@ import (
 // idemgrpc's interceptor): a key fixed before the loop is silent, one
 // minted per attempt (WithKey, WithNewKey, a NewKey header) is reported.
 func TestServerkeyClientTransports(t *testing.T) {
-	results := analysistest.Run(t, analysistest.TestData(), serverkey.New(serverkey.Config{}), "skclient")
+	results := analysistest.Run(t, ruletest.Testdata(), serverkey.New(serverkey.Config{}), "skclient")
 	ruletest.CheckFindings(t, results, 4)
 }
