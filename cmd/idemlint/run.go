@@ -12,8 +12,11 @@ import (
 	"regexp"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/tools/go/analysis"
@@ -60,6 +63,7 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("idemlint", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "emit JSON output")
+	asSARIF := fs.Bool("sarif", false, "emit SARIF 2.1.0 output (for GitHub code scanning)")
 	tests := fs.Bool("test", true, "indicates whether test files should be analyzed, too")
 	fs.Int("c", -1, "display offending line with this many lines of context (accepted for compatibility; ignored)")
 	enabled := map[string]*enable{}
@@ -79,6 +83,10 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 		if err == flag.ErrHelp {
 			return 0
 		}
+		return 1
+	}
+	if *asJSON && *asSARIF {
+		fmt.Fprintln(stderr, "idemlint: -json and -sarif cannot be used together")
 		return 1
 	}
 	rules = selectRules(rules, enabled)
@@ -106,8 +114,11 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "idemlint:", err)
 		return 1
 	}
-	if listErrors(pkgs, stderr) {
-		return 1
+	// Packages that do not load (or import one that does not) are not
+	// analyzed; the others are, as go vet would.
+	loadErrs, notAnalyzed := loadErrors(pkgs)
+	for _, e := range loadErrs {
+		fmt.Fprintln(stderr, e)
 	}
 	roots := 0
 	for _, p := range pkgs {
@@ -149,16 +160,17 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 	}
 	prog.SetRoots(rootPaths)
 	d := newUnitDriver(pkgs)
+	var rootsMu sync.Mutex
+	rootTypes := map[string]*types.Package{}
 	d.pass(first.Analyzer, rules1, func(pkg *types.Package, fset *token.FileSet) {
 		prog.AddTypes(pkg, func(tn *types.TypeName) bool { return skipType(fset, tn) })
+		rootsMu.Lock()
+		rootTypes[pkg.Path()] = pkg
+		rootsMu.Unlock()
 	})
 	lap("first pass")
-	if len(d.errs) > 0 {
-		for _, e := range d.errs {
-			fmt.Fprintln(stderr, e)
-		}
-		return 1
-	}
+	warnUnmatched(stderr, f.Config, pkgs, func(path string) *types.Package { return rootTypes[path] })
+	errs := d.errs
 
 	// Second pass, over the named packages that call an interface method
 	// the whole program resolves, and those that import one of them: the
@@ -182,14 +194,29 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 	d.drop(again)
 	d.pass(f.Analyzer, rules, nil)
 	lap("second pass")
-	failed := len(d.errs) > 0
-	for _, e := range d.errs {
-		fmt.Fprintln(stderr, e)
+	// A package that failed in the first pass fails again in the second.
+	seen := map[string]bool{}
+	for _, e := range append(errs, d.errs...) {
+		if !seen[e] {
+			seen[e] = true
+			loadErrs = append(loadErrs, e)
+			fmt.Fprintln(stderr, e)
+		}
 	}
-	d2 := d
-	findings := d2.findings()
-	if *asJSON {
-		if err := printJSON(stdout, findings); err != nil {
+	for _, p := range pkgs {
+		if d.failed[p.ImportPath] && !p.DepOnly {
+			notAnalyzed = append(notAnalyzed, p.ImportPath)
+		}
+	}
+	failed := len(loadErrs) > 0
+	findings := d.findings()
+	defer reportNotAnalyzed(stderr, notAnalyzed)
+	if *asJSON || *asSARIF {
+		print := func() error { return printJSON(stdout, findings) }
+		if *asSARIF {
+			print = func() error { return printSARIF(stdout, rules, findings, loadErrs) }
+		}
+		if err := print(); err != nil {
 			fmt.Fprintln(stderr, "idemlint:", err)
 			return 1
 		}
@@ -206,6 +233,21 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 		return 3
 	}
 	return 0
+}
+
+// reportNotAnalyzed names the packages that were not analyzed, last, so
+// that a partial run is not taken for a clean one.
+func reportNotAnalyzed(w io.Writer, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	sort.Strings(ids)
+	ids = slices.Compact(ids)
+	what := "1 package not analyzed (it or its imports did not load)"
+	if len(ids) > 1 {
+		what = strconv.Itoa(len(ids)) + " packages not analyzed (they or their imports did not load)"
+	}
+	fmt.Fprintf(w, "idemlint: %s: %s\n", what, strings.Join(ids, ", "))
 }
 
 // selectRules applies the enable flags as go/analysis drivers do: if any
@@ -272,7 +314,7 @@ func rel(p token.Position) string {
 
 func printText(w io.Writer, fs []finding) {
 	for _, f := range fs {
-		fmt.Fprintf(w, "%s: %s\n", f.posn, f.msg)
+		fmt.Fprintf(w, "%s: %s (%s)\n", f.posn, f.msg, f.rule)
 		for _, r := range f.related {
 			fmt.Fprintf(w, "%s: \t%s\n", r.posn, r.msg)
 		}
