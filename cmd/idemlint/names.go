@@ -8,37 +8,43 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"golang.org/x/tools/go/gcexportdata"
 
 	"github.com/idemkit/idem/analyzer/facts"
 )
 
-// warnUnmatched warns about each configured function or type name that
-// names nothing in the loaded program: a package not in it, or no such
-// function, type or method in the package. Such a name (a copied example,
-// a typo) changes nothing, silently. Tables and columns are not checked.
-// known returns the type-checked package of a root, if any; other packages
-// are read from their export data.
-func warnUnmatched(w io.Writer, cfg *facts.Config, pkgs []*listed, known func(path string) *types.Package) {
+// nameCheck checks that each configured function or type name names
+// something in the loaded program: a package in it, and a function, type or
+// method in the package. Such a name (a copied example, a typo) otherwise
+// changes nothing, silently. Tables and columns are not checked.
+//
+// Names in the named packages are checked against their types as the first
+// pass type-checks them (see root), so that no package's types are kept;
+// the others against their export data, at the end.
+type nameCheck struct {
+	names []*configName
+	mu    sync.Mutex
+}
+
+type configName struct {
+	key, name string
+	isType    bool
+	pkg       *listed // the package it names, or nil
+	rest      []string
+	why       string // why it matches nothing, "" if it does
+	checked   bool
+}
+
+func newNameCheck(cfg *facts.Config, pkgs []*listed) *nameCheck {
 	byPath := map[string]*listed{}
 	for _, p := range pkgs {
 		if p.path() == p.ImportPath && !p.broken() {
 			byPath[p.ImportPath] = p
 		}
 	}
-	loaded := map[string]*types.Package{}
-	load := func(l *listed) *types.Package {
-		if pkg, ok := loaded[l.ImportPath]; ok {
-			return pkg
-		}
-		pkg := known(l.ImportPath)
-		if pkg == nil {
-			pkg = readExport(l)
-		}
-		loaded[l.ImportPath] = pkg
-		return pkg
-	}
+	c := &nameCheck{}
 	for _, list := range []struct {
 		key   string
 		names []string
@@ -51,52 +57,81 @@ func warnUnmatched(w io.Writer, cfg *facts.Config, pkgs []*listed, known func(pa
 		{"tokendels", cfg.TokenDels, false},
 	} {
 		for _, name := range list.names {
-			if why := unmatched(name, list.typ, byPath, load); why != "" {
-				fmt.Fprintf(w, "idemlint: warning: %s: %q matches nothing: %s\n", list.key, name, why)
+			n := &configName{key: list.key, name: name, isType: list.typ}
+			norm := strings.NewReplacer("(", "", ")", "", "*", "").Replace(strings.TrimSpace(name))
+			for path, p := range byPath {
+				if strings.HasPrefix(norm, path+".") && (n.pkg == nil || len(path) > len(n.pkg.ImportPath)) {
+					n.pkg = p
+				}
 			}
+			if n.pkg == nil {
+				path := norm
+				slash := strings.LastIndexByte(norm, '/') + 1
+				if i := strings.IndexByte(norm[slash:], '.'); i >= 0 {
+					path = norm[:slash+i]
+				}
+				n.why, n.checked = "no package "+path+" in the program", true
+			} else {
+				n.rest = strings.Split(norm[len(n.pkg.ImportPath)+1:], ".")
+			}
+			c.names = append(c.names, n)
+		}
+	}
+	return c
+}
+
+// root checks the names in pkg, a named package just type-checked.
+func (c *nameCheck) root(pkg *types.Package) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.names {
+		if !n.checked && n.pkg.ImportPath == pkg.Path() {
+			n.why, n.checked = n.lookup(pkg), true
 		}
 	}
 }
 
-// unmatched says why name matches nothing, or returns "".
-func unmatched(name string, isType bool, byPath map[string]*listed, load func(*listed) *types.Package) string {
-	n := strings.NewReplacer("(", "", ")", "", "*", "").Replace(strings.TrimSpace(name))
-	var l *listed
-	for path, p := range byPath {
-		if strings.HasPrefix(n, path+".") && (l == nil || len(path) > len(l.ImportPath)) {
-			l = p
-		}
-	}
-	if l == nil {
-		path := n
-		if i := strings.IndexByte(n[strings.LastIndexByte(n, '/')+1:], '.'); i >= 0 {
-			path = n[:strings.LastIndexByte(n, '/')+1+i]
-		}
-		return "no package " + path + " in the program"
-	}
-	pkg := load(l)
-	if pkg == nil {
-		return "" // no type information: cannot tell
-	}
-	parts := strings.Split(n[len(l.ImportPath)+1:], ".")
-	obj := pkg.Scope().Lookup(parts[0])
-	switch {
-	case isType || len(parts) == 2:
-		tn, ok := obj.(*types.TypeName)
-		if !ok {
-			return fmt.Sprintf("%s has no type %s", l.ImportPath, parts[0])
-		}
-		if len(parts) == 2 {
-			if m, _, _ := types.LookupFieldOrMethod(tn.Type(), true, pkg, parts[1]); m == nil {
-				return fmt.Sprintf("type %s.%s has no method %s", l.ImportPath, parts[0], parts[1])
+// warn checks the remaining names against export data and prints a
+// warning for each name that matches nothing.
+func (c *nameCheck) warn(w io.Writer) {
+	exports := map[*listed]*types.Package{}
+	for _, n := range c.names {
+		if !n.checked {
+			pkg, ok := exports[n.pkg]
+			if !ok {
+				pkg = readExport(n.pkg)
+				exports[n.pkg] = pkg
+			}
+			if pkg != nil {
+				n.why = n.lookup(pkg)
 			}
 		}
-	case len(parts) == 1:
-		if _, ok := obj.(*types.Func); !ok {
-			return fmt.Sprintf("%s has no function %s", l.ImportPath, parts[0])
+		if n.why != "" {
+			fmt.Fprintf(w, "idemlint: warning: %s: %q matches nothing: %s\n", n.key, n.name, n.why)
+		}
+	}
+}
+
+// lookup says why the name matches nothing in pkg, or returns "".
+func (n *configName) lookup(pkg *types.Package) string {
+	obj := pkg.Scope().Lookup(n.rest[0])
+	switch {
+	case len(n.rest) > 2:
+		return "not a function or type name"
+	case n.isType || len(n.rest) == 2:
+		tn, ok := obj.(*types.TypeName)
+		if !ok {
+			return fmt.Sprintf("%s has no type %s", pkg.Path(), n.rest[0])
+		}
+		if len(n.rest) == 2 {
+			if m, _, _ := types.LookupFieldOrMethod(tn.Type(), true, pkg, n.rest[1]); m == nil {
+				return fmt.Sprintf("type %s.%s has no method %s", pkg.Path(), n.rest[0], n.rest[1])
+			}
 		}
 	default:
-		return "not a function name"
+		if _, ok := obj.(*types.Func); !ok {
+			return fmt.Sprintf("%s has no function %s", pkg.Path(), n.rest[0])
+		}
 	}
 	return ""
 }
