@@ -189,10 +189,10 @@ func (c *checker) sqlCall(call *ast.CallExpr, stack rulekit.Stack) bool {
 		return true
 	}
 	fn := rulekit.Callee(c.pass.TypesInfo, call)
-	msg := fmt.Sprintf("%s runs %q, a state transition without compare-and-set: it sets %s.%s with a WHERE on the key only (%s) and ignores how many rows changed, "+
+	msg := fmt.Sprintf("%s (called at %s) runs %q, a state transition without compare-and-set: it sets %s.%s with a WHERE on the key only (%s) and ignores how many rows changed, "+
 		"so a duplicate or a late worker overwrites a state another one already moved on (a SUCCESS turned back, a refund marked paid) and nothing notices; "+
 		"add the expected state (and version or lease) to the WHERE, e.g. WHERE %s AND %s = 'PROCESSING' AND version = $n, and check RowsAffected() == 1",
-		rulekit.ShortName(fn), rulekit.Short(q, 120), u.table, u.column, u.where, u.where, u.column)
+		rulekit.ShortName(fn), c.rep.Posn(call.Pos()), rulekit.Short(q, 120), u.table, u.column, u.where, u.where, u.column)
 	c.rep.Report(analysis.Diagnostic{Pos: call.Pos(), End: call.End(), Message: msg, Related: []analysis.RelatedInformation{
 		{Pos: at, Message: "the UPDATE text: " + rulekit.Short(q, 120)},
 		{Pos: call.Rparen, Message: "its affected-row count is dropped here"},
@@ -221,10 +221,10 @@ func (c *checker) queryMethod(call *ast.CallExpr, stack rulekit.Stack) bool {
 	default:
 		return true
 	}
-	msg := fmt.Sprintf("%s runs the generated query %s (%q), a state transition without compare-and-set: it sets %s.%s with a WHERE on the key only (%s), and %s, "+
+	msg := fmt.Sprintf("%s (called at %s) runs the generated query %s (%q), a state transition without compare-and-set: it sets %s.%s with a WHERE on the key only (%s), and %s, "+
 		"so a duplicate or a late worker overwrites a state another one already moved on and nothing notices; "+
 		"add the expected state (and version or lease) to the query's WHERE, e.g. WHERE %s AND %s = 'PROCESSING', make it :execrows and check that it returns 1",
-		rulekit.ShortName(fn), f.Query, rulekit.Short(f.SQL, 120), f.Table, f.Column, f.Where, how, f.Where, f.Column)
+		rulekit.ShortName(fn), c.rep.Posn(call.Pos()), f.Query, rulekit.Short(f.SQL, 120), f.Table, f.Column, f.Where, how, f.Where, f.Column)
 	c.rep.Report(analysis.Diagnostic{Pos: call.Pos(), End: call.End(), Message: msg, Related: []analysis.RelatedInformation{
 		{Pos: fn.Pos(), Message: "the generated method: " + fn.Name()},
 	}})

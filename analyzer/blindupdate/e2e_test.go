@@ -16,7 +16,7 @@ func TestMain(m *testing.M) { ruletest.Main(m, blindupdate.Analyzer) }
 // as go vet -vettool.
 func TestEndToEnd(t *testing.T) {
 	ruletest.EndToEnd(t, analysistest.TestData(), blindupdate.Name,
-		`bad.go:10:12: (*sql.DB).ExecContext runs "UPDATE orders SET status = 'PAID' WHERE id = $1", a state transition without compare-and-set`)
+		`bad.go:10:12: (*sql.DB).ExecContext (called at bad.go:10:12) runs "UPDATE orders SET status = 'PAID' WHERE id = $1", a state transition without compare-and-set`)
 }
 
 // TestJSON compares the -json output on the rule's cases with

@@ -103,11 +103,11 @@ func (c *checker) gormCall(call *ast.CallExpr, stack rulekit.Stack) {
 	if len(where) > 0 {
 		cond = strings.Join(where, " AND ")
 	}
-	msg := fmt.Sprintf("gorm %s sets %s of %s with only %s as condition and never reads RowsAffected: a state transition without compare-and-set, "+
+	msg := fmt.Sprintf("gorm %s at %s sets %s of %s with only %s as condition and never reads RowsAffected: a state transition without compare-and-set, "+
 		"so a duplicate or a late worker overwrites a state another one already moved on and nothing notices; "+
 		"add the expected state to the chain and check one row changed: res := db.Model(&x).Where(\"%s = ?\", expected).%s(...); res.Error == nil && res.RowsAffected == 1 "+
 		"(or add an optimisticlock.Version field)",
-		fn.Name(), field, types.TypeString(mt, types.RelativeTo(c.pass.Pkg)), cond, rulekit.Snake(field), fn.Name())
+		fn.Name(), c.rep.Posn(sel.Sel.Pos()), field, types.TypeString(mt, types.RelativeTo(c.pass.Pkg)), cond, rulekit.Snake(field), fn.Name())
 	c.rep.Report(analysis.Diagnostic{Pos: sel.Sel.Pos(), End: call.End(), Message: msg, Related: []analysis.RelatedInformation{
 		{Pos: modelPos, Message: "the model whose state is set"},
 		{Pos: call.Args[0].Pos(), Message: "the state field: " + field},

@@ -174,13 +174,13 @@ func report(pass *analysis.Pass, rep *directive.Reporter, sv service, op *idemop
 	var msg string
 	if call, ok := stack.Parent().(*ast.CallExpr); ok && ast.Unparen(call.Fun) == sel {
 		end = call.End()
-		msg = fmt.Sprintf("%s is called on the concrete %s, which implements the //idem:service %s: the call skips the generated wrapper %s, so the //idem:op runs with no idempotency record and a retry or a duplicate runs its effect again; "+
+		msg = fmt.Sprintf("%s is called at %s on the concrete %s, which implements the //idem:service %s: the call skips the generated wrapper %s, so the //idem:op runs with no idempotency record and a retry or a duplicate runs its effect again; "+
 			"build the service with %s(inner, rt) once and call %s through the %s it returns",
-			mname, tname, iname, wrapper, wrapper, m.Name(), iname)
+			mname, rep.Posn(pos), tname, iname, wrapper, wrapper, m.Name(), iname)
 	} else {
-		msg = fmt.Sprintf("the method value %s is taken from the concrete %s, which implements the //idem:service %s: whoever calls it skips the generated wrapper %s and runs the //idem:op with no idempotency record, so a retry runs its effect again; "+
+		msg = fmt.Sprintf("the method value %s is taken at %s from the concrete %s, which implements the //idem:service %s: whoever calls it skips the generated wrapper %s and runs the //idem:op with no idempotency record, so a retry runs its effect again; "+
 			"take the method from the %s returned by %s(inner, rt) instead",
-			mname, tname, iname, wrapper, iname, wrapper)
+			mname, rep.Posn(pos), tname, iname, wrapper, iname, wrapper)
 	}
 	related := []analysis.RelatedInformation{}
 	if im := lookupMethod(sv.iface, m.Name()); im != nil && im.Pos().IsValid() {

@@ -16,7 +16,7 @@ func TestMain(m *testing.M) { ruletest.Main(m, bypass.Analyzer) }
 // as go vet -vettool.
 func TestEndToEnd(t *testing.T) {
 	ruletest.EndToEnd(t, analysistest.TestData(), bypass.Name,
-		`bad.go:12:12: (*bpimpl.Service).Charge is called on the concrete *bpimpl.Service, which implements the //idem:service bpsvc.Payments`)
+		`bad.go:12:12: (*bpimpl.Service).Charge is called at bad.go:12:12 on the concrete *bpimpl.Service, which implements the //idem:service bpsvc.Payments`)
 }
 
 // TestJSON compares the -json output on the rule's cases with

@@ -677,10 +677,10 @@ func (c *checker) report(ch, w *event, branch ast.Node) {
 func (c *checker) firstOrCreate(call *ast.CallExpr, model string) {
 	name := model[strings.LastIndexByte(model, '.')+1:]
 	sel := call.Fun.(*ast.SelectorExpr)
-	msg := fmtf("gorm FirstOrCreate of %s is a SELECT then an INSERT, not one atomic step: "+
+	msg := fmtf("gorm FirstOrCreate of %s at %s is a SELECT then an INSERT, not one atomic step: "+
 		"two duplicates arriving together both find nothing and both create, so both act or the second fails on a duplicate key; "+
 		"claim in one statement instead, db.Clauses(clause.OnConflict{DoNothing: true}).Create(&rec), and act only when RowsAffected == 1",
-		name)
+		name, c.pos(sel.Sel.Pos()))
 	c.rep.Report(analysis.Diagnostic{Pos: sel.Sel.Pos(), End: call.End(), Message: msg, Related: []analysis.RelatedInformation{
 		{Pos: call.Args[0].Pos(), Message: "the record: " + name},
 	}})

@@ -2,9 +2,11 @@ package facts
 
 import (
 	"go/types"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"weak"
 
 	"github.com/idemkit/idem/analyzer/internal/rulekit"
 )
@@ -257,15 +259,31 @@ func (p *Program) implementations(iface *types.Interface, m *types.Func) []*name
 	return p.implementationsOf(ifaceText(iface), m.Name())
 }
 
-// ifaceText is an interface's method set as text: name -> signature.
+// ifaceText is an interface's method set as text: name -> signature. The
+// result is shared: callers must not modify it.
 func ifaceText(iface *types.Interface) map[string]string {
+	k := weak.Make(iface)
+	if v, ok := ifaceTexts.Load(k); ok {
+		return v.(map[string]string)
+	}
 	want := map[string]string{}
 	for i := 0; i < iface.NumMethods(); i++ {
 		f := iface.Method(i)
 		want[f.Name()] = sigText(f.Type().(*types.Signature))
 	}
+	if _, loaded := ifaceTexts.LoadOrStore(k, want); !loaded {
+		runtime.AddCleanup(iface, func(k weak.Pointer[types.Interface]) { ifaceTexts.Delete(k) }, k)
+	}
 	return want
 }
+
+// ifaceTexts memoizes ifaceText: a package calls the methods of a large
+// interface (an application's App with 200 methods) thousands of times, and
+// on pocketbase computing its text each time took a fifth of the run. It is
+// keyed weakly, so that an entry goes with its interface and the cache
+// keeps no package's types alive (a package's imports are dropped after
+// it is analyzed).
+var ifaceTexts sync.Map // weak.Pointer[types.Interface] -> map[string]string
 
 func (p *Program) implementationsOf(want map[string]string, method string) []*namedMethod {
 	key := wantKey(want) + "|" + method

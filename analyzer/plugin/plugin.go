@@ -40,12 +40,35 @@ func New(settings any) (register.LinterPlugin, error) {
 type plugin struct{ settings analyzer.Settings }
 
 // BuildAnalyzers returns the enabled rules. Their diagnostics carry no
-// related positions: golangci-lint would make each one an issue of its own,
-// counted against max-issues-per-linter, and every message already names
-// the positions it relates to.
+// related positions: golangci-lint would make each one an issue of its own
+// ("rule(related information): ..."), counted against
+// max-issues-per-linter, and every message already names its own position
+// and those it relates to.
 func (p *plugin) BuildAnalyzers() ([]*analysis.Analyzer, error) {
 	as, _, err := analyzer.NewSuite(p.settings, facts.Config{NoRelated: true})
-	return as, err
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range as {
+		as[i] = withoutRelated(a)
+	}
+	return as, nil
+}
+
+// withoutRelated returns a copy of the rule a whose diagnostics have their
+// related positions dropped, whichever rule reports them. (A rule is no
+// analyzer's requirement, so the copy replaces it safely.)
+func withoutRelated(a *analysis.Analyzer) *analysis.Analyzer {
+	b := *a
+	b.Run = func(pass *analysis.Pass) (any, error) {
+		report := pass.Report
+		pass.Report = func(d analysis.Diagnostic) {
+			d.Related = nil
+			report(d)
+		}
+		return a.Run(pass)
+	}
+	return &b
 }
 
 // GetLoadMode: the rules need type information (and build SSA).

@@ -1,13 +1,17 @@
 package plugin_test
 
 import (
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/golangci/plugin-module-register/register"
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/analysistest"
+	"golang.org/x/tools/go/analysis/checker"
+	"golang.org/x/tools/go/packages"
 
 	_ "github.com/idemkit/idem/analyzer/plugin"
 )
@@ -106,3 +110,117 @@ func TestPluginNoRelated(t *testing.T) {
 type quiet struct{ *testing.T }
 
 func (q *quiet) Errorf(string, ...any) {}
+
+// issue is a golangci-lint issue: the linter, its text and its line.
+type issue struct {
+	text string
+	file string
+	line int
+}
+
+// golangciIssues turns diagnostics into issues as golangci-lint v2.15.0
+// does (pkg/goanalysis/runners.go, buildIssues): the text of a diagnostic
+// of analyzer A in linter idemlint is "A: message", and each related
+// position becomes an issue of its own, "A(related information): message".
+func golangciIssues(roots []*checker.Action) []issue {
+	var out []issue
+	for _, r := range roots {
+		fset := r.Package.Fset
+		for _, d := range r.Diagnostics {
+			p := fset.Position(d.Pos)
+			out = append(out, issue{r.Analyzer.Name + ": " + d.Message, p.Filename, p.Line})
+			for _, rel := range d.Related {
+				rp := fset.Position(rel.Pos)
+				if rp.Filename != p.Filename {
+					rp = p
+				}
+				out = append(out, issue{r.Analyzer.Name + "(related information): " + rel.Message, rp.Filename, rp.Line})
+			}
+		}
+	}
+	return out
+}
+
+// defaultFilters applies golangci-lint v2.15.0's default issue filters in
+// its order (pkg/lint/runner.go): uniq-by-line (one issue per line),
+// max-same-issues 3 (per text), max-issues-per-linter 50.
+func defaultFilters(issues []issue) []issue {
+	lines := map[string]bool{}
+	same := map[string]int{}
+	var out []issue
+	for _, is := range issues {
+		key := is.file + ":" + strconv.Itoa(is.line)
+		if lines[key] {
+			continue
+		}
+		lines[key] = true
+		if same[is.text]++; same[is.text] > 3 {
+			continue
+		}
+		if len(out) == 50 {
+			continue
+		}
+		out = append(out, is)
+	}
+	return out
+}
+
+// TestPluginDefaultFilters: with golangci-lint's default issue filters,
+// every finding of a package that repeats one finding of each of
+// blindupdate, checkthenact, serverkey and bypass six times in identical
+// code is shown, once: the plugin reports no related positions (each would
+// be an issue of its own, counted against the 50) and every message names
+// its position (identical text would be capped at 3).
+//
+// It checks the plugin through golangci-lint's plugin API (register), and
+// the filters' semantics as golangci-lint v2.15.0 implements them, not a
+// custom golangci-lint binary: building one takes longer than the tests'
+// budget (see docs/idemlint.md for building it).
+func TestPluginDefaultFilters(t *testing.T) {
+	as, err := build(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One load and one analysis for all rules, as golangci-lint runs them.
+	testdata := analysistest.TestData()
+	pkgs, err := packages.Load(&packages.Config{
+		Mode: packages.LoadAllSyntax,
+		Dir:  filepath.Join(testdata, "src", "rep"),
+		Env:  append(os.Environ(), "GOPATH="+testdata, "GO111MODULE=off", "GOPROXY=off", "GOFLAGS="),
+	}, "rep")
+	if err != nil || packages.PrintErrors(pkgs) > 0 {
+		t.Fatalf("loading rep: %v", err)
+	}
+	graph, err := checker.Analyze(as, pkgs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perRule := map[string]int{}
+	var findings int
+	for _, r := range graph.Roots {
+		if r.Err != nil {
+			t.Fatalf("%s: %v", r.Analyzer.Name, r.Err)
+		}
+		perRule[r.Analyzer.Name] += len(r.Diagnostics)
+		findings += len(r.Diagnostics)
+	}
+	for _, rule := range []string{"blindupdate", "checkthenact", "serverkey", "bypass"} {
+		if perRule[rule] != 6 {
+			t.Errorf("%s: %d findings, want 6", rule, perRule[rule])
+		}
+	}
+	issues := golangciIssues(graph.Roots)
+	shown := defaultFilters(issues)
+	main := 0
+	for _, is := range shown {
+		if !strings.Contains(is.text, "(related information)") {
+			main++
+		}
+	}
+	if len(issues) != findings || len(shown) != findings || main != findings {
+		t.Errorf("%d findings became %d golangci-lint issues, %d shown by the default filters; want every finding shown once", findings, len(issues), len(shown))
+		for _, is := range issues {
+			t.Logf("%s:%d: %.120s", filepath.Base(is.file), is.line, is.text)
+		}
+	}
+}

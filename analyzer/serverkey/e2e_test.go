@@ -16,7 +16,7 @@ func TestMain(m *testing.M) { ruletest.Main(m, serverkey.Analyzer) }
 // as go vet -vettool.
 func TestEndToEnd(t *testing.T) {
 	ruletest.EndToEnd(t, analysistest.TestData(), serverkey.Name,
-		`bad.go:13:3: the Idempotency-Key header is set from uuid.NewString() inside a retry loop`)
+		`bad.go:13:3: the Idempotency-Key header is set from uuid.NewString() at bad.go:13:37 inside a retry loop`)
 }
 
 // TestJSON compares the -json output on the rule's cases with

@@ -464,7 +464,7 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 			return
 		}
 		c.report(m, at, fmt.Sprintf("the idempotency key of this %s.%s is minted on the server (%s): every call gets a new key, so the client's retry of the same request is never recognized as a duplicate and the effect runs again; "+
-			"take the key from the client's request (its Idempotency-Key header or a request field) and pass it as Key", path0(p), n, m.what))
+			"take the key from the client's request (its Idempotency-Key header or a request field) and pass it as Key", path0(p), n, c.minted(m)))
 		return
 	}
 	for _, s := range c.ops.Services {
@@ -478,7 +478,7 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 			}
 			c.report(m, at, fmt.Sprintf("%s.%s, the idempotency key of the //idem:op %s.%s (key=%s), is minted on the server (%s): every call gets a new key, so a retry of the same request runs the op again instead of replaying its outcome; "+
 				"carry the client's key into %s (or derive it from the request's own identity, such as the order number) and mint nothing here",
-				n, strings.Join(path, "."), s.Name, op.Method, op.Key, m.what, strings.Join(path, ".")))
+				n, strings.Join(path, "."), s.Name, op.Method, op.Key, c.minted(m), strings.Join(path, ".")))
 			return
 		}
 	}
@@ -496,7 +496,7 @@ func (c *checker) field(t types.Type, path []string, value ast.Expr, at ast.Node
 			return
 		}
 		c.report(m, at, fmt.Sprintf("%s.%s, the idempotency key of this service's own record, is minted on the server (%s): a duplicate of the request never finds the record made under the fresh key, so the deduplication never fires and the effect runs again; "+
-			"store the key the client sent (its Idempotency-Key header) and refuse the request when it has none", n, path[0], m.what))
+			"store the key the client sent (its Idempotency-Key header) and refuse the request when it has none", n, path[0], c.minted(m)))
 	}
 }
 
@@ -562,7 +562,7 @@ func (c *checker) call(call *ast.CallExpr, stack rulekit.Stack) {
 			return
 		}
 		c.report(m, call, fmt.Sprintf("the dedup key of %s is built from %s, minted on the server: no duplicate ever finds it, so the deduplication never fires and the effect runs again; "+
-			"build the key from the client's idempotency key or the message's own id (\"idem:\" + req.IdempotencyKey)", rulekit.ShortName(fn), m.what))
+			"build the key from the client's idempotency key or the message's own id (\"idem:\" + req.IdempotencyKey)", rulekit.ShortName(fn), c.minted(m)))
 		return
 	}
 	if q, _, method, ok := rulekit.SQLCall(info, call); ok && strings.HasPrefix(method, "Exec") {
@@ -575,7 +575,7 @@ func (c *checker) call(call *ast.CallExpr, stack rulekit.Stack) {
 			return
 		}
 		c.report(m, call, fmt.Sprintf("%s inserts %s, the key column of a dedup table, from %s, minted on the server: no duplicate ever conflicts with it, so the deduplication never fires; "+
-			"insert the client's idempotency key (or the message's own id) instead", rulekit.ShortName(fn), col, m.what))
+			"insert the client's idempotency key (or the message's own id) instead", rulekit.ShortName(fn), col, c.minted(m)))
 	}
 }
 
@@ -707,9 +707,15 @@ func (c *checker) header(at ast.Node, value ast.Expr, stack rulekit.Stack) {
 	}
 	if l := loops[0]; l.Pos() <= m.call.Pos() && m.call.End() <= l.End() {
 		c.report(m, at, fmt.Sprintf("the Idempotency-Key header is set from %s inside a retry loop: each attempt sends a new key, so the downstream cannot tell the attempts apart and a retry after a timeout runs the effect twice; "+
-			"mint the key once before the loop (or take the client's), persist it with the intent, and send the same key on every attempt", m.what), analysis.RelatedInformation{Pos: l.Pos(), Message: "the retry loop"})
+			"mint the key once before the loop (or take the client's), persist it with the intent, and send the same key on every attempt", c.minted(m)), analysis.RelatedInformation{Pos: l.Pos(), Message: "the retry loop"})
 	}
 	// else: the innermost loop reuses a key minted outside it
+}
+
+// minted names a mint and its position for messages: "uuid.NewString() at
+// pay.go:12:9".
+func (c *checker) minted(m *mint) string {
+	return m.what + " at " + c.rep.Posn(m.call.Pos())
 }
 
 func (c *checker) report(m *mint, at ast.Node, msg string, rel ...analysis.RelatedInformation) {

@@ -116,9 +116,15 @@ func writeModule(t *testing.T, src string) string {
 
 func run(t *testing.T, dir string, name string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runEnv(t, dir, nil, name, args...)
+}
+
+// runEnv is run with env added to the environment.
+func runEnv(t *testing.T, dir string, env []string, name string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS="), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -336,10 +342,10 @@ func TestEndToEndIssue13Rules(t *testing.T) {
 		t.Errorf("exit %d, want 3; stderr:\n%s", code, stderr)
 	}
 	for _, want := range []string{
-		"shop.go:16:12: (*sql.DB).ExecContext runs \"UPDATE orders SET status = 'PAID' WHERE id = $1\", a state transition without compare-and-set",
+		"shop.go:16:12: (*sql.DB).ExecContext (called at shop.go:16:12) runs \"UPDATE orders SET status = 'PAID' WHERE id = $1\", a state transition without compare-and-set",
 		"shop.go:24:12: (*sql.DB).ExecContext inserts into idempotency_keys",
-		"shop.go:31:3: the Idempotency-Key header is set from time.Now() inside a retry loop",
-		"shop.go:39:9: (*impl.Service).Charge is called on the concrete *impl.Service, which implements the //idem:service pay.Payments",
+		"shop.go:31:3: the Idempotency-Key header is set from time.Now() at shop.go:31:55 inside a retry loop",
+		"shop.go:39:9: (*impl.Service).Charge is called at shop.go:39:9 on the concrete *impl.Service, which implements the //idem:service pay.Payments",
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)

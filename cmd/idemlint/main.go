@@ -3,6 +3,7 @@
 //
 //	idemlint ./...
 //	idemlint -json ./...
+//	idemlint -sarif ./... > idemlint.sarif
 //	idemlint -timeoutfail=false -txrpc.netfuncs='(*example.com/pay.Client).Charge' ./...
 //	go vet -vettool=$(command -v idemlint) ./...
 //
@@ -11,8 +12,12 @@
 // facts.Program); under go vet it analyzes one package at a time. Both read
 // .idemlint.json from the module root (analyzer.ConfigFile); flags add to it.
 //
-// Exit status: 0 clean, 3 findings, 1 errors (as every go/analysis checker;
-// 0 with -json). See docs/idemlint.md.
+// Text output is "file:line:col: message (rule)". A package that does not
+// load is reported with its position and not analyzed; the others are.
+//
+// Exit status: 0 clean, 3 findings, 1 errors, such as a package that did
+// not load (as every go/analysis checker; 0 or 1 with -json and -sarif).
+// See docs/idemlint.md.
 package main
 
 import (

@@ -9,7 +9,6 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,9 +37,31 @@ type listed struct {
 	Standard        bool
 	DepOnly         bool
 	Module          *struct{ Path, GoVersion string }
-	Error           *struct{ Err string }
-	DepsErrors      []*struct{ Err string }
+	Error           *listError
+	DepsErrors      []*listError
 }
+
+// listError is a package's load error as go list reports it.
+type listError struct{ Pos, Err string }
+
+// String is the error as go vet prints it: "pos: message", a compiler's
+// error without its "# package" header.
+func (e *listError) String() string {
+	msg := strings.TrimSpace(e.Err)
+	if strings.HasPrefix(msg, "# ") {
+		if i := strings.IndexByte(msg, '\n'); i >= 0 {
+			msg = strings.TrimSpace(msg[i+1:])
+		}
+	}
+	if e.Pos != "" && !strings.HasPrefix(msg, e.Pos) {
+		msg = e.Pos + ": " + msg
+	}
+	return msg
+}
+
+// broken reports whether the package or one of its imports failed to load:
+// it has no complete type information, so it is not analyzed.
+func (l *listed) broken() bool { return l.Error != nil || len(l.DepsErrors) > 0 }
 
 // path is the package path of a listed package: "p" for "p [p.test]".
 func (l *listed) path() string {
@@ -92,6 +113,9 @@ type unitDriver struct {
 	diagMu   sync.Mutex
 	errs     []string
 	errMu    sync.Mutex
+	// failed holds the named packages that loaded but could not be
+	// analyzed (a parse, type or analyzer error), by ID.
+	failed map[string]bool
 	// only, when set, lists the package IDs to analyze.
 	only map[string]bool
 }
@@ -141,15 +165,15 @@ func newUnitDriver(pkgs []*listed) *unitDriver {
 	return d
 }
 
-// analyzed reports whether a package's bodies are analyzed at all: not the
-// standard library, the modeled libraries, nor generated test mains; and
+// analyzed reports whether a package's bodies are analyzed at all: not a
+// package that did not load (see listed.broken), the standard library, the modeled libraries, nor generated test mains; and
 // of the dependencies, only those that import (directly or not) a package
 // through which a network call, a transaction or a token operation can
 // happen: the net packages, database/sql, or a modeled library. The others
 // can have no such fact; what is lost is their timeout-check and
 // callback-running helpers (documented under Limits).
 func (d *unitDriver) analyzed(l *listed) bool {
-	if l.Standard || facts.IsModeled(l.path()) || strings.HasSuffix(l.ImportPath, ".test") || len(l.CompiledGoFiles) == 0 {
+	if l.broken() || l.Standard || facts.IsModeled(l.path()) || strings.HasSuffix(l.ImportPath, ".test") || len(l.CompiledGoFiles) == 0 {
 		return false
 	}
 	if !l.DepOnly {
@@ -211,9 +235,14 @@ func (d *unitDriver) pass(factsA *analysis.Analyzer, rules []*analysis.Analyzer,
 	wg.Wait()
 }
 
-func (d *unitDriver) fail(format string, args ...any) {
+// fail records an error that stopped the analysis of p.
+func (d *unitDriver) fail(p *listed, format string, args ...any) {
 	d.errMu.Lock()
 	d.errs = append(d.errs, fmt.Sprintf(format, args...))
+	if d.failed == nil {
+		d.failed = map[string]bool{}
+	}
+	d.failed[p.ImportPath] = true
 	d.errMu.Unlock()
 }
 
@@ -230,7 +259,7 @@ func (d *unitDriver) unit(p *listed, as, rules []*analysis.Analyzer, onRoot func
 		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments|parser.SkipObjectResolution)
 		if err != nil {
 			if !p.DepOnly {
-				d.fail("%v", err)
+				d.fail(p, "%v", err)
 			}
 			return
 		}
@@ -301,7 +330,7 @@ func (d *unitDriver) unit(p *listed, as, rules []*analysis.Analyzer, onRoot func
 	pkg, _ := conf.Check(p.path(), fset, files, info)
 	if len(typeErrs) > 0 {
 		if !p.DepOnly {
-			d.fail("%s", strings.Join(typeErrs, "\n"))
+			d.fail(p, "%s", strings.Join(typeErrs, "\n"))
 		}
 		return
 	}
@@ -387,7 +416,7 @@ func (d *unitDriver) unit(p *listed, as, rules []*analysis.Analyzer, onRoot func
 		}
 		res, err := a.Run(pass)
 		if err != nil {
-			d.fail("%s: %s: %v", p.ImportPath, a.Name, err)
+			d.fail(p, "%s: %s: %v", p.ImportPath, a.Name, err)
 			return
 		}
 		results[a] = res
@@ -509,21 +538,38 @@ func (d *unitDriver) findings() []finding {
 	return out
 }
 
-// listErrors prints the errors go list found in the roots.
-func listErrors(pkgs []*listed, w io.Writer) bool {
-	bad := false
+// loadErrors returns the load errors of the named packages and of what
+// they import, each once, in the order go list gives them, and the named
+// packages that are not analyzed because of them (by path, sorted).
+func loadErrors(pkgs []*listed) (errs, notAnalyzed []string) {
+	seen := map[string]bool{}
+	add := func(e *listError) {
+		if s := e.String(); !seen[s] {
+			seen[s] = true
+			errs = append(errs, s)
+		}
+	}
+	skipped := map[string]bool{}
 	for _, p := range pkgs {
-		if p.DepOnly {
+		if p.DepOnly || !p.broken() {
 			continue
 		}
 		if p.Error != nil {
-			fmt.Fprintln(w, p.Error.Err)
-			bad = true
+			add(p.Error)
 		}
 		for _, e := range p.DepsErrors {
-			fmt.Fprintln(w, e.Err)
-			bad = true
+			add(e)
+		}
+		if !strings.HasSuffix(p.ImportPath, ".test") {
+			skipped[p.ImportPath] = true
 		}
 	}
-	return bad
+	for id := range skipped {
+		// A test variant, "p [p.test]", is named only when p itself loaded.
+		if i := strings.Index(id, " ["); i < 0 || !skipped[id[:i]] {
+			notAnalyzed = append(notAnalyzed, id)
+		}
+	}
+	sort.Strings(notAnalyzed)
+	return errs, notAnalyzed
 }

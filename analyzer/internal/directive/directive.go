@@ -9,6 +9,7 @@ package directive
 import (
 	"go/ast"
 	"go/token"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -111,6 +112,14 @@ func (r *Reporter) Report(d analysis.Diagnostic) {
 		}
 	}
 	r.pass.Report(d)
+}
+
+// Posn prints pos as messages name positions, "file.go:line:col" (the
+// file's base name), so that identical code at two places gives two
+// different messages.
+func (r *Reporter) Posn(pos token.Pos) string {
+	p := r.pass.Fset.Position(pos)
+	return filepath.Base(p.Filename) + ":" + strconv.Itoa(p.Line) + ":" + strconv.Itoa(p.Column)
 }
 
 // Start returns the start of the call whose Lparen is at pos (pos itself

@@ -15,7 +15,7 @@ var req = bpsvc.ChargeRequest{IdempotencyKey: "k", Amount: 1}
 
 // 1. A direct call on the concrete type.
 func direct(ctx context.Context, s *bpimpl.Service) error {
-	_, err := s.Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called on the concrete \*bpimpl.Service, which implements the //idem:service bpsvc.Payments: the call skips the generated wrapper bpsvc.NewIdempotentPayments`
+	_, err := s.Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called at bp\.go:18:12 on the concrete \*bpimpl.Service, which implements the //idem:service bpsvc.Payments: the call skips the generated wrapper bpsvc.NewIdempotentPayments`
 	return err
 }
 
@@ -27,7 +27,7 @@ func wrapped(ctx context.Context, s *bpimpl.Service, rt *runtime.Runtime) error 
 
 // 2. The other op.
 func refund(ctx context.Context, s *bpimpl.Service) error {
-	_, err := s.Refund(ctx, req) // want `\(\*bpimpl.Service\).Refund is called on the concrete`
+	_, err := s.Refund(ctx, req) // want `\(\*bpimpl.Service\).Refund is called at bp\.go:30:12 on the concrete`
 	return err
 }
 
@@ -39,7 +39,7 @@ func find(ctx context.Context, s *bpimpl.Service) error {
 
 // 3. A value receiver.
 func value(ctx context.Context) error {
-	_, err := bpimpl.Value{}.Charge(ctx, req) // want `bpimpl.Value.Charge is called on the concrete bpimpl.Value`
+	_, err := bpimpl.Value{}.Charge(ctx, req) // want `bpimpl.Value.Charge is called at bp\.go:42:12 on the concrete bpimpl.Value`
 	return err
 }
 
@@ -51,7 +51,7 @@ func iface(ctx context.Context, p bpsvc.Payments) error {
 
 // 4. A method value.
 func methodValue(s *bpimpl.Service) func(context.Context, bpsvc.ChargeRequest) (bpsvc.Receipt, error) {
-	return s.Charge // want `the method value \(\*bpimpl.Service\).Charge is taken from the concrete \*bpimpl.Service`
+	return s.Charge // want `the method value \(\*bpimpl.Service\).Charge is taken at bp\.go:54:9 from the concrete \*bpimpl.Service`
 }
 
 func methodValueWrapped(s *bpimpl.Service, rt *runtime.Runtime) func(context.Context, bpsvc.ChargeRequest) (bpsvc.Receipt, error) {
@@ -62,7 +62,7 @@ func methodValueWrapped(s *bpimpl.Service, rt *runtime.Runtime) func(context.Con
 func register(h func(context.Context, bpsvc.ChargeRequest) (bpsvc.Receipt, error)) {}
 
 func passValue(s *bpimpl.Service) {
-	register(s.Refund) // want `the method value \(\*bpimpl.Service\).Refund is taken from the concrete`
+	register(s.Refund) // want `the method value \(\*bpimpl.Service\).Refund is taken at bp\.go:65:11 from the concrete`
 }
 
 func passSkip(s *bpimpl.Service) {
@@ -77,7 +77,7 @@ type handler struct {
 }
 
 func (h *handler) serve(ctx context.Context) error {
-	_, err := h.svc.Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called on the concrete`
+	_, err := h.svc.Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called at bp\.go:80:12 on the concrete`
 	return err
 }
 
@@ -95,7 +95,7 @@ func (h *handler) post(ctx context.Context) error {
 // 8. Inside a closure.
 func closure(ctx context.Context, s *bpimpl.Service) func() error {
 	return func() error {
-		_, err := s.Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called on the concrete`
+		_, err := s.Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called at bp\.go:98:13 on the concrete`
 		return err
 	}
 }
@@ -110,7 +110,7 @@ func gateway(ctx context.Context, g *bpimpl.Gateway) error {
 type decorated struct{ *bpimpl.Service }
 
 func embedded(ctx context.Context, d decorated) error {
-	_, err := d.Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called on the concrete bp.decorated`
+	_, err := d.Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called at bp\.go:113:12 on the concrete bp.decorated`
 	return err
 }
 
@@ -121,8 +121,8 @@ func helper(s *bpimpl.Service) {
 
 // 10. In a goroutine and a deferred call.
 func async(ctx context.Context, s *bpimpl.Service) {
-	go s.Charge(ctx, req)    // want `\(\*bpimpl.Service\).Charge is called on the concrete`
-	defer s.Refund(ctx, req) // want `\(\*bpimpl.Service\).Refund is called on the concrete`
+	go s.Charge(ctx, req)    // want `\(\*bpimpl.Service\).Charge is called at bp\.go:124:5 on the concrete`
+	defer s.Refund(ctx, req) // want `\(\*bpimpl.Service\).Refund is called at bp\.go:125:8 on the concrete`
 }
 
 func asyncWrapped(ctx context.Context, p bpsvc.Payments) {
@@ -132,13 +132,13 @@ func asyncWrapped(ctx context.Context, p bpsvc.Payments) {
 
 // 11. Through an explicit dereference and a value of the pointer's type.
 func deref(ctx context.Context, s *bpimpl.Service) error {
-	_, err := (*s).Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called on the concrete`
+	_, err := (*s).Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called at bp\.go:135:12 on the concrete`
 	return err
 }
 
 func newValue(ctx context.Context) error {
 	var s bpimpl.Service
-	_, err := s.Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called on the concrete`
+	_, err := s.Charge(ctx, req) // want `\(\*bpimpl.Service\).Charge is called at bp\.go:141:12 on the concrete`
 	return err
 }
 
@@ -151,6 +151,6 @@ func suppressed(ctx context.Context, s *bpimpl.Service) error {
 // 12. A directive without a reason suppresses nothing.
 func noReason(ctx context.Context, s *bpimpl.Service) error {
 	//idemlint:ignore bypass // want `idemlint:ignore bypass needs a reason`
-	_, err := s.Refund(ctx, req) // want `\(\*bpimpl.Service\).Refund is called on the concrete`
+	_, err := s.Refund(ctx, req) // want `\(\*bpimpl.Service\).Refund is called at bp\.go:154:12 on the concrete`
 	return err
 }

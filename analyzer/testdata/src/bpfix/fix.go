@@ -10,6 +10,6 @@ import (
 )
 
 func charge(ctx context.Context, s *bpimpl.Service) error {
-	_, err := s.Charge(ctx, bpsvc.ChargeRequest{}) //idemlint:ignore bypas a replay tool // want `idemlint:ignore names no rule "bypas"; did you mean bypass\?` `is called on the concrete`
+	_, err := s.Charge(ctx, bpsvc.ChargeRequest{}) //idemlint:ignore bypas a replay tool // want `idemlint:ignore names no rule "bypas"; did you mean bypass\?` `is called at fix\.go:13:12 on the concrete`
 	return err
 }

@@ -16,7 +16,7 @@ var errLost = errors.New("lost the race")
 
 // 1. database/sql, inline literal, count dropped with _.
 func markPaid(ctx context.Context, db *sql.DB, id string) error {
-	_, err := db.ExecContext(ctx, "UPDATE payments SET status = 'PAID' WHERE id = $1", id) // want `\(\*sql.DB\).ExecContext runs "UPDATE payments SET status = 'PAID' WHERE id = \$1", a state transition without compare-and-set`
+	_, err := db.ExecContext(ctx, "UPDATE payments SET status = 'PAID' WHERE id = $1", id) // want `\(\*sql.DB\).ExecContext \(called at bu\.go:19:12\) runs "UPDATE payments SET status = 'PAID' WHERE id = \$1", a state transition without compare-and-set`
 	return err
 }
 
@@ -33,7 +33,7 @@ func markPaidCAS(ctx context.Context, db *sql.DB, id string) error {
 
 // 2. The whole result dropped.
 func markShipped(db *sql.DB, id int64) {
-	db.Exec("UPDATE orders SET state = 'SHIPPED' WHERE id = ?", id) // want `\(\*sql.DB\).Exec runs "UPDATE orders SET state = 'SHIPPED' WHERE id = \?"`
+	db.Exec("UPDATE orders SET state = 'SHIPPED' WHERE id = ?", id) // want `\(\*sql.DB\).Exec \(called at bu\.go:36:2\) runs "UPDATE orders SET state = 'SHIPPED' WHERE id = \?"`
 }
 
 func markShippedVersioned(db *sql.DB, id, version int64) {
@@ -45,7 +45,7 @@ const setRefunded = `UPDATE refunds SET state = $2, updated_at = now() WHERE ref
 
 func refund(ctx context.Context, pool *pgxpool.Pool, id, st string) error {
 	var err error
-	_, err = pool.Exec(ctx, setRefunded, id, st) // want `\(\*pgxpool.Pool\).Exec runs "UPDATE refunds SET state = \$2, updated_at = now\(\) WHERE refund_id = \$1"`
+	_, err = pool.Exec(ctx, setRefunded, id, st) // want `\(\*pgxpool.Pool\).Exec \(called at bu\.go:48:11\) runs "UPDATE refunds SET state = \$2, updated_at = now\(\) WHERE refund_id = \$1"`
 	return err
 }
 
@@ -62,7 +62,7 @@ func refundChecked(ctx context.Context, pool *pgxpool.Pool, id, st string) error
 
 // 4. pgx.Tx in an if statement.
 func complete(ctx context.Context, tx pgx.Tx, key string) error {
-	if _, err := tx.Exec(ctx, "UPDATE idempotency_record SET state = 'SUCCESS', response_body = $2 WHERE identity_id = $1", key, "{}"); err != nil { // want `\(pgx.Tx\).Exec runs "UPDATE idempotency_record SET state = 'SUCCESS', response_body = \$2 WHERE identity_id = \$1"`
+	if _, err := tx.Exec(ctx, "UPDATE idempotency_record SET state = 'SUCCESS', response_body = $2 WHERE identity_id = $1", key, "{}"); err != nil { // want `\(pgx.Tx\).Exec \(called at bu\.go:65:15\) runs "UPDATE idempotency_record SET state = 'SUCCESS', response_body = \$2 WHERE identity_id = \$1"`
 		return err
 	}
 	return nil
@@ -98,7 +98,7 @@ func settleLocked(ctx context.Context, tx *sql.Tx, merchant, orderNo string) err
 const ordersTable = "orders"
 
 func cancel(ctx context.Context, db *sql.DB, id string) error {
-	_, err := db.ExecContext(ctx, "UPDATE "+ordersTable+" SET status = $2 WHERE id = $1", id, "CANCELLED") // want `\(\*sql.DB\).ExecContext runs "UPDATE orders SET status = \$2 WHERE id = \$1"`
+	_, err := db.ExecContext(ctx, "UPDATE "+ordersTable+" SET status = $2 WHERE id = $1", id, "CANCELLED") // want `\(\*sql.DB\).ExecContext \(called at bu\.go:101:12\) runs "UPDATE orders SET status = \$2 WHERE id = \$1"`
 	return err
 }
 
@@ -135,7 +135,7 @@ type Execer interface {
 }
 
 func viaInterface(ctx context.Context, db Execer, id string) error {
-	_, err := db.Exec(ctx, "UPDATE subscriptions SET state = 'ACTIVE' WHERE id = $1", id) // want `\(bu.Execer\).Exec runs "UPDATE subscriptions SET state = 'ACTIVE' WHERE id = \$1"`
+	_, err := db.Exec(ctx, "UPDATE subscriptions SET state = 'ACTIVE' WHERE id = $1", id) // want `\(bu.Execer\).Exec \(called at bu\.go:138:12\) runs "UPDATE subscriptions SET state = 'ACTIVE' WHERE id = \$1"`
 	return err
 }
 

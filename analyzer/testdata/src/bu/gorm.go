@@ -33,7 +33,7 @@ type Profile struct {
 
 // 13. Model(&p).Update("status", ..), result dropped.
 func gormPaid(db *gorm.DB, p *Payment) {
-	db.Model(p).Update("status", "PAID") // want `gorm Update sets status of Payment with only the model's primary key as condition and never reads RowsAffected`
+	db.Model(p).Update("status", "PAID") // want `gorm Update at gorm\.go:36:14 sets status of Payment with only the model's primary key as condition and never reads RowsAffected`
 }
 
 func gormPaidCAS(db *gorm.DB, p *Payment) error {
@@ -49,7 +49,7 @@ func gormPaidCAS(db *gorm.DB, p *Payment) error {
 
 // 14. Where on the key, only .Error read.
 func gormShip(ctx context.Context, db *gorm.DB, id string) error {
-	if err := db.WithContext(ctx).Model(&Order{}).Where("id = ?", id).Update("state", "SHIPPED").Error; err != nil { // want `gorm Update sets state of Order with only id = \? as condition`
+	if err := db.WithContext(ctx).Model(&Order{}).Where("id = ?", id).Update("state", "SHIPPED").Error; err != nil { // want `gorm Update at gorm\.go:52:68 sets state of Order with only id = \? as condition`
 		return err
 	}
 	return nil
@@ -65,7 +65,7 @@ func gormShipChecked(ctx context.Context, db *gorm.DB, id string) error {
 
 // 15. Updates with a map literal.
 func gormFail(db *gorm.DB, p *Payment, reason string) error {
-	return db.Model(p).Updates(map[string]any{"status": "FAILED", "reason": reason}).Error // want `gorm Updates sets status of Payment`
+	return db.Model(p).Updates(map[string]any{"status": "FAILED", "reason": reason}).Error // want `gorm Updates at gorm\.go:68:21 sets status of Payment`
 }
 
 func gormFailLocked(db *gorm.DB, p *Payment, reason string) error { // want gormFailLocked:`rowlocker\(\[\*\]\)`
@@ -74,7 +74,7 @@ func gormFailLocked(db *gorm.DB, p *Payment, reason string) error { // want gorm
 
 // 16. Updates with a struct literal, the *gorm.DB kept but only its Error read.
 func gormRefund(db *gorm.DB, p *Payment) error {
-	res := db.Model(p).Updates(Payment{Status: "REFUNDED"}) // want `gorm Updates sets Status of Payment`
+	res := db.Model(p).Updates(Payment{Status: "REFUNDED"}) // want `gorm Updates at gorm\.go:77:21 sets Status of Payment`
 	return res.Error
 }
 
@@ -85,7 +85,7 @@ func gormRefundVersioned(db *gorm.DB, a *Account) error {
 
 // 17. UpdateColumn.
 func gormColumn(db *gorm.DB, o *Order) error {
-	return db.Model(o).UpdateColumn("state", "DONE").Error // want `gorm UpdateColumn sets state of Order`
+	return db.Model(o).UpdateColumn("state", "DONE").Error // want `gorm UpdateColumn at gorm\.go:88:21 sets state of Order`
 }
 
 func gormNotState(db *gorm.DB, p *Profile) error {

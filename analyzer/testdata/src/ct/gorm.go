@@ -72,7 +72,7 @@ func gormCountOther(ctx context.Context, db *gorm.DB, key string) error {
 // 13. FirstOrCreate of an idempotency record.
 func gormFirstOrCreate(db *gorm.DB, key string) error {
 	var rec IdempotencyRecord
-	return db.Where(IdempotencyRecord{Key: key}).FirstOrCreate(&rec).Error // want `gorm FirstOrCreate of IdempotencyRecord is a SELECT then an INSERT`
+	return db.Where(IdempotencyRecord{Key: key}).FirstOrCreate(&rec).Error // want `gorm FirstOrCreate of IdempotencyRecord at gorm\.go:75:47 is a SELECT then an INSERT`
 }
 
 func gormFirstOrCreateProfile(db *gorm.DB, name string) error {

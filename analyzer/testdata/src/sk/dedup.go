@@ -18,7 +18,7 @@ type Msg struct {
 
 // 14. A Redis dedup key built from a fresh uuid.
 func dedupRedis(ctx context.Context, rdb *redis.Client) (bool, error) {
-	return rdb.SetNX(ctx, "idem:"+uuid.NewString(), "PROCESSING", time.Hour).Result() // want `the dedup key of \(redis.cmdable\).SetNX is built from uuid.NewString\(\), minted on the server`
+	return rdb.SetNX(ctx, "idem:"+uuid.NewString(), "PROCESSING", time.Hour).Result() // want `the dedup key of \(redis.cmdable\).SetNX is built from uuid.NewString\(\) at dedup\.go:21:32, minted on the server`
 }
 
 // A lock's owner token is a fresh value, its key is the order's.
@@ -62,7 +62,7 @@ type IdemRecord struct {
 
 // 17. The key field of the service's own record.
 func initRequest(headerKey, path string) *IdemRecord {
-	return &IdemRecord{IdempotencyKey: uuid.New().String(), Path: path} // want `IdemRecord.IdempotencyKey, the idempotency key of this service's own record, is minted on the server \(uuid.New\(\)\)`
+	return &IdemRecord{IdempotencyKey: uuid.New().String(), Path: path} // want `IdemRecord.IdempotencyKey, the idempotency key of this service's own record, is minted on the server \(uuid.New\(\) at dedup\.go:65:37\)`
 }
 
 func initRequestClient(headerKey, path string) *IdemRecord {

@@ -15,7 +15,7 @@ import (
 func post(c *http.Client, req *http.Request) (*http.Response, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		req.Header.Set("Idempotency-Key", uuid.NewString()) // want `the Idempotency-Key header is set from uuid.NewString\(\) inside a retry loop`
+		req.Header.Set("Idempotency-Key", uuid.NewString()) // want `the Idempotency-Key header is set from uuid.NewString\(\) at header\.go:18:37 inside a retry loop`
 		var resp *http.Response
 		if resp, err = c.Do(req); err == nil {
 			return resp, nil
@@ -40,7 +40,7 @@ func postOnce(c *http.Client, req *http.Request) (*http.Response, error) {
 // 11. Range over an int, the header map written directly.
 func postRange(c *http.Client, req *http.Request) error {
 	for range 3 {
-		req.Header["Idempotency-Key"] = []string{uuid.New().String()} // want `the Idempotency-Key header is set from uuid.New\(\) inside a retry loop`
+		req.Header["Idempotency-Key"] = []string{uuid.New().String()} // want `the Idempotency-Key header is set from uuid.New\(\) at header\.go:43:44 inside a retry loop`
 		if _, err := c.Do(req); err == nil {
 			return nil
 		}
@@ -59,7 +59,7 @@ func postBatch(c *http.Client, reqs []*http.Request) {
 // 12. A retry helper's closure.
 func postRetry(c *http.Client, req *http.Request) error {
 	return retry.Do(func() error {
-		req.Header.Add("X-Idempotency-Key", strconv.FormatInt(time.Now().UnixNano(), 10)) // want `the Idempotency-Key header is set from time.Now\(\) inside a retry loop`
+		req.Header.Add("X-Idempotency-Key", strconv.FormatInt(time.Now().UnixNano(), 10)) // want `the Idempotency-Key header is set from time.Now\(\) at header\.go:62:57 inside a retry loop`
 		_, err := c.Do(req)
 		return err
 	})
@@ -78,7 +78,7 @@ func postRetryOnce(c *http.Client, req *http.Request) error {
 func postForever(c *http.Client, req *http.Request) *http.Response {
 	for {
 		id, _ := uuid.NewRandom()
-		req.Header.Set("Idempotency-Key", id.String()) // want `the Idempotency-Key header is set from uuid.NewRandom\(\) inside a retry loop`
+		req.Header.Set("Idempotency-Key", id.String()) // want `the Idempotency-Key header is set from uuid.NewRandom\(\) at header\.go:80:12 inside a retry loop`
 		if resp, err := c.Do(req); err == nil {
 			return resp
 		}
@@ -99,7 +99,7 @@ func newAttemptKey() string { // want newAttemptKey:`fresh\(time.Now\(\)\)`
 // 14. A key helper of this package, called inside the retry loop.
 func postHelper(c *http.Client, req *http.Request) error {
 	for attempt := 0; attempt < 3; attempt++ {
-		req.Header.Set("Idempotency-Key", newAttemptKey()) // want `the Idempotency-Key header is set from sk.newAttemptKey\(\) \(time.Now\(\)\) inside a retry loop`
+		req.Header.Set("Idempotency-Key", newAttemptKey()) // want `the Idempotency-Key header is set from sk.newAttemptKey\(\) \(time.Now\(\)\) at header\.go:102:37 inside a retry loop`
 		if _, err := c.Do(req); err == nil {
 			return nil
 		}
@@ -121,7 +121,7 @@ func postHelperOnce(c *http.Client, req *http.Request) error {
 // 15. A key helper of another package, known through its fact.
 func postImported(c *http.Client, req *http.Request) error {
 	for range 3 {
-		req.Header.Set("Idempotency-Key", skhelper.NewKey()) // want `the Idempotency-Key header is set from skhelper.NewKey\(\) \(uuid.NewString\(\)\) inside a retry loop`
+		req.Header.Set("Idempotency-Key", skhelper.NewKey()) // want `the Idempotency-Key header is set from skhelper.NewKey\(\) \(uuid.NewString\(\)\) at header\.go:124:37 inside a retry loop`
 		if _, err := c.Do(req); err == nil {
 			return nil
 		}

@@ -11,7 +11,7 @@ import (
 
 // 7. The key field of an //idem:op request, in a literal.
 func handle(ctx context.Context, pay sksvc.Payments, amount int64) error {
-	_, err := pay.Charge(ctx, sksvc.ChargeRequest{IdempotencyKey: uuid.NewString(), Amount: amount}) // want `ChargeRequest.IdempotencyKey, the idempotency key of the //idem:op Payments.Charge \(key=req.IdempotencyKey\), is minted on the server \(uuid.NewString\(\)\)`
+	_, err := pay.Charge(ctx, sksvc.ChargeRequest{IdempotencyKey: uuid.NewString(), Amount: amount}) // want `ChargeRequest.IdempotencyKey, the idempotency key of the //idem:op Payments.Charge \(key=req.IdempotencyKey\), is minted on the server \(uuid.NewString\(\) at idemgen\.go:14:64\)`
 	return err
 }
 

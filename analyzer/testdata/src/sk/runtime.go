@@ -26,7 +26,7 @@ func txEffect(ctx context.Context, tx pgx.Tx, r Req) (Resp, error) { return Resp
 
 // 1. uuid.NewString() as the key of runtime.Do.
 func charge(ctx context.Context, rt *runtime.Runtime, r Req) error {
-	_, err := runtime.Do(ctx, rt, runtime.Call[Req, Resp]{Operation: "pay.Charge", Key: uuid.NewString(), Request: r, Effect: effect}) // want `the idempotency key of this runtime.Call is minted on the server \(uuid.NewString\(\)\)`
+	_, err := runtime.Do(ctx, rt, runtime.Call[Req, Resp]{Operation: "pay.Charge", Key: uuid.NewString(), Request: r, Effect: effect}) // want `the idempotency key of this runtime.Call is minted on the server \(uuid.NewString\(\) at runtime\.go:29:86\)`
 	return err
 }
 
@@ -38,7 +38,7 @@ func chargeClientKey(ctx context.Context, rt *runtime.Runtime, hr *http.Request,
 // 2. Through a variable.
 func chargeVar(ctx context.Context, rt *runtime.Runtime, r Req) error {
 	key := uuid.New().String()
-	_, err := runtime.Do(ctx, rt, runtime.Call[Req, Resp]{Operation: "pay.Charge", Key: key, Request: r, Effect: effect}) // want `the idempotency key of this runtime.Call is minted on the server \(uuid.New\(\)\)`
+	_, err := runtime.Do(ctx, rt, runtime.Call[Req, Resp]{Operation: "pay.Charge", Key: key, Request: r, Effect: effect}) // want `the idempotency key of this runtime.Call is minted on the server \(uuid.New\(\) at runtime\.go:40:9\)`
 	return err
 }
 
@@ -56,7 +56,7 @@ func chargeRetried(ctx context.Context, rt *runtime.Runtime, r Req) error {
 
 // 3. time.Now() in the key.
 func chargeTime(ctx context.Context, rt *runtime.Runtime, r Req) error {
-	_, err := runtime.Do(ctx, rt, runtime.Call[Req, Resp]{Operation: "pay.Charge", Key: fmt.Sprintf("%s-%d", r.OrderID, time.Now().UnixNano()), Request: r, Effect: effect}) // want `the idempotency key of this runtime.Call is minted on the server \(time.Now\(\)\)`
+	_, err := runtime.Do(ctx, rt, runtime.Call[Req, Resp]{Operation: "pay.Charge", Key: fmt.Sprintf("%s-%d", r.OrderID, time.Now().UnixNano()), Request: r, Effect: effect}) // want `the idempotency key of this runtime.Call is minted on the server \(time.Now\(\) at runtime\.go:59:118\)`
 	return err
 }
 
@@ -69,7 +69,7 @@ func settleDaily(ctx context.Context, rt *runtime.Runtime, r Req) error {
 // 4. rand, assigned to the field of a Call variable.
 func chargeRand(ctx context.Context, rt *runtime.Runtime, r Req) error {
 	c := runtime.Call[Req, Resp]{Operation: "pay.Charge", Request: r, Effect: effect}
-	c.Key = strconv.Itoa(rand.Int()) // want `the idempotency key of this runtime.Call is minted on the server \(rand.Int\(\)\)`
+	c.Key = strconv.Itoa(rand.Int()) // want `the idempotency key of this runtime.Call is minted on the server \(rand.Int\(\) at runtime\.go:72:23\)`
 	_, err := runtime.Do(ctx, rt, c)
 	return err
 }
@@ -85,7 +85,7 @@ func chargeOrderKey(ctx context.Context, rt *runtime.Runtime, r Req) error {
 var seq int64
 
 func createOrder(ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, r Req) error {
-	_, err := pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[Req, Resp]{Operation: "shop.CreateOrder", Key: strconv.FormatInt(atomic.AddInt64(&seq, 1), 10), Request: r, Effect: txEffect}) // want `the idempotency key of this pgstore.TxCall is minted on the server \(the counter atomic.AddInt64\(\)\)`
+	_, err := pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[Req, Resp]{Operation: "shop.CreateOrder", Key: strconv.FormatInt(atomic.AddInt64(&seq, 1), 10), Request: r, Effect: txEffect}) // want `the idempotency key of this pgstore.TxCall is minted on the server \(the counter atomic.AddInt64\(\) at runtime\.go:88:118\)`
 	return err
 }
 
@@ -103,6 +103,6 @@ func suppressed(ctx context.Context, rt *runtime.Runtime, r Req) error {
 
 func noReason(ctx context.Context, rt *runtime.Runtime, r Req) error {
 	//idemlint:ignore serverkey // want `idemlint:ignore serverkey needs a reason`
-	_, err := runtime.Do(ctx, rt, runtime.Call[Req, Resp]{Operation: "backfill2", Key: uuid.NewString(), Request: r, Effect: effect}) // want `the idempotency key of this runtime.Call is minted on the server \(uuid.NewString\(\)\)`
+	_, err := runtime.Do(ctx, rt, runtime.Call[Req, Resp]{Operation: "backfill2", Key: uuid.NewString(), Request: r, Effect: effect}) // want `the idempotency key of this runtime.Call is minted on the server \(uuid.NewString\(\) at runtime\.go:106:85\)`
 	return err
 }
