@@ -12,7 +12,8 @@
 // Server side: the key is the one value of the "idempotency-key" metadata
 // (see [Metadata]); the operation is the full method name; the scope is
 // replaced by a fixed-size digest when it is over 255 bytes (a long SPIFFE
-// ID); the fingerprint is the SHA-256 of the method and the deterministic
+// ID) or contains the digests' marker "…#sha256:", so that two scopes never
+// share a name; the fingerprint is the SHA-256 of the method and the deterministic
 // proto encoding of the request (only digests are stored, unless the method
 // has a [Query]). The handler's response message is stored (its full name
 // and deterministic encoding) with the header metadata it set (less
@@ -572,7 +573,7 @@ func errStatus(ctx context.Context, c codes.Code, reason, msg string, retry time
 
 // operation is the full method name, or a fixed-size name derived from it
 // when it is not a valid operation (over 255 bytes, not UTF-8, or with
-// control bytes).
+// control bytes), or when it contains the digests' marker (see idname.Fit).
 func operation(fullMethod string) string {
 	return idname.Fit(fullMethod, runtime.MaxKeyLen)
 }

@@ -68,7 +68,7 @@ func start(t *testing.T, s setup) *fixture {
 		idemgrpc.Logger(slog.New(slog.DiscardHandler)),
 		idemgrpc.Scope(func(ctx context.Context) string {
 			md, _ := metadata.FromIncomingContext(ctx)
-			return strings.Join(md.Get("x-tenant"), ",")
+			return strings.Join(md.Get("x-tenant-bin"), ",")
 		}),
 	}, s.opts...)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(f.recoverer, f.lossy, idemgrpc.UnaryServerInterceptor(rt, opts...)))
@@ -196,7 +196,7 @@ type reply struct {
 func (f *fixture) call(t *testing.T, ctx context.Context, c call, opts ...grpc.CallOption) reply {
 	t.Helper()
 	req, _ := structpb.NewStruct(map[string]any{"mode": c.mode, "cents": c.cents, "order": c.order})
-	md := metadata.Pairs("x-tenant", c.tenant)
+	md := metadata.Pairs("x-tenant-bin", c.tenant) // binary: any scope, "…" included
 	for _, k := range c.keys {
 		md.Append(idemgrpc.DefaultMetadata, k)
 	}

@@ -5,6 +5,8 @@ package idemgrpc_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -245,6 +247,14 @@ func TestIssue16Features(t *testing.T) {
 			l3 := f.call(t, ctx, call{tenant: long + "b", keys: []string{"k"}, cents: 1})
 			if l1.err != nil || l2.err != nil || l3.err != nil || !l2.replayed || l3.replayed {
 				t.Fatalf("long scopes: %v, %v (replayed %v), %v (replayed %v)", l1.err, l2.err, l2.replayed, l3.err, l3.replayed)
+			}
+			// A principal named as another's long scope is digested
+			// (first 64 bytes, "…#sha256:", the SHA-256) is a scope of its
+			// own: it never gets the long scope's responses.
+			sum := sha256.Sum256([]byte(long + "a"))
+			forged := (long + "a")[:64] + "…#sha256:" + hex.EncodeToString(sum[:])
+			if l4 := f.call(t, ctx, call{tenant: forged, keys: []string{"k"}, cents: 1}); l4.err != nil || l4.replayed {
+				t.Fatalf("the digest form of a long scope as a scope: %v (replayed %v); want a run of its own", l4.err, l4.replayed)
 			}
 
 			runs := f.runs.Load()

@@ -24,7 +24,8 @@
 // sub-muxes never share identities. Without a pattern it is the method and
 // the escaped path as sent, or, for a long path, the method and a
 // fixed-size digest of it. A scope over 255 bytes is replaced by a digest
-// the same way. The fingerprint covers the method, the path and query as
+// the same way, and so is any scope or operation that contains the digests'
+// marker "…#sha256:", so that two scopes never share a name. The fingerprint covers the method, the path and query as
 // sent, and the SHA-256 of the body: the same key with another fingerprint
 // on the same operation (another body, or another resource of the same
 // route) is 422. Only digests are stored (unless the route has a [Query]),
