@@ -39,7 +39,7 @@ func TestIssue16UncertainHandlerErrors(t *testing.T) {
 		{"RecordFailed", []runtime.Option{runtime.WithErrorPolicy(runtime.RecordFailed)}},
 		{"ReleaseRecord", []runtime.Option{runtime.WithErrorPolicy(runtime.ReleaseRecord)}},
 	}
-	modes := []string{"wrapped-deadline", "url-timeout", "wrapped-canceled", "status-canceled", "own-deadline"}
+	modes := []string{"wrapped-deadline", "url-timeout", "wrapped-canceled", "status-canceled", "own-deadline", "unavailable-after-deadline"}
 	for _, st := range teststores.All() {
 		t.Run(st.Name, func(t *testing.T) {
 			store := st.New(t)
@@ -61,7 +61,7 @@ func TestIssue16UncertainHandlerErrors(t *testing.T) {
 func uncertainRetry(t *testing.T, f *fixture, tenant, mode string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if mode == "own-deadline" {
+	if mode == "own-deadline" || mode == "unavailable-after-deadline" {
 		ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
 	}
 	before := f.runs.Load()
@@ -70,8 +70,8 @@ func uncertainRetry(t *testing.T, f *fixture, tenant, mode string) {
 	if first.err == nil {
 		t.Fatal("first call succeeded")
 	}
-	// Bounded: a retry that runs the handler again in mode own-deadline
-	// waits for its deadline.
+	// Bounded: a retry that runs the handler again in modes own-deadline
+	// and unavailable-after-deadline waits for its deadline.
 	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 	defer rcancel()
 	retry := f.call(t, rctx, call{tenant: tenant, keys: []string{mode}, mode: mode})
