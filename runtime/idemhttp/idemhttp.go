@@ -42,7 +42,13 @@
 // outcome unknown: 504 (a downstream timed out) and a retryable status
 // written after the request's context ended record UNKNOWN, whatever the
 // runtime's error policy, so a retry never runs an effect that may have
-// happened (a [Query] or a runtime.NoQueryPolicy converges them). A
+// happened (a [Query] or a runtime.NoQueryPolicy converges them). Put
+// [http.TimeoutHandler] outside the middleware, never inside: inside, its
+// 503 while the handler still runs reaches the middleware as the handler's
+// answer, with the request's context alive, and releases the key, so a
+// retry runs the handler again; outside, its deadline is the request's
+// context and the handler's response is recorded. Any handler-side timeout
+// that answers while the work goes on must answer 504, no other 5xx. A
 // panicking handler releases the key; its panic is then re-raised for
 // net/http (or an outer recoverer) to handle: the panic value is never sent
 // to a client. A response too large for the store, and a streamed one (the

