@@ -12,14 +12,20 @@ import (
 	"unicode/utf8"
 )
 
+// Marker separates a derived name's prefix from its digest: a derived name
+// is its first bytes, Marker and 64 hex digits.
+const Marker = "…#sha256:"
+
 // Fit returns s when it is at most n bytes of valid UTF-8 without control
-// bytes, and otherwise a fixed-size name derived from it: its first 64 bytes
-// (control bytes and invalid UTF-8 removed) and its SHA-256, at most 139
-// bytes. Two different names never share a derived one (short of a SHA-256
-// collision), and a derived name is never a name that fits: it has the
-// "…#sha256:" marker and 64 hex digits where names that fit rarely do.
+// bytes and without [Marker], and otherwise a fixed-size name derived from
+// it: its first 64 bytes (control bytes and invalid UTF-8 removed), Marker
+// and its SHA-256 in hex, at most 139 bytes. Fit is one-to-one (short of a
+// SHA-256 collision): a kept name never contains Marker and a derived one
+// always does, so a name that is another's derived name, sent as it is, is
+// derived in turn rather than kept; and two derived names differ in their
+// digests.
 func Fit(s string, n int) string {
-	if len(s) <= n && utf8.ValidString(s) && !hasControl(s) {
+	if len(s) <= n && utf8.ValidString(s) && !hasControl(s) && !strings.Contains(s, Marker) {
 		return s
 	}
 	sum := sha256.Sum256([]byte(s))
@@ -29,7 +35,7 @@ func Fit(s string, n int) string {
 		}
 		return r
 	}, strings.ToValidUTF8(s[:min(len(s), 64)], ""))
-	return prefix + "…#sha256:" + hex.EncodeToString(sum[:])
+	return prefix + Marker + hex.EncodeToString(sum[:])
 }
 
 func hasControl(s string) bool {

@@ -12,23 +12,39 @@
 // Server side: the key is the one value of the "idempotency-key" metadata
 // (see [Metadata]); the operation is the full method name; the scope is
 // replaced by a fixed-size digest when it is over 255 bytes (a long SPIFFE
-// ID); the fingerprint is the SHA-256 of the method and the deterministic
+// ID) or contains the digests' marker "…#sha256:", so that two scopes never
+// share a name; the fingerprint is the SHA-256 of the method and the deterministic
 // proto encoding of the request (only digests are stored, unless the method
 // has a [Query]). The handler's response message is stored (its full name
 // and deterministic encoding) with the header metadata it set (less
 // [NeverStoredMetadata]) and replayed, with the header metadata
-// "idempotent-replayed: true". An error that leaves the outcome unknown (a
-// timeout or a cancellation anywhere in the error's tree, or a
-// DeadlineExceeded or Canceled status: runtime.Uncertain) is handed to the
-// runtime as it is and records UNKNOWN, whatever its code and the error
-// policy (register a [Query] or a runtime.NoQueryPolicy to converge it).
-// Other retryable codes ([RetryableCodes]: Unavailable, ResourceExhausted,
-// Aborted, Internal, Unknown by default) release the key. Any other status
-// is stored as a permanent failure (FAILED, the status with its details as
-// the failure's detail) and replayed; a status too large for the store loses
-// its details and then part of its message, never its code. A panicking
-// handler releases the key and the panic is re-raised (put a recovering
-// interceptor before this one: grpc-go does not recover panics).
+// "idempotent-replayed: true". A handler's error is classified in this
+// order:
+//
+//   - an error that leaves the outcome unknown (a timeout or a cancellation
+//     anywhere in the error's tree, or a DeadlineExceeded or Canceled
+//     status: runtime.Uncertain) is handed to the runtime as it is and
+//     records UNKNOWN, whatever its code and the error policy (register a
+//     [Query] or a runtime.NoQueryPolicy to converge it);
+//   - a plain error (no status: grpc sends it as Unknown), and an Unknown or
+//     Internal status, are no code the handler chose: they are handed to the
+//     runtime as they are, which honours runtime.Retryable and
+//     runtime.Permanent and otherwise applies its error policy, UNKNOWN by
+//     default (an Unknown or Internal status listed in [RetryableCodes] is
+//     released instead);
+//   - a retryable code ([RetryableCodes]: Unavailable, ResourceExhausted,
+//     Aborted by default) returned after the call's context ended (its
+//     deadline passed, it was cancelled, or the lease was lost) records
+//     UNKNOWN, whatever the error policy, as a 5xx does in idemhttp: the
+//     handler gave up waiting on something that may have acted;
+//   - another retryable code releases the key;
+//   - any other status is stored as a permanent failure (FAILED, the status
+//     with its details as the failure's detail) and replayed; a status too
+//     large for the store loses its details and then part of its message,
+//     never its code.
+//
+// A panicking handler releases the key and the panic is re-raised (put a
+// recovering interceptor before this one: grpc-go does not recover panics).
 //
 // The interceptor's own errors carry an errdetails.ErrorInfo (domain
 // [Domain], reason one of the Reason constants) and, when a retry may
@@ -147,12 +163,16 @@ func Scope(f func(ctx context.Context) string) Option { return func(c *config) {
 // methods).
 func Methods(f func(fullMethod string) bool) Option { return func(c *config) { c.methods = f } }
 
-// RetryableCodes sets which handler error codes release the key so that a
-// retry runs the handler again (default: Unavailable, ResourceExhausted,
-// Aborted, Internal, Unknown). Other codes are stored and replayed. An
-// error that leaves the outcome unknown (runtime.Uncertain: DeadlineExceeded,
-// Canceled, or a timeout wrapped in any code) records UNKNOWN whatever the
-// codes listed here.
+// RetryableCodes sets which status codes a handler returns release the key
+// so that a retry runs the handler again (default: Unavailable,
+// ResourceExhausted, Aborted: the codes gRPC defines as "retry"). Other
+// codes are stored and replayed, except Unknown and Internal, which the
+// runtime classifies (UNKNOWN under the default error policy) unless listed
+// here. A plain error (not a status) is never a code: the runtime's error
+// policy decides it, whatever is listed. An error that leaves the outcome
+// unknown (runtime.Uncertain: DeadlineExceeded, Canceled, or a timeout
+// wrapped in any code), and a listed code returned after the call's context
+// ended, record UNKNOWN whatever the codes listed here.
 func RetryableCodes(cs ...codes.Code) Option {
 	return func(c *config) { c.retryable = func(code codes.Code) bool { return slices.Contains(cs, code) } }
 }
@@ -246,7 +266,7 @@ func UnaryServerInterceptor(rt *runtime.Runtime, opts ...Option) grpc.UnaryServe
 		metadata: DefaultMetadata, methods: func(string) bool { return true },
 		retryable: func(c codes.Code) bool {
 			switch c {
-			case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.Internal, codes.Unknown:
+			case codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
 				return true
 			}
 			return false
@@ -344,7 +364,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 			if pnc != nil {
 				return record{}, runtime.Retryable(handlerPanicked{})
 			}
-			rec, err := cfg.outcome(out, herr)
+			rec, err := cfg.outcome(ectx, out, herr)
 			if err == nil && hs != nil {
 				rec.Header = cfg.storedHeader(hs.header())
 			}
@@ -465,18 +485,31 @@ func parseCode(s string) (codes.Code, bool) {
 }
 
 // outcome maps the handler's result to the record to store, or to the
-// error the runtime classifies: an error that leaves the outcome unknown
-// (runtime.Uncertain: a timeout or a cancellation anywhere in its tree) as
-// it is, whatever its code, so the record is UNKNOWN; a retryable code
-// released; any other status stored as a permanent failure.
-func (cfg *config) outcome(out any, herr error) (record, error) {
+// error the runtime classifies (ctx is the handler's context):
+//
+//   - an error that leaves the outcome unknown (runtime.Uncertain: a timeout
+//     or a cancellation anywhere in its tree) as it is, whatever its code:
+//     UNKNOWN;
+//   - a plain error (not a status) and an Unknown or Internal status not
+//     listed in [RetryableCodes] as it is: they are no code the handler
+//     chose, so the runtime's classification decides (runtime.Retryable and
+//     runtime.Permanent, else the error policy: UNKNOWN by default);
+//   - a retryable code returned after ctx ended: UNKNOWN, whatever the error
+//     policy (the handler gave up waiting on something that may have acted);
+//   - another retryable code: released;
+//   - any other status: stored as a permanent failure.
+func (cfg *config) outcome(ctx context.Context, out any, herr error) (record, error) {
 	if herr != nil {
-		if runtime.Uncertain(herr) {
+		st, isStatus := status.FromError(herr)
+		switch c := st.Code(); {
+		case runtime.Uncertain(herr):
 			return record{}, herr
-		}
-		st := status.Convert(herr)
-		if cfg.retryable(st.Code()) {
-			return record{}, runtime.Retryable(&codeError{st.Code(), herr})
+		case !isStatus, (c == codes.Unknown || c == codes.Internal) && !cfg.retryable(c):
+			return record{}, herr
+		case cfg.retryable(c) && ctx.Err() != nil:
+			return record{}, &uncertainCode{c, herr, []error{ctx.Err(), context.Cause(ctx)}}
+		case cfg.retryable(c):
+			return record{}, runtime.Retryable(&codeError{c, herr})
 		}
 		return record{}, runtime.Permanent(&statusFailure{st})
 	}
@@ -572,10 +605,25 @@ func errStatus(ctx context.Context, c codes.Code, reason, msg string, retry time
 
 // operation is the full method name, or a fixed-size name derived from it
 // when it is not a valid operation (over 255 bytes, not UTF-8, or with
-// control bytes).
+// control bytes), or when it contains the digests' marker (see idname.Fit).
 func operation(fullMethod string) string {
 	return idname.Fit(fullMethod, runtime.MaxKeyLen)
 }
+
+// uncertainCode is a retryable code returned after the handler's context
+// ended (see config.outcome): it unwraps to the handler's error, the
+// context's error and its cause, so runtime.Uncertain holds and the record
+// is UNKNOWN.
+type uncertainCode struct {
+	code   codes.Code
+	err    error
+	causes []error
+}
+
+func (e *uncertainCode) Error() string {
+	return "handler answered " + e.code.String() + " after its context ended: " + errors.Join(e.causes...).Error()
+}
+func (e *uncertainCode) Unwrap() []error { return append([]error{e.err}, e.causes...) }
 
 // codeError is a retryable handler error: the key is released.
 type codeError struct {

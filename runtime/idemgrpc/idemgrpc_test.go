@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,7 +69,7 @@ func start(t *testing.T, s setup) *fixture {
 		idemgrpc.Logger(slog.New(slog.DiscardHandler)),
 		idemgrpc.Scope(func(ctx context.Context) string {
 			md, _ := metadata.FromIncomingContext(ctx)
-			return strings.Join(md.Get("x-tenant"), ",")
+			return strings.Join(md.Get("x-tenant-bin"), ",")
 		}),
 	}, s.opts...)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(f.recoverer, f.lossy, idemgrpc.UnaryServerInterceptor(rt, opts...)))
@@ -150,6 +151,19 @@ func (f *fixture) charge(ctx context.Context, in *structpb.Struct) (*structpb.St
 	case "own-deadline": // waits for the caller's deadline, as a downstream call would
 		<-ctx.Done()
 		return nil, fmt.Errorf("charging: %w", ctx.Err())
+	case "unavailable-after-deadline": // as own-deadline, but the handler builds a status from the context's error
+		<-ctx.Done()
+		return nil, status.Errorf(codes.Unavailable, "payment gateway: %v", ctx.Err())
+	case "plain-reset": // a plain error: the downstream's connection was reset after the request went out
+		return nil, fmt.Errorf("charging: %w", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET})
+	case "status-unknown":
+		return nil, status.Error(codes.Unknown, "the payment service failed")
+	case "status-internal": // as a downstream's undecodable reply forwarded as it is
+		return nil, status.Error(codes.Internal, "grpc: failed to unmarshal the response")
+	case "retryable-plain":
+		return nil, runtime.Retryable(errors.New("the charge was not sent: no route to the gateway"))
+	case "permanent-plain":
+		return nil, runtime.Permanent(errors.New("card declined"))
 	case "header":
 		_ = grpc.SetHeader(ctx, metadata.Pairs("x-charge-id", fmt.Sprintf("ch_%d", n), "authorization", "Bearer secret", "set-cookie", "s=1"))
 	case "big-error":
@@ -196,7 +210,7 @@ type reply struct {
 func (f *fixture) call(t *testing.T, ctx context.Context, c call, opts ...grpc.CallOption) reply {
 	t.Helper()
 	req, _ := structpb.NewStruct(map[string]any{"mode": c.mode, "cents": c.cents, "order": c.order})
-	md := metadata.Pairs("x-tenant", c.tenant)
+	md := metadata.Pairs("x-tenant-bin", c.tenant) // binary: any scope, "…" included
 	for _, k := range c.keys {
 		md.Append(idemgrpc.DefaultMetadata, k)
 	}

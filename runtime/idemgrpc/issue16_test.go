@@ -5,6 +5,8 @@ package idemgrpc_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,7 +39,7 @@ func TestIssue16UncertainHandlerErrors(t *testing.T) {
 		{"RecordFailed", []runtime.Option{runtime.WithErrorPolicy(runtime.RecordFailed)}},
 		{"ReleaseRecord", []runtime.Option{runtime.WithErrorPolicy(runtime.ReleaseRecord)}},
 	}
-	modes := []string{"wrapped-deadline", "url-timeout", "wrapped-canceled", "status-canceled", "own-deadline"}
+	modes := []string{"wrapped-deadline", "url-timeout", "wrapped-canceled", "status-canceled", "own-deadline", "unavailable-after-deadline"}
 	for _, st := range teststores.All() {
 		t.Run(st.Name, func(t *testing.T) {
 			store := st.New(t)
@@ -59,7 +61,7 @@ func TestIssue16UncertainHandlerErrors(t *testing.T) {
 func uncertainRetry(t *testing.T, f *fixture, tenant, mode string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if mode == "own-deadline" {
+	if mode == "own-deadline" || mode == "unavailable-after-deadline" {
 		ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
 	}
 	before := f.runs.Load()
@@ -68,8 +70,8 @@ func uncertainRetry(t *testing.T, f *fixture, tenant, mode string) {
 	if first.err == nil {
 		t.Fatal("first call succeeded")
 	}
-	// Bounded: a retry that runs the handler again in mode own-deadline
-	// waits for its deadline.
+	// Bounded: a retry that runs the handler again in modes own-deadline
+	// and unavailable-after-deadline waits for its deadline.
 	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 	defer rcancel()
 	retry := f.call(t, rctx, call{tenant: tenant, keys: []string{mode}, mode: mode})
@@ -245,6 +247,14 @@ func TestIssue16Features(t *testing.T) {
 			l3 := f.call(t, ctx, call{tenant: long + "b", keys: []string{"k"}, cents: 1})
 			if l1.err != nil || l2.err != nil || l3.err != nil || !l2.replayed || l3.replayed {
 				t.Fatalf("long scopes: %v, %v (replayed %v), %v (replayed %v)", l1.err, l2.err, l2.replayed, l3.err, l3.replayed)
+			}
+			// A principal named as another's long scope is digested
+			// (first 64 bytes, "…#sha256:", the SHA-256) is a scope of its
+			// own: it never gets the long scope's responses.
+			sum := sha256.Sum256([]byte(long + "a"))
+			forged := (long + "a")[:64] + "…#sha256:" + hex.EncodeToString(sum[:])
+			if l4 := f.call(t, ctx, call{tenant: forged, keys: []string{"k"}, cents: 1}); l4.err != nil || l4.replayed {
+				t.Fatalf("the digest form of a long scope as a scope: %v (replayed %v); want a run of its own", l4.err, l4.replayed)
 			}
 
 			runs := f.runs.Load()

@@ -65,7 +65,7 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, record] {
 		resp, o, qerr := q(ctx, m)
 		switch o {
 		case runtime.OutcomeSucceeded:
-			rec, err := cfg.outcome(resp, nil)
+			rec, err := cfg.outcome(ctx, resp, nil)
 			if err != nil {
 				return record{}, runtime.OutcomeUnknown, err
 			}

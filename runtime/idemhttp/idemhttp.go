@@ -17,14 +17,20 @@
 // visible ASCII is 400, whether the route requires a key or not.
 //
 // The operation is the method and the route pattern as the client sees the
-// route ("POST /charges/{id}"): the pattern of the wrapped [http.ServeMux]
-// or r.Pattern when the middleware sits inside one, with the prefix an
-// [http.StripPrefix] took off put back ("POST /refunds/{id}" for a
-// sub-mux's "POST /{id}" mounted at /refunds/), so that two mounted
-// sub-muxes never share identities. Without a pattern it is the method and
-// the escaped path as sent, or, for a long path, the method and a
-// fixed-size digest of it. A scope over 255 bytes is replaced by a digest
-// the same way. The fingerprint covers the method, the path and query as
+// route ("POST /charges/{id}") when a pattern pins the route: the pattern of
+// the wrapped [http.ServeMux] (of the innermost ServeMux when it routes to
+// another) or r.Pattern when the middleware sits inside one, with the
+// prefix an [http.StripPrefix] took off put back ("POST /refunds/{id}" for
+// a sub-mux's "POST /{id}" mounted at /refunds/), so that two mounted
+// sub-muxes never share identities. A pattern that ends in "/" or in a
+// "{name...}" wildcard does not pin the route (its handler may route
+// further, by path or host, out of the middleware's sight): then, as
+// without a pattern, the operation is the request as the client sent it,
+// the method, the Host and the escaped path ("POST api.example/charges/c1"),
+// or, over 255 bytes, a fixed-size digest of it. A scope over 255 bytes is
+// replaced by a digest the same way, and so is any scope or operation that
+// contains the digests' marker "…#sha256:", so that two scopes never share
+// a name. The fingerprint covers the method, the path and query as
 // sent, and the SHA-256 of the body: the same key with another fingerprint
 // on the same operation (another body, or another resource of the same
 // route) is 422. Only digests are stored (unless the route has a [Query]),
@@ -36,7 +42,13 @@
 // outcome unknown: 504 (a downstream timed out) and a retryable status
 // written after the request's context ended record UNKNOWN, whatever the
 // runtime's error policy, so a retry never runs an effect that may have
-// happened (a [Query] or a runtime.NoQueryPolicy converges them). A
+// happened (a [Query] or a runtime.NoQueryPolicy converges them). Put
+// [http.TimeoutHandler] outside the middleware, never inside: inside, its
+// 503 while the handler still runs reaches the middleware as the handler's
+// answer, with the request's context alive, and releases the key, so a
+// retry runs the handler again; outside, its deadline is the request's
+// context and the handler's response is recorded. Any handler-side timeout
+// that answers while the work goes on must answer 504, no other 5xx. A
 // panicking handler releases the key; its panic is then re-raised for
 // net/http (or an outer recoverer) to handle: the panic value is never sent
 // to a client. A response too large for the store, and a streamed one (the
@@ -495,17 +507,9 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 	// The wrapped mux's pattern, when there is one, is matched against the
 	// path the middleware sees; r.Pattern was set by a mux outside, which
 	// saw either the same path or, through http.StripPrefix, a longer one.
-	pattern := ""
-	if mux, ok := m.next.(interface {
-		Handler(*http.Request) (http.Handler, string)
-	}); ok {
-		_, pattern = mux.Handler(r)
-	}
+	pattern := routePattern(m.next, r)
 	if pattern == "" {
 		pattern = r.Pattern
-	}
-	if pattern == "" {
-		return r.Method + " " + idname.Fit(origPath, 128)
 	}
 	method, rest, ok := strings.Cut(pattern, " ")
 	if !ok {
@@ -516,6 +520,13 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 	host, path := rest, ""
 	if i := strings.IndexByte(rest, '/'); i >= 0 {
 		host, path = rest[:i], rest[i:]
+	}
+	if !pins(path) {
+		// No pattern, or one that leaves the rest of the route to a handler
+		// the middleware cannot see (a mount "/api/", a catch-all
+		// "/{rest...}", "/"): that handler may route by path or by host, so
+		// the request as the client sent it is the operation.
+		return idname.Fit(r.Method+" "+r.Host+origPath, runtime.MaxKeyLen)
 	}
 	cur := r.URL.EscapedPath()
 	switch {
@@ -531,6 +542,44 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 		return idname.Fit(method+" "+host+path+" at "+origPath, runtime.MaxKeyLen)
 	}
 	return idname.Fit(method+" "+host+path, runtime.MaxKeyLen)
+}
+
+// maxMuxDepth bounds how many nested muxes routePattern looks through.
+const maxMuxDepth = 8
+
+// routePattern returns the pattern h routes r to, when h is a mux (an
+// [http.ServeMux], or anything with its Handler method): the innermost
+// one when the handler it routes to is a mux in turn (an API mux mounted
+// on an outer mux's "/api/", a host-routing mux behind "/"), so that the
+// pattern names the route itself, not the mount. It is "" when h is no
+// mux or routes r nowhere.
+func routePattern(h http.Handler, r *http.Request) string {
+	pattern := ""
+	for range maxMuxDepth {
+		mux, ok := h.(interface {
+			Handler(*http.Request) (http.Handler, string)
+		})
+		if !ok {
+			break
+		}
+		next, p := mux.Handler(r)
+		if p == "" {
+			break // an inner mux routes r nowhere (404): the mount it is
+		}
+		pattern, h = p, next
+	}
+	return pattern
+}
+
+// pins reports whether the path of a ServeMux pattern names one route: it
+// does not end in "/" (a subtree, "/" included) nor in a "{name...}"
+// wildcard, either of which hands the rest of the path to its handler.
+func pins(path string) bool {
+	if path == "" || strings.HasSuffix(path, "/") {
+		return false
+	}
+	last := path[strings.LastIndexByte(path, '/')+1:]
+	return !(strings.HasPrefix(last, "{") && strings.HasSuffix(last, "...}"))
 }
 
 // matches reports whether the path of a ServeMux pattern could have
