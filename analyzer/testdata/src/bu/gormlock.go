@@ -59,6 +59,6 @@ func gormShipShared(ctx context.Context, db *gorm.DB, id string) error {
 		if err := tx.Clauses(clause.Locking{Strength: "SHARE"}).First(&o, "id = ?", id).Error; err != nil {
 			return err
 		}
-		return tx.Model(&o).Update("state", "SHIPPED").Error // want `gorm Update sets state of Order with only the model's primary key as condition`
+		return tx.Model(&o).Update("state", "SHIPPED").Error // want `gorm Update at gormlock.go:62:23 sets state of Order with only the model's primary key as condition`
 	})
 }

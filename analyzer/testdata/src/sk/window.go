@@ -26,6 +26,6 @@ func settleDailyUTC(ctx context.Context, rt *runtime.Runtime, r Req, loc *time.L
 // 3'. .UTC() keeps a fresh value fresh.
 func chargeTimeUTC(ctx context.Context, rt *runtime.Runtime, r Req) error {
 	key := r.OrderID + ":" + time.Now().UTC().Format(time.RFC3339Nano)
-	_, err := runtime.Do(ctx, rt, runtime.Call[Req, Resp]{Operation: "pay.Charge", Key: key, Request: r, Effect: effect}) // want `the idempotency key of this runtime.Call is minted on the server \(time.Now\(\)\)`
+	_, err := runtime.Do(ctx, rt, runtime.Call[Req, Resp]{Operation: "pay.Charge", Key: key, Request: r, Effect: effect}) // want `the idempotency key of this runtime.Call is minted on the server \(time.Now\(\) at window.go:28:27\)`
 	return err
 }

@@ -63,7 +63,7 @@ func chargeOnce(ctx context.Context) (*http.Response, error) {
 func chargeHeader(ctx context.Context) error {
 	req := newReq(ctx)
 	for range 3 {
-		req.Header.Set("Idempotency-Key", idemhttp.NewKey()) // want `the Idempotency-Key header is set from idemhttp.NewKey\(\) inside a retry loop`
+		req.Header.Set("Idempotency-Key", idemhttp.NewKey()) // want `the Idempotency-Key header is set from idemhttp.NewKey\(\) at skclient.go:66:37 inside a retry loop`
 		if _, err := client.Do(req); err == nil {
 			return nil
 		}
