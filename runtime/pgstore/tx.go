@@ -47,11 +47,13 @@ var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled ba
 // The claim itself is committed first, on its own (PROCESSING, with the
 // runtime's lease, renewed while the effect runs), so that a duplicate
 // (DoTx in another transaction, or [runtime.Do]) never runs the effect while
-// this call's transaction is open: it waits (up to rt's MaxWait, then
-// [runtime.ErrInProgress]) and replays the outcome, whatever it turns out
-// to be. The effect runs inside a savepoint; SUCCESS is a compare-and-set
-// from the claim, inside tx, so it commits with the effect's writes, and a
-// worker that lost its lease meanwhile commits nothing.
+// this call's transaction is open: it waits (a DoTx duplicate up to rt's
+// MaxWait, then [runtime.ErrInProgress]) and replays the outcome, whatever
+// it turns out to be. The effect runs inside a savepoint; SUCCESS is a
+// compare-and-set from the claim, inside tx, so it commits with the effect's
+// writes, and a worker that lost its lease meanwhile commits nothing. Just
+// before it the claim's lease is ended: from then on the record's row,
+// locked by tx, holds duplicates off until tx ends.
 //
 // When the effect fails, DoTx rolls back to its savepoint (the effect's
 // writes are gone; the caller's transaction stays usable) and returns the
@@ -62,9 +64,10 @@ var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled ba
 // recorded shortened, as the runtime's size rule says.
 //
 // If the caller rolls its transaction back after DoTx succeeded, nothing
-// remains of the effect, and the claim stays PROCESSING until its lease
-// expires: duplicates wait for it (at most the lease after DoTx returned),
-// then run the effect. Use READ COMMITTED (PostgreSQL's default).
+// remains of the effect, and the claim, its lease ended, is taken over by
+// the next duplicate, which runs the effect. DoTx uses a second connection
+// of the store's pool, one statement at a time. Use READ COMMITTED
+// (PostgreSQL's default).
 func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c TxCall[Req, Resp]) (Resp, error) {
 	var zero Resp
 	s, ok := rt.Store().(*Store)
@@ -178,6 +181,19 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	} else {
 		tp.Response = body
 	}
+	// The claim's lease ends now, committed: should the caller roll back,
+	// a duplicate takes the claim over at once. From the compare-and-set
+	// below until the caller's transaction ends, the record's row is locked:
+	// a takeover waits for it, then finds SUCCESS (or, after a rollback,
+	// the claim to take). A duplicate that takes the claim in between wins,
+	// and this call, finding the record changed, commits nothing.
+	if _, rerr := s.Renew(ctx, runtime.RenewParams{ID: id, State: runtime.StateProcessing, Owner: rt.Owner(), Version: rec.Version}); errors.Is(rerr, runtime.ErrLeaseLost) {
+		done = true
+		if ferr := finish(false); ferr != nil {
+			return zero, errors.Join(ferr, rerr)
+		}
+		return zero, x.lostErr(nil)
+	} // another error leaves the lease as it was: a duplicate then waits for it after a rollback
 	_, terr := s.transition(ctx, s.q.WithTx(sp), tp)
 	if terr != nil {
 		done = true
