@@ -4,7 +4,8 @@
 // idemlint finds nothing in it (and finds the per-attempt key of the
 // "before" retry loop). It runs offline: the copy's module replaces
 // github.com/idemkit/idem with this checkout and resolves everything else
-// from the module cache (GOPROXY=off).
+// from the module cache (GOPROXY=off), after one `go list -m all` in this
+// module has put its module graph's go.mod files there.
 package adopt_test
 
 import (
@@ -76,6 +77,18 @@ func TestAdopt(t *testing.T) {
 		t.Skip("builds a module of its own (about 15 s)")
 	}
 	dir := t.TempDir()
+	// The copy resolves every module offline, from the module cache. On a
+	// new machine the cache has what this module's build needed, but not
+	// the go.mod files of the rest of its module graph (pre-1.17 modules
+	// such as pgpassfile list their test dependencies, which an unpruned
+	// graph reads): loading this module's whole graph fetches them, through
+	// the configured proxy, once; with a warm cache it reads only the cache.
+	prefetch := exec.Command("go", "list", "-m", "all")
+	prefetch.Dir = "../.."
+	prefetch.Env = append(os.Environ(), "GOWORK=off", "GOTOOLCHAIN=local")
+	if out, err := prefetch.CombinedOutput(); err != nil {
+		t.Fatalf("go list -m all (fetching the module graph's go.mod files): %v\n%s", err, out)
+	}
 	// idemlint as installed with go install.
 	idemlint = filepath.Join(t.TempDir(), "idemlint")
 	run(t, "../..", 0, "go", "build", "-o", idemlint, "./cmd/idemlint")
