@@ -72,6 +72,21 @@ func (o *owners) leave() {
 	o.now--
 }
 
+// ownedEffect is an effect that lasts d, honours its context and counts
+// in o how many run at once.
+func ownedEffect(o *owners, d time.Duration) func(context.Context, chargeReq) (receipt, error) {
+	return func(ctx context.Context, r chargeReq) (receipt, error) {
+		o.enter()
+		defer o.leave()
+		select {
+		case <-time.After(d):
+			return receipt{ID: "ch", Amount: r.Amount}, nil
+		case <-ctx.Done():
+			return receipt{}, context.Cause(ctx)
+		}
+	}
+}
+
 // testRenewals: a worker whose store answers keeps its lease however its
 // renewals are delayed or time out once; a worker that cannot confirm its
 // lease stops its effect (ErrLeaseLost) before the lease can expire, so
@@ -114,17 +129,7 @@ func testRenewals(t *testing.T, s runtime.Store) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := scoped(t)
 			var o owners
-			// The effect lasts three leases and honours its context.
-			effect := func(ctx context.Context, r chargeReq) (receipt, error) {
-				o.enter()
-				defer o.leave()
-				select {
-				case <-time.After(3 * renewLease):
-					return receipt{ID: "ch", Amount: r.Amount}, nil
-				case <-ctx.Done():
-					return receipt{}, context.Cause(ctx)
-				}
-			}
+			effect := ownedEffect(&o, 3*renewLease) // three leases
 			faulty := &renewFaults{Store: s, renew: tc.renew}
 			first := newRuntime(t, faulty, runtime.WithLease(renewLease), runtime.WithOwner("first"))
 			dup := newRuntime(t, s, runtime.WithLease(renewLease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))
@@ -191,16 +196,7 @@ func (s *slowClaimReply) Claim(ctx context.Context, p runtime.ClaimParams) (runt
 func testSlowClaimReply(t *testing.T, s runtime.Store) {
 	ctx := scoped(t)
 	var o owners
-	effect := func(ctx context.Context, r chargeReq) (receipt, error) {
-		o.enter()
-		defer o.leave()
-		select {
-		case <-time.After(renewLease):
-			return receipt{ID: "ch", Amount: r.Amount}, nil
-		case <-ctx.Done():
-			return receipt{}, context.Cause(ctx)
-		}
-	}
+	effect := ownedEffect(&o, renewLease)
 	slow := &slowClaimReply{Store: s, delay: 2 * renewLease, applied: make(chan struct{})}
 	first := newRuntime(t, slow, runtime.WithLease(renewLease), runtime.WithOwner("slow-reply"))
 	dup := newRuntime(t, s, runtime.WithLease(renewLease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))

@@ -147,9 +147,9 @@ func (s noteLimited) Transition(ctx context.Context, p runtime.TransitionParams)
 	return s.tooLarge.Transition(ctx, p)
 }
 
-// converge leaves key k UNKNOWN (its effect timed out) and runs a reconciler
-// whose query is q, once.
-func converge(t *testing.T, ctx context.Context, s runtime.Store, runs *atomic.Int32, q runtime.QueryFunc[chargeReq, receipt]) {
+// leaveUnknown runs key k with an effect that times out, so its record is
+// UNKNOWN, and returns the runtime it used.
+func leaveUnknown(t *testing.T, ctx context.Context, s runtime.Store, runs *atomic.Int32) *runtime.Runtime {
 	t.Helper()
 	rt := newRuntime(t, s, runtime.WithLease(shortLease))
 	_, err := runtime.Do(ctx, rt, call("k", chargeReq{"a", 1}, func(ctx context.Context, _ chargeReq) (receipt, error) {
@@ -159,6 +159,14 @@ func converge(t *testing.T, ctx context.Context, s runtime.Store, runs *atomic.I
 	if !errors.Is(err, runtime.ErrOutcomeUnknown) {
 		t.Fatalf("first call: %v, want ErrOutcomeUnknown", err)
 	}
+	return rt
+}
+
+// converge leaves key k UNKNOWN (its effect timed out) and runs a reconciler
+// whose query is q, once.
+func converge(t *testing.T, ctx context.Context, s runtime.Store, runs *atomic.Int32, q runtime.QueryFunc[chargeReq, receipt]) {
+	t.Helper()
+	rt := leaveUnknown(t, ctx, s, runs)
 	if err := runtime.Register(rt, "Payments.Charge", q, runtime.QueryOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -171,14 +179,7 @@ func converge(t *testing.T, ctx context.Context, s runtime.Store, runs *atomic.I
 // resolve leaves key k UNKNOWN and resolves it by hand as res says.
 func resolve(t *testing.T, ctx context.Context, s runtime.Store, runs *atomic.Int32, res runtime.Resolution) {
 	t.Helper()
-	rt := newRuntime(t, s, runtime.WithLease(shortLease))
-	_, err := runtime.Do(ctx, rt, call("k", chargeReq{"a", 1}, func(ctx context.Context, _ chargeReq) (receipt, error) {
-		runs.Add(1)
-		return receipt{}, context.DeadlineExceeded
-	}))
-	if !errors.Is(err, runtime.ErrOutcomeUnknown) {
-		t.Fatalf("first call: %v, want ErrOutcomeUnknown", err)
-	}
+	leaveUnknown(t, ctx, s, runs)
 	res.ID = runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: "Payments.Charge", Key: "k"}
 	res.Owner = "operator"
 	if _, err := runtime.Resolve(ctx, s, res); err != nil {
