@@ -8,9 +8,10 @@
 # Starts PostgreSQL 15 with fsync and synchronous_commit ON (PG_DURABLE=1)
 # and a standalone Redis on loopback ports. For each store and scenario
 # (first call, replay of one hot key, replays spread over 2,000 keys) at 1, 8
-# and 32 callers, idem and the floor run interleaved in one benchmark
-# (internal/benchcmp); the ratio is floor latency / idem latency, i.e. idem's
-# throughput as a fraction of the floor's. pgbench runs the claim+complete SQL
+# and 32 callers, idem and the floor run alone in alternated rounds
+# (internal/benchcmp.Alternating); the ratio is floor time / idem time per
+# operation, i.e. idem's throughput as a fraction of the floor's. shared-*
+# rows run both at once (latency under shared load). pgbench runs the claim+complete SQL
 # beside the floor SQL too, without the Go client, to separate SQL cost from
 # client cost.
 set -euo pipefail
@@ -76,13 +77,18 @@ the end; absolute numbers move with the machine's load, ratios much less.
   and of a replay one `HGETALL` of the record.
 - **idem** is `runtime.Do` on the store: the Go client, the runtime's own
   work (encoding, fingerprint, lease timer, completion) and its SQL.
-- Both run **interleaved in one benchmark** (`internal/benchcmp.Interleaved`):
-  every caller alternates blocks of 20 idem and 20 floor operations and times
-  them, so load from elsewhere hits both alike. The ratio is floor latency /
-  idem latency: idem's throughput as a fraction of the floor's at that number
-  of concurrent callers (1.00x = as fast as the floor). The group-commit rows
-  use `benchcmp.Alternating` (one side alone, then the other), since batching
-  changes the load the other side would see.
+- **Throughput rows** (`first`, `first-group-commit`, `replay-*`) run each
+  side alone, alternated over four rounds whose order flips every round
+  (`internal/benchcmp.Alternating`), so drifting load from elsewhere hits
+  both alike and neither side waits in the other's queue. The ratio is floor
+  wall time per operation / idem's at that number of concurrent callers:
+  idem's throughput as a fraction of the floor's (1.00x = as fast as the
+  floor).
+- **Shared-load rows** (`shared-*`) run both sides at once
+  (`internal/benchcmp.Interleaved`: every caller alternates blocks of 20 idem
+  and 20 floor operations). Once the server saturates, both sides wait in
+  the same queue, so these rows state latency under a shared load, not
+  throughput, and carry no target.
 - PostgreSQL 15 runs with `fsync=on` and `synchronous_commit=on`; every
   commit waits for the disk. Redis runs standalone with default persistence.
 - Medians over the runs, min and max beside them.

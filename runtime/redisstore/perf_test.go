@@ -90,15 +90,15 @@ func BenchmarkPerf(b *testing.B) {
 	for _, callers := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("first/callers=%d", callers), func(b *testing.B) {
 			p := fmt.Sprintf("f%d-%d-", callers, time.Now().UnixNano())
-			benchcmp.Interleaved(b, callers,
+			benchcmp.Alternating(b, callers,
 				func(i int64) error { return do(p + strconv.FormatInt(i, 10)) },
 				func(i int64) error { return raw(p + strconv.FormatInt(i, 10)) })
 		})
 		b.Run(fmt.Sprintf("replay-hot/callers=%d", callers), func(b *testing.B) {
-			benchcmp.Interleaved(b, callers, func(int64) error { return do("s0") }, func(int64) error { return get("s0") })
+			benchcmp.Alternating(b, callers, func(int64) error { return do("s0") }, func(int64) error { return get("s0") })
 		})
 		b.Run(fmt.Sprintf("replay-spread/callers=%d", callers), func(b *testing.B) {
-			benchcmp.Interleaved(b, callers,
+			benchcmp.Alternating(b, callers,
 				func(i int64) error { return do("s" + strconv.FormatInt(i%spread, 10)) },
 				func(i int64) error { return get("s" + strconv.FormatInt(i%spread, 10)) })
 		})
