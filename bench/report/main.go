@@ -21,7 +21,8 @@ import (
 func main() {
 	title := flag.String("title", "benchmark", "title of the table and chart")
 	svg := flag.String("svg", "", "write an SVG bar chart of the ratios to this file")
-	target := flag.String("targets", "", "comma list of prefix=ratio targets drawn on the chart (first=0.9,replay=0.8)")
+	target := flag.String("targets", "", "comma list of prefix=ratio targets drawn on the chart (first=0.9,replay=0.8); the longest matching prefix applies")
+	summary := flag.String("summary", "", "append one Markdown row per target (the range of the medians of its rows, and whether each met it) to this file")
 	flag.Parse()
 	rows, err := parse(os.Stdin)
 	if err != nil {
@@ -34,6 +35,18 @@ func main() {
 	}
 	targets := parseTargets(*target)
 	writeTable(os.Stdout, *title, rows, targets)
+	if *summary != "" {
+		f, err := os.OpenFile(*summary, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+			os.Exit(1)
+		}
+		writeSummary(f, *title, rows, targets)
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+			os.Exit(1)
+		}
+	}
 	if *svg != "" {
 		f, err := os.Create(*svg)
 		if err != nil {
@@ -111,27 +124,82 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// parseTargets reads "prefix=ratio,..."; a prefix may hold "=" itself
+// (first-group-commit/callers=32=1.5): the ratio follows the last one.
 func parseTargets(s string) map[string]float64 {
 	t := map[string]float64{}
 	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
+		i := strings.LastIndex(kv, "=")
+		if i < 0 {
 			continue
 		}
-		if f, err := strconv.ParseFloat(v, 64); err == nil {
-			t[k] = f
+		if f, err := strconv.ParseFloat(kv[i+1:], 64); err == nil {
+			t[kv[:i]] = f
 		}
 	}
 	return t
 }
 
+// targetOf returns the target of the longest prefix of name, so that
+// "first-group-commit" is not judged by "first".
 func targetOf(name string, targets map[string]float64) (float64, bool) {
-	for k, v := range targets {
-		if strings.HasPrefix(name, k) {
-			return v, true
+	best, v, ok := -1, 0.0, false
+	for k, t := range targets {
+		if strings.HasPrefix(name, k) && len(k) > best {
+			best, v, ok = len(k), t, true
 		}
 	}
-	return 0, false
+	return v, ok
+}
+
+// prefixOf returns the longest target prefix of name.
+func prefixOf(name string, targets map[string]float64) string {
+	best := ""
+	for k := range targets {
+		if strings.HasPrefix(name, k) && len(k) > len(best) {
+			best = k
+		}
+	}
+	return best
+}
+
+// writeSummary writes one row per target prefix, in the order the rows
+// first name it: the rows it judges, the range of their medians, and
+// whether every one met it.
+func writeSummary(w io.Writer, title string, rows []*row, targets map[string]float64) {
+	var order []string
+	meds := map[string][]float64{}
+	names := map[string][]string{}
+	for _, r := range rows {
+		k := prefixOf(r.name, targets)
+		if k == "" {
+			continue
+		}
+		if _, seen := meds[k]; !seen {
+			order = append(order, k)
+		}
+		meds[k] = append(meds[k], median(r.ratio))
+		names[k] = append(names[k], r.name)
+	}
+	for _, k := range order {
+		m, t := meds[k], targets[k]
+		met := "**met**"
+		if slices.Min(m) < t {
+			met = fmt.Sprintf("not met (%d of %d rows under)", countUnder(m, t), len(m))
+		}
+		fmt.Fprintf(w, "| %s: %s (%d rows) | %.2fx - %.2fx | >= %.2fx | %s |\n", title, strings.TrimSuffix(k, "/"), len(m),
+			slices.Min(m), slices.Max(m), t, met)
+	}
+}
+
+func countUnder(v []float64, t float64) int {
+	n := 0
+	for _, x := range v {
+		if x < t {
+			n++
+		}
+	}
+	return n
 }
 
 func writeTable(w io.Writer, title string, rows []*row, targets map[string]float64) {
