@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 )
 
@@ -134,12 +133,23 @@ func (w *writer) commit() {
 }
 
 // response is what is recorded: the headers that may be stored, and the
-// body unless it was streamed.
+// body unless it was streamed. It shares the writer's header values and
+// body, which nothing changes once the handler returned: the runtime
+// encodes the response before the client's writer gets them.
 func (w *writer) response(cfg *config) Response {
-	h := http.Header{}
-	for k, vs := range w.header {
-		if cfg.stored(http.CanonicalHeaderKey(k)) {
-			h[k] = slices.Clone(vs)
+	h := w.header
+	for k := range w.header {
+		if !cfg.stored(http.CanonicalHeaderKey(k)) {
+			h = nil // some are not stored: a map of those that are
+			break
+		}
+	}
+	if h == nil {
+		h = http.Header{}
+		for k, vs := range w.header {
+			if cfg.stored(http.CanonicalHeaderKey(k)) {
+				h[k] = vs
+			}
 		}
 	}
 	resp := Response{Status: w.status, Header: h, Streamed: w.streamed}
