@@ -62,7 +62,7 @@ func benchServe(b *testing.B, h http.Handler, key func(i int) string) {
 	r.RequestURI = "/charges"
 	r.Header.Set("Content-Type", "application/json")
 	body := strings.NewReader(benchBody)
-	r.Body = io.NopCloser(body)
+	r.Body, r.ContentLength = io.NopCloser(body), int64(len(benchBody))
 	w := &sink{h: http.Header{}}
 	serve := func(i int) {
 		body.Reset(benchBody)

@@ -334,7 +334,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	origPath, target := original(r)
 	sum := sha256.Sum256(body)
-	rq := request{Method: r.Method, Target: idname.Fit(target, 1024), BodyLen: len(body), BodySHA256: hex.EncodeToString(sum[:])}
+	var sumHex [2 * sha256.Size]byte
+	hex.Encode(sumHex[:], sum[:])
+	rq := request{Method: r.Method, Target: idname.Fit(target, 1024), BodyLen: len(body), BodySHA256: string(sumHex[:])}
 	op := m.operationOf(r, origPath)
 	x := &exchange{m: m, w: w, r: r, body: body}
 	if idScope != scope {
