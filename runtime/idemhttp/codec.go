@@ -45,10 +45,7 @@ func (r Response) MarshalJSON() ([]byte, error) {
 		slices.Sort(keys)
 		b = append(b, '{')
 		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, k)
+			b = appendString(appendComma(b, i), k)
 			b = append(b, ':')
 			vs := r.Header[k]
 			if vs == nil {
@@ -57,10 +54,7 @@ func (r Response) MarshalJSON() ([]byte, error) {
 			}
 			b = append(b, '[')
 			for j, v := range vs {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = appendString(b, v)
+				b = appendString(appendComma(b, j), v)
 			}
 			b = append(b, ']')
 		}
@@ -78,6 +72,14 @@ func (r Response) MarshalJSON() ([]byte, error) {
 		b = append(b, `,"streamed":true`...)
 	}
 	return append(b, '}'), nil
+}
+
+// appendComma appends the comma before the element i of a list.
+func appendComma(b []byte, i int) []byte {
+	if i > 0 {
+		return append(b, ',')
+	}
+	return b
 }
 
 // plain reports whether encoding/json writes c as it is inside a string:
