@@ -92,21 +92,21 @@ func TestReadBody(t *testing.T) {
 			if oneByte {
 				r = iotest.OneByteReader(r)
 			}
-			got, err := readBody(r, c.length, max)
+			got, err := readBody(r, c.length, max, nil)
 			if string(got) != c.want || (err != nil) != c.err {
 				t.Errorf("%d bytes, length %d, one byte %v: got %q, %v", len(c.body), c.length, oneByte, got, err)
 			}
 		}
 	}
 	boom := errors.New("boom")
-	if _, err := readBody(io.MultiReader(strings.NewReader("ab"), iotest.ErrReader(boom)), -1, max); !errors.Is(err, boom) {
+	if _, err := readBody(io.MultiReader(strings.NewReader("ab"), iotest.ErrReader(boom)), -1, max, nil); !errors.Is(err, boom) {
 		t.Errorf("a failing body: %v", err)
 	}
-	if got, err := readBody(nil, -1, max); len(got) != 0 || err != nil {
+	if got, err := readBody(nil, -1, max, nil); len(got) != 0 || err != nil {
 		t.Errorf("no body: %q, %v", got, err)
 	}
 	big := bytes.Repeat([]byte("y"), 5000)
-	if got, _ := readBody(bytes.NewReader(big), -1, 1<<20); !bytes.Equal(got, big) {
+	if got, _ := readBody(bytes.NewReader(big), -1, 1<<20, make([]byte, 0, 100)); !bytes.Equal(got, big) {
 		t.Errorf("a body past the first buffer: %d bytes", len(got))
 	}
 }

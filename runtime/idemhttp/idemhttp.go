@@ -307,7 +307,11 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.problem(w, probKeyInvalid, fmt.Sprintf("The %s header must be 1 to 255 bytes of visible ASCII, bare or as a quoted string.", cfg.header))
 		return
 	}
-	body, err := readBody(r.Body, r.ContentLength, cfg.maxBody)
+	// x lives until ServeHTTP returns, and so do the pooled buffers of the
+	// request's body and of the handler's response (see exchange.release).
+	x := &exchange{m: m, w: w, r: r}
+	defer x.release()
+	body, err := x.readBody(cfg.maxBody)
 	tooLarge := err != nil && isMaxBytes(err) // an outer http.MaxBytesReader's limit
 	if err != nil && !tooLarge {
 		m.problem(w, probBodyUnreadable, "The request body could not be read.")
@@ -338,7 +342,6 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hex.Encode(sumHex[:], sum[:])
 	rq := request{Method: r.Method, Target: idname.Fit(target, 1024), BodyLen: len(body), BodySHA256: string(sumHex[:])}
 	op := m.operationOf(r, origPath)
-	x := &exchange{m: m, w: w, r: r, body: body}
 	if idScope != scope {
 		x.scope, x.rescope = scope, true
 	}
@@ -354,7 +357,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		c.Fingerprint = runtime.Fingerprint(fpBytes)
 		c.Query = query
-		c.Request.URL, c.Request.Body = target, body
+		// The stored request outlives this one (a reconciler, the query
+		// itself): its body must not be the pooled buffer.
+		c.Request.URL, c.Request.Body = target, bytes.Clone(body)
 	}
 	resp, err := runtime.Do(ctx, m.rt, c)
 	if x.ran { // this request ran the handler: its client gets what it wrote
@@ -394,12 +399,12 @@ type exchange struct {
 func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
 	cfg := x.m.cfg
 	x.ran = true
-	x.rw = writer{w: x.w, header: http.Header{}, status: http.StatusOK}
+	x.rw.reset(x.w)
 	if x.rescope {
 		ctx = runtime.WithScope(ctx, x.scope)
 	}
 	r2 := x.r.WithContext(ctx)
-	x.reader.Reset(x.body)
+	x.reader.rewind(x.body)
 	r2.Body = &x.reader
 	if x.panic = serveRecovering(x.m.next, &x.rw, r2); x.panic != nil {
 		return Response{}, runtime.Retryable(handlerPanicked{})
@@ -407,23 +412,92 @@ func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
 	return cfg.outcome(ctx, x.rw.response(cfg))
 }
 
+// release gives the buffers of the request's body and of the response
+// back to the pool, once the client has the response and the runtime has
+// encoded the record (Do has returned), or the request failed before. A
+// handler that kept the request's body or its writer past its return gets
+// errors from them, never another request's bytes.
+func (x *exchange) release() {
+	x.rw.release()
+	x.reader.release()
+}
+
+// readBody reads the request's body (see readBody) into a pooled buffer,
+// which x.reader serves to the handler.
+func (x *exchange) readBody(max int64) ([]byte, error) {
+	bp := bufPool.Get().(*[]byte)
+	b, err := readBody(x.r.Body, x.r.ContentLength, max, (*bp)[:0])
+	*bp = b[:0] // the buffer b grew into, if it did
+	x.body = b
+	x.reader.buf = bp
+	x.reader.r.Reset(b)
+	return b, err
+}
+
 // bodyReader is the request body the handler reads: the bytes the
-// middleware read for the fingerprint.
-type bodyReader struct{ bytes.Reader }
+// middleware read for the fingerprint, in a pooled buffer. mu guards it:
+// once released (the handler returned), reads fail as reads of a closed
+// body do, and the buffer goes back to the pool.
+type bodyReader struct {
+	mu       sync.Mutex
+	r        bytes.Reader
+	buf      *[]byte
+	released bool
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.released {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.r.Read(p)
+}
+
+// WriteTo keeps io.Copy from the body free of a copy buffer, as the
+// bytes.Reader it reads from does.
+func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.released {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.r.WriteTo(w)
+}
 
 func (*bodyReader) Close() error { return nil }
 
+// rewind serves the body from its start (to the handler of an effect).
+func (b *bodyReader) rewind(body []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.r.Reset(body)
+}
+
+func (b *bodyReader) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.released = true
+	b.r.Reset(nil)
+	putBuf(b.buf)
+	b.buf = nil
+}
+
 // readBody reads r to its end, or to max+1 bytes (then the body is over the
-// limit), in one allocation when the length is known.
-func readBody(r io.Reader, length, max int64) ([]byte, error) {
+// limit), into dst, which it grows only when the length is unknown or dst
+// is too small for it.
+func readBody(r io.Reader, length, max int64, dst []byte) ([]byte, error) {
 	if r == nil { // a request built without a body
-		return []byte{}, nil
+		return dst[:0], nil
 	}
 	size := int64(512)
 	if length >= 0 {
 		size = min(length, max) + 1 // +1: EOF is seen without growing
 	}
-	b := make([]byte, 0, size)
+	b := dst[:0]
+	if int64(cap(b)) < size {
+		b = make([]byte, 0, size)
+	}
 	for int64(len(b)) <= max {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
