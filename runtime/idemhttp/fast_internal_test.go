@@ -105,6 +105,11 @@ func TestReadBody(t *testing.T) {
 	if got, err := readBody(nil, -1, max, nil); len(got) != 0 || err != nil {
 		t.Errorf("no body: %q, %v", got, err)
 	}
+	// A declared length past maxUpfront is not allocated before the
+	// bytes arrive.
+	if got, _ := readBody(strings.NewReader("short"), 1<<20, 1<<20, nil); cap(got) > maxUpfront+1 {
+		t.Errorf("a body that declares 1 MiB and sends 5 bytes: a buffer of %d bytes", cap(got))
+	}
 	big := bytes.Repeat([]byte("y"), 5000)
 	if got, _ := readBody(bytes.NewReader(big), -1, 1<<20, make([]byte, 0, 100)); !bytes.Equal(got, big) {
 		t.Errorf("a body past the first buffer: %d bytes", len(got))

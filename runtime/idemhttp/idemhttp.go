@@ -485,14 +485,16 @@ func (b *bodyReader) release() {
 
 // readBody reads r to its end, or to max+1 bytes (then the body is over the
 // limit), into dst, which it grows only when the length is unknown or dst
-// is too small for it.
+// is too small for it. A declared length is trusted up to maxUpfront: past
+// it the buffer grows as the bytes arrive, so that a client cannot make the
+// server allocate a large body it never sends.
 func readBody(r io.Reader, length, max int64, dst []byte) ([]byte, error) {
 	if r == nil { // a request built without a body
 		return dst[:0], nil
 	}
 	size := int64(512)
 	if length >= 0 {
-		size = min(length, max) + 1 // +1: EOF is seen without growing
+		size = min(length, max, maxUpfront) + 1 // +1: EOF is seen without growing
 	}
 	b := dst[:0]
 	if int64(cap(b)) < size {
@@ -513,6 +515,8 @@ func readBody(r io.Reader, length, max int64, dst []byte) ([]byte, error) {
 	}
 	return b, nil
 }
+
+const maxUpfront = 64 << 10
 
 // isMaxBytes reports whether err is an outer http.MaxBytesReader's limit.
 func isMaxBytes(err error) bool {
