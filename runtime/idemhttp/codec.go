@@ -153,6 +153,11 @@ func parseStored(b []byte) (resp Response, ok bool) {
 				return resp, false
 			}
 			k = http.CanonicalHeaderKey(k)
+			if _, dup := resp.Header[k]; dup {
+				// A name twice, or in two cases: the general reader
+				// decides (the last of a name wins there).
+				return resp, false
+			}
 			if !p.lit("[") { // null among them: the general reader
 				return resp, false
 			}
@@ -167,7 +172,7 @@ func parseStored(b []byte) (resp Response, ok bool) {
 				}
 				vs = append(vs, v)
 			}
-			resp.Header[k] = append(resp.Header[k], vs...)
+			resp.Header[k] = vs
 		}
 	}
 	if !p.lit(`,"body":`) {

@@ -59,6 +59,8 @@ func TestResponseUnmarshalAsGeneral(t *testing.T) {
 		`{"status":201,"header":{"content-type":["a"],"Content-Type":["b"]},"body":null}`,
 		`{"status":201,"header":{"X":["a\"b"]},"body":null}`,
 		`{"status":201,"header":{"X":null},"body":null}`,
+		`{"status":100,"header":{"X":["a"],"X":[]},"body":""}`, // the last of a name wins
+		`{"status":100,"header":{"X":[]},"body":""}`,
 		`{"status":201,"header":{"X":["caf\u00e9"]},"body":"e30="}`,
 		`{"status":201,"header":{"X":["café"]},"body":"e30="}`,
 		`{"status":201,"header":{},"body":""}`,
