@@ -2,105 +2,21 @@ package idemhttp
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"net/http"
-	"slices"
 	"strconv"
 )
 
 // A Response is stored with the runtime's codec, JSON by default, in the
-// form encoding/json gives its fields:
+// form encoding/json gives its fields by reflection:
 //
 //	{"status":201,"header":{"Content-Type":["application/json"]},"body":"eyJ...","streamed":true}
 //
-// (header names sorted, "streamed" only when true). MarshalJSON writes
-// exactly those bytes without reflection, and UnmarshalJSON reads that form
-// in one pass, falling back to the general reader (unmarshalAny) for any
-// other form: a record stored by an earlier version with escapes in its
-// strings, or one resolved by hand. The stored format is unchanged, so
-// records written before and after read alike, by either version.
-
-// MarshalJSON implements [json.Marshaler]: the stored form of r, byte for
-// byte what encoding/json writes for the struct.
-func (r Response) MarshalJSON() ([]byte, error) {
-	n := 48 + base64.StdEncoding.EncodedLen(len(r.Body))
-	for k, vs := range r.Header {
-		n += len(k) + 6
-		for _, v := range vs {
-			n += len(v) + 3
-		}
-	}
-	b := make([]byte, 0, n)
-	b = append(b, `{"status":`...)
-	b = strconv.AppendInt(b, int64(r.Status), 10)
-	b = append(b, `,"header":`...)
-	if r.Header == nil {
-		b = append(b, "null"...)
-	} else {
-		var arr [16]string
-		keys := arr[:0]
-		for k := range r.Header {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			b = appendString(appendComma(b, i), k)
-			b = append(b, ':')
-			vs := r.Header[k]
-			if vs == nil {
-				b = append(b, "null"...)
-				continue
-			}
-			b = append(b, '[')
-			for j, v := range vs {
-				b = appendString(appendComma(b, j), v)
-			}
-			b = append(b, ']')
-		}
-		b = append(b, '}')
-	}
-	b = append(b, `,"body":`...)
-	if r.Body == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '"')
-		b = base64.StdEncoding.AppendEncode(b, r.Body)
-		b = append(b, '"')
-	}
-	if r.Streamed {
-		b = append(b, `,"streamed":true`...)
-	}
-	return append(b, '}'), nil
-}
-
-// appendComma appends the comma before the element i of a list.
-func appendComma(b []byte, i int) []byte {
-	if i > 0 {
-		return append(b, ',')
-	}
-	return b
-}
-
-// plain reports whether encoding/json writes c as it is inside a string:
-// printable ASCII but the quote, the backslash and the HTML characters it
-// escapes.
-func plain(c byte) bool {
-	return c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-}
-
-// appendString appends s as encoding/json writes it.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if !plain(s[i]) {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
+// (header names sorted, "streamed" only when true). Response has no
+// MarshalJSON: encoding/json re-scans whatever a MarshalJSON returns, which
+// costs three times what its reflection does for this struct. UnmarshalJSON
+// reads that form in one pass, falling back to the general reader
+// (unmarshalAny) for any other form: a record with escapes in its strings,
+// or one resolved by hand.
 
 // UnmarshalJSON reads a Response in its stored form or in the documented
 // form of a record resolved by hand (`idemctl resolve -to success`):
@@ -119,7 +35,7 @@ func (r *Response) UnmarshalJSON(b []byte) error {
 	return r.unmarshalAny(b)
 }
 
-// parseStored reads b in the exact form MarshalJSON writes, with no escape
+// parseStored reads b in the exact form encoding/json writes, with no escape
 // in any string; ok is false for anything else (the caller then reads b
 // the general way). The header's names and values share one copy of b.
 func parseStored(b []byte) (resp Response, ok bool) {
