@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	goruntime "runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/idempotency"
@@ -82,37 +85,133 @@ func uuidKey(prefix string, i int64) string {
 	return fmt.Sprintf("%08x-0000-4000-8000-%012x", prefix[0], i)
 }
 
-func run(b *testing.B, s server, key func(i int64) string) {
+// poster sends the benchmark's request to one server.
+type poster struct {
+	s      server
+	client *http.Client
+}
+
+func newPoster(b *testing.B, s server) *poster {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	b.Cleanup(client.CloseIdleConnections) // before the server shuts down: fasthttp waits for open connections
-	post := func(k string) {
-		req, _ := http.NewRequest(http.MethodPost, s.url+"/charges", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if k != "" {
-			req.Header.Set(s.header, k)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			b.Fatalf("status %d", resp.StatusCode)
-		}
+	return &poster{s, client}
+}
+
+func (p *poster) post(k string) error {
+	req, _ := http.NewRequest(http.MethodPost, p.s.url+"/charges", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if k != "" {
+		req.Header.Set(p.s.header, k)
 	}
-	post(key(0)) // warm up; for replays, store the record
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func run(b *testing.B, s server, key func(i int64) string) {
+	p := newPoster(b, s)
+	if err := p.post(key(0)); err != nil { // warm up; for replays, store the record
+		b.Fatal(err)
+	}
 	var i atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(4)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			post(key(i.Add(1)))
+			if err := p.post(key(i.Add(1))); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+}
+
+// side is one of the six measured in BenchmarkSides.
+type side struct {
+	name string
+	p    *poster
+	key  func(i int64) string
+}
+
+// sideBlock is how many requests one side serves before the next side's
+// turn: a few milliseconds, so that load from other processes, which drifts
+// over seconds, hits every side alike.
+const sideBlock = 64
+
+// BenchmarkSides measures all six sides in one process, taking turns in
+// blocks of sideBlock requests (the order rotates every turn), each side
+// alone while it runs, 4 callers a core as the others. It reports each
+// side's requests/s and the ratios of each middleware to its framework
+// without it; b.N is the number of requests of each side.
+func BenchmarkSides(b *testing.B) {
+	sides := []side{
+		{"nethttp", newPoster(b, netHTTP(b, false)), noKey},
+		{"idem-first", newPoster(b, netHTTP(b, true)), fresh},
+		{"idem-replay", newPoster(b, netHTTP(b, true)), sameKey},
+		{"fiber", newPoster(b, fiberApp(b, false)), noKey},
+		{"fiberidem-first", newPoster(b, fiberApp(b, true)), fresh},
+		{"fiberidem-replay", newPoster(b, fiberApp(b, true)), sameKey},
+	}
+	for _, sd := range sides {
+		if err := sd.p.post(sd.key(0)); err != nil { // warm up; for replays, store the record
+			b.Fatalf("%s: %v", sd.name, err)
+		}
+	}
+	callers := 4 * goruntime.GOMAXPROCS(0)
+	ns := make([]time.Duration, len(sides))
+	done := make([]int64, len(sides))
+	var seq atomic.Int64
+	b.ResetTimer()
+	for turn := 0; done[0] < int64(b.N); turn++ {
+		for j := range sides {
+			k := (turn + j) % len(sides)
+			sd := sides[k]
+			n := min(sideBlock, int64(b.N)-done[k])
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, callers)
+			start := time.Now()
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= n {
+						if err := sd.p.post(sd.key(seq.Add(1))); err != nil {
+							errs <- fmt.Errorf("%s: %w", sd.name, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			ns[k] += time.Since(start)
+			done[k] += n
+			select {
+			case err := <-errs:
+				b.Fatal(err)
+			default:
+			}
+		}
+	}
+	b.StopTimer()
+	rate := make([]float64, len(sides))
+	for k, sd := range sides {
+		rate[k] = float64(done[k]) / ns[k].Seconds()
+		b.ReportMetric(rate[k], sd.name+"-req/s")
+	}
+	b.ReportMetric(rate[1]/rate[0], "idem-first/nethttp")
+	b.ReportMetric(rate[2]/rate[0], "idem-replay/nethttp")
+	b.ReportMetric(rate[4]/rate[3], "fiberidem-first/fiber")
+	b.ReportMetric(rate[5]/rate[3], "fiberidem-replay/fiber")
 }
 
 func noKey(int64) string                    { return "" }

@@ -74,11 +74,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/internal/idname"
@@ -101,6 +104,7 @@ type Option func(*config)
 
 type config struct {
 	header      string
+	headerKey   string // header, canonical
 	required    bool
 	scope       func(*http.Request) string
 	operation   func(*http.Request) string
@@ -245,6 +249,7 @@ func Middleware(rt *runtime.Runtime, opts ...Option) func(http.Handler) http.Han
 	for _, o := range opts {
 		o(cfg)
 	}
+	cfg.headerKey = http.CanonicalHeaderKey(cfg.header)
 	for _, n := range NeverStored() {
 		cfg.drop[http.CanonicalHeaderKey(n)] = true
 	}
@@ -265,6 +270,7 @@ type middleware struct {
 	rt   *runtime.Runtime
 	cfg  *config
 	next http.Handler
+	ops  opCache
 }
 
 func safeMethod(m string) bool {
@@ -281,7 +287,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	fields := r.Header.Values(cfg.header)
+	fields := r.Header[cfg.headerKey]
 	switch {
 	case len(fields) == 0 && cfg.required:
 		m.problem(w, probKeyMissing, fmt.Sprintf("This request needs an %s header.", cfg.header))
@@ -301,64 +307,63 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.problem(w, probKeyInvalid, fmt.Sprintf("The %s header must be 1 to 255 bytes of visible ASCII, bare or as a quoted string.", cfg.header))
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, cfg.maxBody+1))
-	var tooLarge *http.MaxBytesError // an outer http.MaxBytesReader's limit
-	if err != nil && !errors.As(err, &tooLarge) {
+	// x lives until ServeHTTP returns, and so do the pooled buffers of the
+	// request's body and of the handler's response (see exchange.release).
+	x := &exchange{m: m, w: w, r: r}
+	defer x.release()
+	body, err := x.readBody(cfg.maxBody)
+	tooLarge := err != nil && isMaxBytes(err) // an outer http.MaxBytesReader's limit
+	if err != nil && !tooLarge {
 		m.problem(w, probBodyUnreadable, "The request body could not be read.")
 		return
 	}
-	if tooLarge != nil || int64(len(body)) > cfg.maxBody {
+	if tooLarge || int64(len(body)) > cfg.maxBody {
 		m.problem(w, probBodyTooLarge, fmt.Sprintf("The request body is over %d bytes.", cfg.maxBody))
 		return
 	}
 	// The handler sees the scope as it is; the identity gets a fixed-size
 	// name for a scope over 255 bytes (a long SPIFFE ID), which is the
-	// server's business, not the client's error.
+	// server's business, not the client's error. The context gains a value
+	// only when the identity's scope is not already the context's.
 	ctx := r.Context()
+	var scope string
 	if cfg.scope != nil {
-		ctx = runtime.WithScope(ctx, cfg.scope(r))
+		scope = cfg.scope(r)
+	} else {
+		scope = runtime.ScopeFrom(ctx)
 	}
-	scope := runtime.ScopeFrom(ctx)
-	ctx = runtime.WithScope(ctx, idname.Fit(scope, runtime.MaxKeyLen))
-	origPath, origQuery := original(r)
-	target := origPath
-	if origQuery != "" {
-		target += "?" + origQuery
+	idScope := idname.Fit(scope, runtime.MaxKeyLen)
+	if cfg.scope != nil || idScope != scope {
+		ctx = runtime.WithScope(ctx, idScope)
 	}
+	origPath, target := original(r)
 	sum := sha256.Sum256(body)
-	rq := request{Method: r.Method, Target: idname.Fit(target, 1024), BodyLen: len(body), BodySHA256: hex.EncodeToString(sum[:])}
-	// The fingerprint covers the digests only, whether or not the request
-	// is stored for a query.
-	fpBytes, err := m.rt.Codec().Marshal(rq)
-	if err != nil {
-		m.answer(w, r, err)
-		return
-	}
+	var sumHex [2 * sha256.Size]byte
+	hex.Encode(sumHex[:], sum[:])
+	rq := request{Method: r.Method, Target: idname.Fit(target, 1024), BodyLen: len(body), BodySHA256: string(sumHex[:])}
 	op := m.operationOf(r, origPath)
-	query := cfg.queries[op]
-	if query != nil {
-		rq.URL, rq.Body = target, body
+	if idScope != scope {
+		x.scope, x.rescope = scope, true
 	}
-	var rw *writer // set when the handler ran in this request
-	var handlerPanic *panicked
-	resp, err := runtime.Do(ctx, m.rt, runtime.Call[request, Response]{
-		Operation:   op,
-		Key:         key,
-		Request:     rq,
-		Fingerprint: runtime.Fingerprint(fpBytes),
-		Query:       query,
-		Effect: func(ctx context.Context, _ request) (Response, error) {
-			rw = &writer{w: w, header: http.Header{}, status: http.StatusOK}
-			r2 := r.WithContext(runtime.WithScope(ctx, scope))
-			r2.Body = io.NopCloser(bytes.NewReader(body))
-			if handlerPanic = serveRecovering(m.next, rw, r2); handlerPanic != nil {
-				return Response{}, runtime.Retryable(handlerPanicked{})
-			}
-			return cfg.outcome(ctx, rw.response(cfg))
-		},
-	})
-	if rw != nil { // this request ran the handler: its client gets what it wrote
-		m.finish(w, r, rw, handlerPanic, err)
+	c := runtime.Call[request, Response]{Operation: op, Key: key, Request: rq, Effect: x.effect}
+	// The fingerprint covers the digests only, whether or not the request
+	// is stored for a query. Without a query the request is those digests,
+	// and the runtime takes the same SHA-256 of the same encoding itself.
+	if query := cfg.queries[op]; query != nil {
+		fpBytes, err := m.rt.Codec().Marshal(rq)
+		if err != nil {
+			m.answer(w, r, err)
+			return
+		}
+		c.Fingerprint = runtime.Fingerprint(fpBytes)
+		c.Query = query
+		// The stored request outlives this one (a reconciler, the query
+		// itself): its body must not be the pooled buffer.
+		c.Request.URL, c.Request.Body = target, bytes.Clone(body)
+	}
+	resp, err := runtime.Do(ctx, m.rt, c)
+	if x.ran { // this request ran the handler: its client gets what it wrote
+		m.finish(w, r, &x.rw, x.panic, err)
 		return
 	}
 	switch {
@@ -369,6 +374,154 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		m.answer(w, r, err)
 	}
+}
+
+// exchange is one request that may run the handler: what the effect needs,
+// with the writer that records the response, in one allocation.
+type exchange struct {
+	m    *middleware
+	w    http.ResponseWriter
+	r    *http.Request
+	body []byte
+	// scope is the scope as the handler sees it, when rescope says that the
+	// identity's (in the runtime's context) is another.
+	scope   string
+	rescope bool
+	// ran is set when the handler ran in this request; panic when it
+	// panicked.
+	ran    bool
+	panic  *panicked
+	rw     writer
+	reader bodyReader
+}
+
+// effect runs the handler for runtime.Do.
+func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
+	cfg := x.m.cfg
+	x.ran = true
+	x.rw.reset(x.w)
+	if x.rescope {
+		ctx = runtime.WithScope(ctx, x.scope)
+	}
+	r2 := x.r.WithContext(ctx)
+	x.reader.rewind(x.body)
+	r2.Body = &x.reader
+	if x.panic = serveRecovering(x.m.next, &x.rw, r2); x.panic != nil {
+		return Response{}, runtime.Retryable(handlerPanicked{})
+	}
+	return cfg.outcome(ctx, x.rw.response(cfg))
+}
+
+// release gives the buffers of the request's body and of the response
+// back to the pool, once the client has the response and the runtime has
+// encoded the record (Do has returned), or the request failed before. A
+// handler that kept the request's body or its writer past its return gets
+// errors from them, never another request's bytes.
+func (x *exchange) release() {
+	x.rw.release()
+	x.reader.release()
+}
+
+// readBody reads the request's body (see readBody) into a pooled buffer,
+// which x.reader serves to the handler.
+func (x *exchange) readBody(max int64) ([]byte, error) {
+	bp := bufPool.Get().(*[]byte)
+	b, err := readBody(x.r.Body, x.r.ContentLength, max, (*bp)[:0])
+	*bp = b[:0] // the buffer b grew into, if it did
+	x.body = b
+	x.reader.buf = bp
+	x.reader.r.Reset(b)
+	return b, err
+}
+
+// bodyReader is the request body the handler reads: the bytes the
+// middleware read for the fingerprint, in a pooled buffer. mu guards it:
+// once released (the handler returned), reads fail as reads of a closed
+// body do, and the buffer goes back to the pool.
+type bodyReader struct {
+	mu       sync.Mutex
+	r        bytes.Reader
+	buf      *[]byte
+	released bool
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.released {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.r.Read(p)
+}
+
+// WriteTo keeps io.Copy from the body free of a copy buffer, as the
+// bytes.Reader it reads from does.
+func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.released {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.r.WriteTo(w)
+}
+
+func (*bodyReader) Close() error { return nil }
+
+// rewind serves the body from its start (to the handler of an effect).
+func (b *bodyReader) rewind(body []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.r.Reset(body)
+}
+
+func (b *bodyReader) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.released = true
+	b.r.Reset(nil)
+	putBuf(b.buf)
+	b.buf = nil
+}
+
+// readBody reads r to its end, or to max+1 bytes (then the body is over the
+// limit), into dst, which it grows only when the length is unknown or dst
+// is too small for it. A declared length is trusted up to maxUpfront: past
+// it the buffer grows as the bytes arrive, so that a client cannot make the
+// server allocate a large body it never sends.
+func readBody(r io.Reader, length, max int64, dst []byte) ([]byte, error) {
+	if r == nil { // a request built without a body
+		return dst[:0], nil
+	}
+	size := int64(512)
+	if length >= 0 {
+		size = min(length, max, maxUpfront) + 1 // +1: EOF is seen without growing
+	}
+	b := dst[:0]
+	if int64(cap(b)) < size {
+		b = make([]byte, 0, size)
+	}
+	for int64(len(b)) <= max {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):min(int64(cap(b)), max+1)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+const maxUpfront = 64 << 10
+
+// isMaxBytes reports whether err is an outer http.MaxBytesReader's limit.
+func isMaxBytes(err error) bool {
+	var tooLarge *http.MaxBytesError
+	return errors.As(err, &tooLarge)
 }
 
 // outcome maps the response a handler wrote to what the runtime records.
@@ -460,11 +613,7 @@ func (gatewayTimeout) Timeout() bool { return true }
 
 // finish answers the client whose request ran the handler.
 func (m *middleware) finish(w http.ResponseWriter, r *http.Request, rw *writer, p *panicked, err error) {
-	var (
-		se *statusError
-		us *uncertainStatus
-	)
-	if err != nil && p == nil && !errors.As(err, &se) && !errors.As(err, &us) {
+	if err != nil && p == nil && !handlerAnswer(err) {
 		// The handler ran and answered: its client gets the answer, whatever
 		// became of the record (the runtime logged what it could not write).
 		m.cfg.logger.WarnContext(r.Context(), "idemhttp: the handler answered but its outcome was not recorded", "method", r.Method, "err", err)
@@ -475,6 +624,16 @@ func (m *middleware) finish(w http.ResponseWriter, r *http.Request, rw *writer, 
 		panic(p.value)
 	}
 	rw.commit()
+}
+
+// handlerAnswer reports whether err is the handler's answer (a status that
+// released the key or left the outcome unknown), not the record's failure.
+func handlerAnswer(err error) bool {
+	var (
+		se *statusError
+		us *uncertainStatus
+	)
+	return errors.As(err, &se) || errors.As(err, &us)
 }
 
 // handlerPanicked is the effect's error when the handler panicked: the
@@ -535,13 +694,52 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 	case strings.HasSuffix(origPath, cur) && matches(path, cur):
 		// Mounted under a prefix (http.StripPrefix): the operation is the
 		// route as the client sees it, "POST /refunds/{id}".
-		path = strings.TrimSuffix(origPath, cur) + path
+		return idname.Fit(method+" "+host+strings.TrimSuffix(origPath, cur)+path, runtime.MaxKeyLen)
 	default:
 		// The path was rewritten some other way: the pattern alone would
 		// name two different routes alike, so the client's path goes in.
 		return idname.Fit(method+" "+host+path+" at "+origPath, runtime.MaxKeyLen)
 	}
-	return idname.Fit(method+" "+host+path, runtime.MaxKeyLen)
+	return m.ops.name(method, rest, func() string { return idname.Fit(method+" "+host+path, runtime.MaxKeyLen) })
+}
+
+// opCache holds the operation names of the patterns a middleware has seen
+// pin a route as is, so that a request names its operation without
+// building the string: a copy-on-write map, read without a lock. It holds
+// at most maxOps names (a pattern without a method gets one per method a
+// client sends); past that, names are built every time.
+type opCache struct {
+	m  atomic.Pointer[map[opKey]string]
+	mu sync.Mutex
+}
+
+type opKey struct{ method, rest string }
+
+const maxOps = 256
+
+// name returns the name of (method, rest), made by build the first time.
+func (c *opCache) name(method, rest string, build func() string) string {
+	if m := c.m.Load(); m != nil {
+		if name, ok := (*m)[opKey{method, rest}]; ok {
+			return name
+		}
+	}
+	name := build()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil && len(*old) >= maxOps {
+		return name
+	}
+	var next map[opKey]string
+	if old == nil {
+		next = map[opKey]string{}
+	} else {
+		next = maps.Clone(*old)
+	}
+	next[opKey{method, rest}] = name
+	c.m.Store(&next)
+	return name
 }
 
 // maxMuxDepth bounds how many nested muxes routePattern looks through.
@@ -611,16 +809,59 @@ func matches(pattern, path string) bool {
 	return len(xs) == len(ps)
 }
 
-// original returns the escaped path and the query of r as the client sent
-// them (r.RequestURI), before any http.StripPrefix; r.URL's when r has no
-// RequestURI (a request built in a test).
-func original(r *http.Request) (path, query string) {
-	if r.RequestURI != "" {
-		if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
-			return u.EscapedPath(), u.RawQuery
+// original returns the escaped path of r as the client sent it
+// (r.RequestURI), before any http.StripPrefix, and its target (the path and,
+// when not empty, "?" and the query); r.URL's when r has no RequestURI (a
+// request built in a test) or one that does not parse.
+func original(r *http.Request) (path, target string) {
+	if uri := r.RequestURI; uri != "" {
+		if p, ok := plainPath(uri); ok {
+			// What url.ParseRequestURI would give, without parsing.
+			if len(p) == len(uri)-1 { // an empty query
+				return p, p
+			}
+			return p, uri
+		}
+		if u, err := url.ParseRequestURI(uri); err == nil {
+			return u.EscapedPath(), withQuery(u.EscapedPath(), u.RawQuery)
 		}
 	}
-	return r.URL.EscapedPath(), r.URL.RawQuery
+	return r.URL.EscapedPath(), withQuery(r.URL.EscapedPath(), r.URL.RawQuery)
+}
+
+func withQuery(path, query string) string {
+	if query == "" {
+		return path
+	}
+	return path + "?" + query
+}
+
+// plainPath returns the path of a request target in origin form whose path
+// url.URL.EscapedPath gives back as it is (letters, digits and the
+// characters it never escapes in a path) and which has no control byte;
+// ok is false for any other target, which is then parsed.
+func plainPath(uri string) (path string, ok bool) {
+	if uri[0] != '/' {
+		return "", false
+	}
+	end := len(uri)
+	for i := 0; i < len(uri); i++ {
+		c := uri[i]
+		if c < 0x20 || c == 0x7f {
+			return "", false
+		}
+		if i < end {
+			switch {
+			case c == '?':
+				end = i
+			case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+			case strings.IndexByte("-_.~$&+,/:;=@", c) >= 0:
+			default:
+				return "", false
+			}
+		}
+	}
+	return uri[:end], true
 }
 
 // parseKey reads the key from a header field: an sf-string (RFC 8941

@@ -73,16 +73,8 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, Response] {
 	}
 }
 
-// UnmarshalJSON reads a Response in its stored form or in the documented
-// form of a record resolved by hand (`idemctl resolve -to success`):
-//
-//	{"status": 201, "headers": {"Content-Type": "application/json"}, "body": {"charge": "ch_1"}}
-//
-// "header" or "headers" maps names to a value or a list of values; "body"
-// is the body's bytes in base64 when it is a string (the stored form) and
-// the JSON body itself otherwise (an object, an array, a number, true,
-// false); "body_text" is a text body as it is.
-func (r *Response) UnmarshalJSON(b []byte) error {
+// unmarshalAny reads a Response in any form UnmarshalJSON accepts.
+func (r *Response) unmarshalAny(b []byte) error {
 	var raw struct {
 		Status   *int                       `json:"status"`
 		Header   map[string]json.RawMessage `json:"header"`

@@ -2,12 +2,12 @@ package idemhttp
 
 import (
 	"bufio"
-	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
+	"sync"
 )
 
 // writer is the ResponseWriter the handler gets. It buffers the response for
@@ -17,16 +17,71 @@ import (
 // connection: the response is then streamed, and recorded as such (status
 // and headers only; duplicates get 410). It implements [http.Flusher],
 // [http.Hijacker] and Unwrap, so [http.ResponseController] works through it.
+//
+// The body is buffered in a pooled buffer (see bufPool), which release
+// gives back once the client got the response. mu guards it: a handler that
+// writes after it returned (which net/http forbids) gets errReleased, and
+// never reaches a buffer that another request took from the pool since.
 type writer struct {
 	w           http.ResponseWriter
 	header      http.Header
 	status      int
 	wroteHeader bool
-	body        bytes.Buffer
 	// streamed: the status, headers and body so far went to w; what
 	// follows goes straight through.
 	streamed bool
 	hijacked bool
+
+	mu       sync.Mutex
+	body     *[]byte // nil until the first byte, and once released
+	released bool
+}
+
+// bufPool holds the buffers of recorded bodies (*[]byte, so that Put does
+// not allocate). A buffer that grew past maxPooled is left to the garbage
+// collector, so that one large response does not pin its memory.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooled = 64 << 10
+
+// errReleased is what a write after the handler returned gets.
+var errReleased = errors.New("idemhttp: write to a ResponseWriter after its handler returned")
+
+// reset readies w for a handler answering the client's writer cw.
+func (w *writer) reset(cw http.ResponseWriter) {
+	w.release()
+	w.w, w.header, w.status, w.wroteHeader = cw, http.Header{}, http.StatusOK, false
+	w.streamed, w.hijacked = false, false
+	w.mu.Lock()
+	w.released = false
+	w.mu.Unlock()
+}
+
+// bytes returns the body buffered so far; nil when there is none. The
+// caller holds mu, or the handler has returned.
+func (w *writer) bytes() []byte {
+	if w.body == nil {
+		return nil
+	}
+	return *w.body
+}
+
+// release gives the body's buffer back to the pool: the client has the
+// response and the runtime has encoded its record. Writes after it fail.
+func (w *writer) release() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.released = true
+	putBuf(w.body)
+	w.body = nil
+}
+
+// putBuf gives bp back to bufPool, unless it is nil or grew past maxPooled.
+func putBuf(bp *[]byte) {
+	if bp != nil && cap(*bp) <= maxPooled {
+		*bp = (*bp)[:0]
+		bufPool.Put(bp)
+	}
 }
 
 func (w *writer) Header() http.Header { return w.header }
@@ -58,7 +113,18 @@ func (w *writer) Write(p []byte) (int, error) {
 	case w.streamed:
 		return w.w.Write(p)
 	}
-	return w.body.Write(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.released:
+		return 0, errReleased
+	case len(p) == 0:
+		return 0, nil
+	case w.body == nil:
+		w.body = bufPool.Get().(*[]byte)
+	}
+	*w.body = append(*w.body, p...)
+	return len(p), nil
 }
 
 // FlushError starts streaming: what was buffered goes to the client, and so
@@ -99,8 +165,13 @@ func (w *writer) stream() error {
 	w.streamed = true
 	copyHeader(w.w.Header(), w.header)
 	w.w.WriteHeader(w.status)
-	_, err := w.w.Write(w.body.Bytes())
-	w.body = bytes.Buffer{}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var err error
+	if b := w.bytes(); len(b) > 0 {
+		_, err = w.w.Write(b)
+		*w.body = b[:0]
+	}
 	return err
 }
 
@@ -130,21 +201,38 @@ func (w *writer) commit() {
 	}
 	copyHeader(w.w.Header(), w.header)
 	w.w.WriteHeader(w.status)
-	_, _ = w.w.Write(w.body.Bytes())
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if b := w.bytes(); len(b) > 0 {
+		_, _ = w.w.Write(b)
+	}
 }
 
 // response is what is recorded: the headers that may be stored, and the
-// body unless it was streamed.
+// body unless it was streamed. It shares the writer's header values and
+// body, which nothing changes once the handler returned: the runtime
+// encodes the response before the client's writer gets them.
 func (w *writer) response(cfg *config) Response {
-	h := http.Header{}
-	for k, vs := range w.header {
-		if cfg.stored(http.CanonicalHeaderKey(k)) {
-			h[k] = slices.Clone(vs)
+	h := w.header
+	for k := range w.header {
+		if !cfg.stored(http.CanonicalHeaderKey(k)) {
+			h = nil // some are not stored: a map of those that are
+			break
+		}
+	}
+	if h == nil {
+		h = http.Header{}
+		for k, vs := range w.header {
+			if cfg.stored(http.CanonicalHeaderKey(k)) {
+				h[k] = vs
+			}
 		}
 	}
 	resp := Response{Status: w.status, Header: h, Streamed: w.streamed}
 	if !w.streamed {
-		resp.Body = w.body.Bytes()
+		w.mu.Lock()
+		resp.Body = w.bytes()
+		w.mu.Unlock()
 	}
 	return resp
 }

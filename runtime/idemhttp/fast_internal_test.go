@@ -1,0 +1,139 @@
+package idemhttp
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// parsed is what original gave before its fast path: the target parsed by
+// url.ParseRequestURI.
+func parsed(uri string) (path, target string, ok bool) {
+	u, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return "", "", false
+	}
+	return u.EscapedPath(), withQuery(u.EscapedPath(), u.RawQuery), true
+}
+
+var targets = []string{
+	"/charges", "/charges/", "/", "//x", "/a:b/c;d=e,f@g$h&i+j~k_l-m.n",
+	"/charges?", "/charges?a=1&b=2", "/charges??", "/c?q=%zz#frag", "/c#frag",
+	"/a%2Fb", "/a%zz", "/a b", "/a(b)!*'", "/caf\u00e9", "/a\x00b", "/a?b\x7f",
+	"/a[1]", "/a|b", "/a\"b", "/a<b>", "/a\\b", "/a^b`c{d}", "*", "http://h.example/x?y",
+}
+
+// The fast path gives, for every target it takes, what parsing gives.
+func TestOriginalAsParsed(t *testing.T) {
+	for _, uri := range targets {
+		r := &http.Request{RequestURI: uri, URL: &url.URL{Path: "/fallback"}}
+		path, target := original(r)
+		wp, wt, ok := parsed(uri)
+		if !ok {
+			wp, wt = "/fallback", "/fallback"
+		}
+		if path != wp || target != wt {
+			t.Errorf("%q: got (%q, %q), want (%q, %q)", uri, path, target, wp, wt)
+		}
+	}
+}
+
+func FuzzPlainPath(f *testing.F) {
+	for _, uri := range targets {
+		f.Add(uri)
+	}
+	f.Fuzz(func(t *testing.T, uri string) {
+		if uri == "" {
+			return
+		}
+		p, ok := plainPath(uri)
+		if !ok {
+			return
+		}
+		wp, wt, pok := parsed(uri)
+		target := uri
+		if len(p) == len(uri)-1 {
+			target = p
+		}
+		if !pok || p != wp || target != wt {
+			t.Fatalf("%q: fast (%q, %q), parsed (%q, %q, %v)", uri, p, target, wp, wt, pok)
+		}
+	})
+}
+
+func TestReadBody(t *testing.T) {
+	const max = 10
+	for _, c := range []struct {
+		body   string
+		length int64
+		want   string
+		err    bool
+	}{
+		{"", 0, "", false},
+		{"", -1, "", false},
+		{"abc", 3, "abc", false},
+		{"abc", -1, "abc", false},
+		{"abc", 1, "abc", false},   // a length that lies short
+		{"abc", 100, "abc", false}, // or long
+		{strings.Repeat("x", max), max, strings.Repeat("x", max), false},
+		{strings.Repeat("x", max+1), max + 1, strings.Repeat("x", max+1), false}, // over: max+1 read
+		{strings.Repeat("x", 100), -1, strings.Repeat("x", max+1), false},
+		{strings.Repeat("x", 100), 5, strings.Repeat("x", max+1), false},
+		{strings.Repeat("x", 1000), -1, strings.Repeat("x", max+1), false},
+	} {
+		for _, oneByte := range []bool{false, true} {
+			var r io.Reader = strings.NewReader(c.body)
+			if oneByte {
+				r = iotest.OneByteReader(r)
+			}
+			got, err := readBody(r, c.length, max, nil)
+			if string(got) != c.want || (err != nil) != c.err {
+				t.Errorf("%d bytes, length %d, one byte %v: got %q, %v", len(c.body), c.length, oneByte, got, err)
+			}
+		}
+	}
+	boom := errors.New("boom")
+	if _, err := readBody(io.MultiReader(strings.NewReader("ab"), iotest.ErrReader(boom)), -1, max, nil); !errors.Is(err, boom) {
+		t.Errorf("a failing body: %v", err)
+	}
+	if got, err := readBody(nil, -1, max, nil); len(got) != 0 || err != nil {
+		t.Errorf("no body: %q, %v", got, err)
+	}
+	// A declared length past maxUpfront is not allocated before the
+	// bytes arrive.
+	if got, _ := readBody(strings.NewReader("short"), 1<<20, 1<<20, nil); cap(got) > maxUpfront+1 {
+		t.Errorf("a body that declares 1 MiB and sends 5 bytes: a buffer of %d bytes", cap(got))
+	}
+	big := bytes.Repeat([]byte("y"), 5000)
+	if got, _ := readBody(bytes.NewReader(big), -1, 1<<20, make([]byte, 0, 100)); !bytes.Equal(got, big) {
+		t.Errorf("a body past the first buffer: %d bytes", len(got))
+	}
+}
+
+// The operation cache holds at most maxOps names, and names built past it
+// are the same.
+func TestOpCacheBounded(t *testing.T) {
+	var c opCache
+	builds := 0
+	for i := range 2 * maxOps {
+		m := "M" + strconv.Itoa(i)
+		want := m + " /x"
+		for range 2 {
+			if got := c.name(m, "/x", func() string { builds++; return want }); got != want {
+				t.Fatalf("%s: got %q", m, got)
+			}
+		}
+	}
+	if n := len(*c.m.Load()); n != maxOps {
+		t.Errorf("%d names cached, want %d", n, maxOps)
+	}
+	if want := maxOps + 2*maxOps; builds != want { // once each while cached, twice each past the bound
+		t.Errorf("%d builds, want %d", builds, want)
+	}
+}
