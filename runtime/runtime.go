@@ -23,12 +23,20 @@ type Runtime struct {
 
 	// tokens numbers the write tokens of this runtime (see newToken).
 	tokens atomic.Uint64
+	// renewals schedules the lease renewals of the calls in flight.
+	renewals renewals
+	// enc holds the encoders of the default codec's fast path (see
+	// [Runtime.encodeRequest]).
+	enc encoders
 }
 
 // newToken returns a token no other write of any runtime carries: the
 // owner id (unique per process) and a counter.
 func (rt *Runtime) newToken() string {
-	return rt.cfg.owner + "#" + strconv.FormatUint(rt.tokens.Add(1), 36)
+	var buf [64]byte
+	b := append(buf[:0], rt.cfg.owner...)
+	b = append(b, '#')
+	return string(strconv.AppendUint(b, rt.tokens.Add(1), 36))
 }
 
 // transitionStore runs tp on the store, by the size rule (see
