@@ -84,8 +84,8 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 	if ttl <= 0 {
 		ttl = rt.cfg.ttl
 	}
-	// One allocation carries the call: a replay decodes into it, a claim
-	// runs in it (its contexts, its heartbeat, its outcome).
+	// One allocation carries the call (a replay decodes into it), and one
+	// more what a claim runs with.
 	ex := &execution[Req, Resp]{rt: rt, c: c, id: id, lease: lease, ttl: ttl}
 	fp, reqBytes, err := encodeRequest(rt, &ex.c.Request, c.Fingerprint)
 	if err != nil {
@@ -110,6 +110,9 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		}
 		if res.Claimed {
 			ex.granted = start
+			if ex.run == nil {
+				ex.run = new(running)
+			}
 			rec := res.Record
 			if !waitUntil.IsZero() {
 				rt.phase(ctx, id.Operation, PhaseWait, waitStart)
@@ -208,8 +211,14 @@ type execution[Req, Resp any] struct {
 
 	// resp is the response: decoded by a replay, encoded by a completion.
 	resp Resp
-	// eff is the effect's context, hb its lease's heartbeat, tp its
-	// outcome, cctx the context its first completion writes with.
+	// run is what a claim runs with; nil for a replay.
+	run *running
+}
+
+// running is what a claimed call runs with, in one allocation: eff is the
+// effect's context, hb its lease's heartbeat, tp its outcome, cctx the
+// context its first completion writes with.
+type running struct {
 	eff      effectCtx
 	hb       heartbeat
 	tp       TransitionParams
@@ -224,20 +233,20 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	if cerr := context.Cause(ctx); cerr != nil {
 		// The caller went away before the effect started: nothing happened,
 		// so the record is released rather than left UNKNOWN.
-		ex.tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version}
-		_, rerr := ex.complete(ctx, true, &ex.tp)
+		ex.run.tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version}
+		_, rerr := ex.complete(ctx, true, &ex.run.tp)
 		ex.rt.emit(ctx, Event{Kind: EventReleased, Operation: ex.id.Operation, Err: cerr})
 		return zero, errors.Join(fmt.Errorf("idem: %s %q: the caller's context ended before the effect ran: %w", ex.id.Operation, ex.id.Key, cerr), rerr)
 	}
 	if err := ex.confirmLateStart(ctx, rec); err != nil {
 		return zero, err
 	}
-	effCtx := &ex.eff
+	effCtx := &ex.run.eff
 	effCtx.init(ctx, ex.id, rec.Version, rec.Takeovers > 0, ex.c.Scope)
 	defer effCtx.release()
 	// The lease is renewed until the outcome is recorded: a completion that
 	// retries through a store outage must not lose the record to a takeover.
-	hb := &ex.hb
+	hb := &ex.run.hb
 	ex.startHeartbeat(hb, ctx, rec, ex.granted, true, effCtx)
 	start := time.Now()
 	panicked, err := ex.runEffect(effCtx)
@@ -251,8 +260,8 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	cause := context.Cause(effCtx)
 	leaseLost := cause != nil && errors.Is(cause, ErrLeaseLost) && !isUnconfirmed(cause)
 	to := ex.classify(err, panicked != nil)
-	ex.tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version, To: to}
-	tp := &ex.tp
+	ex.run.tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version, To: to}
+	tp := &ex.run.tp
 	if to != "" {
 		tp.Token = ex.rt.newToken()
 	}
@@ -623,11 +632,11 @@ func (h *heartbeat) round() {
 func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, tp *TransitionParams) (int64, error) {
 	// The first completion of a call writes with the context the call
 	// carries; a later one (after an inline reconciliation) with its own.
-	cctx := &ex.cctx
-	if ex.cctxUsed {
+	cctx := &ex.run.cctx
+	if ex.run.cctxUsed {
 		cctx = new(completionCtx)
 	}
-	ex.cctxUsed = true
+	ex.run.cctxUsed = true
 	*cctx = completionCtx{parent: ctx, deadline: time.Now().Add(ex.rt.cfg.completionTimeout)}
 	defer cctx.release()
 	var v int64
