@@ -248,7 +248,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	// retries through a store outage must not lose the record to a takeover.
 	hb := &ex.run.hb
 	ex.startHeartbeat(hb, ctx, rec, ex.granted, true, effCtx)
-	start := time.Now()
+	start := ex.rt.phaseStart()
 	panicked, err := ex.runEffect(effCtx)
 	resp := ex.resp
 	ex.rt.phase(ctx, ex.id.Operation, PhaseEffect, start)
@@ -279,7 +279,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		tp.Response, tp.TTL = EncodeFailure(err), ex.ttl
 	}
 	var cerr error
-	start = time.Now()
+	start = ex.rt.phaseStart()
 	_, cerr = ex.complete(ctx, to == "", tp)
 	hb.stop()
 	ex.rt.phase(ctx, ex.id.Operation, PhaseComplete, start)
