@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dave/jennifer/jen"
 )
@@ -57,8 +59,13 @@ type emitter struct {
 	imports map[string]string // path -> name in the file
 
 	// Fields of the wrapper: "inner" and "rt" unless the service has
-	// methods of those names.
+	// methods of those names, and the method values of inner that the
+	// runtime calls (effects and queries of remote ops), by method name:
+	// made once by the constructor, as a method value made per call
+	// would be allocated per call.
 	innerField, rtField string
+	funcFields          map[string]string
+	funcOrder           []string
 }
 
 // Emit renders the generated file of s. taken holds the package-scope
@@ -71,6 +78,18 @@ func Emit(s *Service, taken map[string]bool) ([]byte, error) {
 		fields[m.Name] = true
 	}
 	e.innerField, e.rtField = fields.fresh("inner"), fields.fresh("rt")
+	e.funcFields = map[string]string{}
+	for _, m := range s.Methods {
+		if m.Skip || m.Effect == Local {
+			continue
+		}
+		for _, name := range []string{m.Name, m.Reconcile} {
+			if name != "" && e.funcFields[name] == "" {
+				e.funcFields[name] = fields.fresh(lowerFirst(name))
+				e.funcOrder = append(e.funcOrder, name)
+			}
+		}
+	}
 	e.f.HeaderComment(Header + "\n\n//go:build !" + BuildTag)
 	e.file()
 	var buf bytes.Buffer
@@ -341,10 +360,17 @@ func (e *emitter) file() {
 	e.f.Line()
 
 	e.f.Commentf("%s makes the ops of %s idempotent on the idem runtime.", s.Wrapper, s.Name)
-	e.f.Type().Id(s.Wrapper).Struct(
-		jen.Id(e.innerField).Id(s.Name),
-		jen.Id(e.rtField).Op("*").Add(e.idem("Runtime")),
-	)
+	e.f.Type().Id(s.Wrapper).StructFunc(func(g *jen.Group) {
+		g.Id(e.innerField).Id(s.Name)
+		g.Id(e.rtField).Op("*").Add(e.idem("Runtime"))
+		if len(e.funcOrder) > 0 {
+			g.Line()
+			g.Comment(fmt.Sprintf("Method values of %s, made once: one made per call is allocated.", e.innerField))
+		}
+		for _, name := range e.funcOrder {
+			g.Id(e.funcFields[name]).Func().Add(e.signature(e.method(name).Sig, nil))
+		}
+	})
 	e.f.Line()
 	e.constructor()
 	for _, m := range s.Methods {
@@ -404,7 +430,11 @@ func (e *emitter) constructor() {
 				).Block(jen.Panic(jen.Id(errName)))
 			}
 		}
-		g.Return(jen.Op("&").Id(s.Wrapper).Values(jen.Dict{jen.Id(e.innerField): jen.Id(inner), jen.Id(e.rtField): jen.Id(rt)}))
+		items := []jen.Code{jen.Id(e.innerField).Op(":").Id(inner), jen.Id(e.rtField).Op(":").Id(rt)}
+		for _, name := range e.funcOrder {
+			items = append(items, jen.Id(e.funcFields[name]).Op(":").Id(inner).Dot(name))
+		}
+		g.Return(jen.Op("&").Id(s.Wrapper).Custom(jen.Options{Open: "{", Close: "}", Separator: ",", Multi: true}, items...))
 	})
 }
 
@@ -615,16 +645,31 @@ func (e *emitter) op(m *Method) {
 			// shared by every caller that forgot the field.
 			g.If(pathExpr(names[m.Scope.Param], fields(m.Scope)).Op("==").Lit("")).Block(jen.Return(jen.Id(zero),
 				jen.Qual("fmt", "Errorf").Call(jen.Lit("%w: "+printfEscape(fmt.Sprintf("%s: the scope %s is empty", m.Op, m.Scope.Text))), e.idem("ErrInvalidKey"))))
-			g.Id(ctx).Op("=").Add(e.idem("WithScope")).Call(jen.Id(ctx), e.stringExpr(m.Scope, names))
+			if m.Effect == Local {
+				g.Id(ctx).Op("=").Add(e.idem("WithScope")).Call(jen.Id(ctx), e.stringExpr(m.Scope, names))
+			}
 		}
 		items := []jen.Code{
 			jen.Id("Operation").Op(":").Lit(m.Op),
 			jen.Id("Key").Op(":").Add(e.stringExpr(m.Key, names)),
-			jen.Id("Request").Op(":").Id(req),
-			jen.Id("Effect").Op(":").Id(recv).Dot(e.innerField).Dot(m.Name),
+		}
+		if m.Scope != nil && m.Effect != Local {
+			// Call.Scope: the effect's context carries it, and the call
+			// makes no context for it.
+			items = append(items, jen.Id("Scope").Op(":").Add(e.stringExpr(m.Scope, names)))
+		}
+		items = append(items, jen.Id("Request").Op(":").Id(req))
+		if f := e.funcFields[m.Name]; f != "" {
+			items = append(items, jen.Id("Effect").Op(":").Id(recv).Dot(f))
+		} else {
+			items = append(items, jen.Id("Effect").Op(":").Id(recv).Dot(e.innerField).Dot(m.Name))
 		}
 		if m.Reconcile != "" {
-			items = append(items, jen.Id("Query").Op(":").Id(recv).Dot(e.innerField).Dot(m.Reconcile))
+			if f := e.funcFields[m.Reconcile]; f != "" {
+				items = append(items, jen.Id("Query").Op(":").Id(recv).Dot(f))
+			} else {
+				items = append(items, jen.Id("Query").Op(":").Id(recv).Dot(e.innerField).Dot(m.Reconcile))
+			}
 		}
 		if len(m.Fingerprint) > 0 {
 			items = append(items, jen.Id("Fingerprint").Op(":").Add(e.idem("Fingerprint")).Call(jen.Id(fp)))
@@ -738,4 +783,26 @@ func (e *emitter) queryOptions(m *Method) *jen.Statement {
 		return e.idem("QueryOptions").Values(jen.Dict{jen.Id("TTL"): durationExpr(m.TTL)})
 	}
 	return e.idem("QueryOptions").Values()
+}
+
+// method returns the service's method called name.
+func (e *emitter) method(name string) *Method {
+	for _, m := range e.s.Methods {
+		if m.Name == name {
+			return m
+		}
+	}
+	panic("idemgen: no method " + name) // the analysis checked every name
+}
+
+// lowerFirst returns name with its first letter lower-cased, for an
+// unexported field named after an exported method (not a keyword: Type
+// gives typeFunc).
+func lowerFirst(name string) string {
+	r, n := utf8.DecodeRuneInString(name)
+	s := string(unicode.ToLower(r)) + name[n:]
+	if token.IsKeyword(s) {
+		s += "Func"
+	}
+	return s
 }

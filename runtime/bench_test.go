@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/internal/benchsvc"
 	"github.com/idemkit/idem/runtime/memstore"
 )
 
@@ -37,16 +38,8 @@ func BenchmarkMemDirect(b *testing.B) {
 // BenchmarkMemDoFirstCall measures a first call (claim, effect, complete) on the
 // memory store: the runtime's overhead per new key.
 func BenchmarkMemDoFirstCall(b *testing.B) {
-	b.ReportAllocs()
-	rt, err := runtime.New(memstore.New())
-	if err != nil {
-		b.Fatal(err)
-	}
+	rt, keys := memBench(b)
 	ctx := context.Background()
-	keys := make([]string, b.N)
-	for i := range keys {
-		keys[i] = "key-" + strconv.Itoa(i)
-	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ { // not b.Loop: every iteration needs a new key
 		_, err := runtime.Do(ctx, rt, runtime.Call[benchReq, benchResp]{Operation: "Payments.Charge", Key: keys[i],
@@ -59,11 +52,7 @@ func BenchmarkMemDoFirstCall(b *testing.B) {
 
 // BenchmarkMemDoReplay measures a duplicate replayed from the memory store.
 func BenchmarkMemDoReplay(b *testing.B) {
-	b.ReportAllocs()
-	rt, err := runtime.New(memstore.New())
-	if err != nil {
-		b.Fatal(err)
-	}
+	rt, _ := memBench(b)
 	ctx := context.Background()
 	call := runtime.Call[benchReq, benchResp]{Operation: "Payments.Charge", Key: "key", Request: benchReq{"acct", 100}, Effect: benchEffect}
 	if _, err := runtime.Do(ctx, rt, call); err != nil {
@@ -74,4 +63,63 @@ func BenchmarkMemDoReplay(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkMemWrapperDirect is the wrapper benchmarks' baseline: the
+// service's method called without idem.
+func BenchmarkMemWrapperDirect(b *testing.B) {
+	b.ReportAllocs()
+	ctx := context.Background()
+	var svc benchsvc.Payments = benchsvc.Direct{}
+	for b.Loop() {
+		if _, err := svc.Charge(ctx, benchsvc.ChargeRequest{Key: "key", Merchant: "m1", Account: "acct", Cents: 100}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMemWrapperFirstCall measures a first call through a wrapper
+// idemgen generated (runtime/internal/benchsvc), on the memory store.
+func BenchmarkMemWrapperFirstCall(b *testing.B) {
+	rt, keys := memBench(b)
+	svc := benchsvc.NewIdempotentPayments(benchsvc.Direct{}, rt)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ { // not b.Loop: every iteration needs a new key
+		if _, err := svc.Charge(ctx, benchsvc.ChargeRequest{Key: keys[i], Merchant: "m1", Account: "acct", Cents: 100}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMemWrapperReplay measures a duplicate replayed through a
+// generated wrapper from the memory store.
+func BenchmarkMemWrapperReplay(b *testing.B) {
+	rt, _ := memBench(b)
+	svc := benchsvc.NewIdempotentPayments(benchsvc.Direct{}, rt)
+	ctx := context.Background()
+	req := benchsvc.ChargeRequest{Key: "key", Merchant: "m1", Account: "acct", Cents: 100}
+	if _, err := svc.Charge(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := svc.Charge(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// memBench returns a runtime on a new memory store and b.N distinct keys
+// (for first calls), and reports allocations.
+func memBench(b *testing.B) (*runtime.Runtime, []string) {
+	b.ReportAllocs()
+	rt, err := runtime.New(memstore.New())
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, b.N)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	return rt, keys
 }

@@ -1,6 +1,13 @@
 package runtime
 
-import "encoding/json"
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding"
+	"encoding/json"
+	"reflect"
+	"sync"
+)
 
 // Codec encodes requests (for fingerprints and reconciliation) and responses
 // (for replay). It must be deterministic: the same value must always encode to
@@ -19,3 +26,179 @@ func (JSONCodec) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // Unmarshal implements [Codec].
 func (JSONCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+
+// encoders is a runtime's fast path for the default codec: requests are
+// encoded into a reused buffer, then copied once into the slice that
+// carries the fingerprint and the request together; values are encoded
+// through a pointer (no copy into an interface) where that encodes the
+// same bytes.
+type encoders struct {
+	pool sync.Pool // *jsonEncoder, used by one call at a time
+	dec  sync.Pool // *jsonDecoder, used by one call at a time
+	// addr caches jsonAddrSafe by type (reflect.Type -> bool).
+	addr sync.Map
+}
+
+type jsonEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// maxPooledEncoder is the largest buffer returned to the pool: a rare huge
+// request does not pin its memory.
+const maxPooledEncoder = 64 << 10
+
+// request encodes v and returns the fingerprint (fingerprint itself when
+// not nil, else the SHA-256 of the encoding) and the encoding, in one
+// allocation that nothing else holds.
+func (e *encoders) request(v any, fingerprint []byte) (fp, req []byte, err error) {
+	je, _ := e.pool.Get().(*jsonEncoder)
+	if je == nil {
+		je = new(jsonEncoder)
+		je.enc = json.NewEncoder(&je.buf)
+	}
+	defer func() {
+		if je.buf.Cap() <= maxPooledEncoder {
+			e.pool.Put(je)
+		}
+	}()
+	je.buf.Reset()
+	// Encode writes what json.Marshal returns (HTML-escaped), and a newline.
+	if err := je.enc.Encode(v); err != nil {
+		return nil, nil, err
+	}
+	b := je.buf.Bytes()
+	b = b[:len(b)-1]
+	n := sha256.Size
+	if fingerprint != nil {
+		n = len(fingerprint)
+	}
+	out := make([]byte, n+len(b))
+	copy(out[n:], b)
+	if fingerprint != nil {
+		copy(out, fingerprint)
+	} else {
+		sum := sha256.Sum256(b)
+		copy(out, sum[:])
+	}
+	return out[:n:n], out[n:], nil
+}
+
+// jsonValue returns what to hand encoding/json for *v: v itself when that
+// encodes as *v does (no copy of *v into an interface), else *v.
+func jsonValue[T any](rt *Runtime, v *T) any {
+	t := reflect.TypeFor[T]()
+	safe, ok := rt.enc.addr.Load(t)
+	if !ok {
+		safe, _ = rt.enc.addr.LoadOrStore(t, jsonAddrSafe(t))
+	}
+	if safe.(bool) {
+		return v
+	}
+	return *v
+}
+
+var (
+	jsonMarshalerType = reflect.TypeFor[json.Marshaler]()
+	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// jsonAddrSafe reports whether encoding/json encodes a pointer to a t as it
+// encodes the t itself. Through a pointer, t and the fields and array
+// elements it holds by value become addressable, and json then calls a
+// MarshalJSON or MarshalText declared on their pointer type, which it does
+// not call on the value: such a type anywhere in t makes it unsafe.
+// Elements behind pointers, slices, maps and interfaces are addressable
+// (or not) either way.
+func jsonAddrSafe(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Interface:
+		return false
+	case reflect.Pointer:
+		return true
+	}
+	if !t.Implements(jsonMarshalerType) && !t.Implements(textMarshalerType) {
+		pt := reflect.PointerTo(t)
+		if pt.Implements(jsonMarshalerType) || pt.Implements(textMarshalerType) {
+			return false
+		}
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if ft := t.Field(i).Type; ft.Kind() != reflect.Interface && !jsonAddrSafe(ft) {
+				return false
+			}
+		}
+	case reflect.Array:
+		if et := t.Elem(); et.Kind() != reflect.Interface && !jsonAddrSafe(et) {
+			return false
+		}
+	}
+	return true
+}
+
+// encodeRequest encodes *req with the runtime's codec and returns the
+// fingerprint (see [Call.Fingerprint]) and the encoding, both fresh slices
+// that the caller never modifies afterwards (a store may keep them).
+func encodeRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []byte, err error) {
+	if _, ok := rt.cfg.codec.(JSONCodec); ok {
+		return rt.enc.request(jsonValue(rt, req), fingerprint)
+	}
+	if b, err = rt.cfg.codec.Marshal(*req); err != nil {
+		return nil, nil, err
+	}
+	if fingerprint == nil {
+		return Fingerprint(b), b, nil
+	}
+	return bytes.Clone(fingerprint), b, nil
+}
+
+// encodeResponse encodes *resp with the runtime's codec.
+func encodeResponse[Resp any](rt *Runtime, resp *Resp) ([]byte, error) {
+	if _, ok := rt.cfg.codec.(JSONCodec); ok {
+		return json.Marshal(jsonValue(rt, resp))
+	}
+	return rt.cfg.codec.Marshal(*resp)
+}
+
+// decodeResponse decodes data into *resp with the runtime's codec.
+func decodeResponse[Resp any](rt *Runtime, data []byte, resp *Resp) error {
+	if _, ok := rt.cfg.codec.(JSONCodec); !ok {
+		return rt.cfg.codec.Unmarshal(data, resp)
+	}
+	if rt.enc.decode(data, resp) {
+		return nil
+	}
+	// Anything but one well-formed value that decodes cleanly: what
+	// json.Unmarshal says about it, from a fresh value.
+	var zero Resp
+	*resp = zero
+	return json.Unmarshal(data, resp)
+}
+
+type jsonDecoder struct {
+	r   bytes.Reader
+	dec *json.Decoder
+}
+
+// decode decodes data into v (a pointer) with a reused json.Decoder, which
+// keeps its buffers from call to call (json.Unmarshal makes new ones); it
+// reports whether data was exactly one value that decoded without error,
+// as json.Unmarshal would have decoded it.
+func (e *encoders) decode(data []byte, v any) bool {
+	jd, _ := e.dec.Get().(*jsonDecoder)
+	if jd == nil {
+		jd = new(jsonDecoder)
+		jd.dec = json.NewDecoder(&jd.r)
+	}
+	jd.r.Reset(data)
+	start := jd.dec.InputOffset() // counts from the decoder's first input
+	if err := jd.dec.Decode(v); err != nil || jd.dec.InputOffset()-start != int64(len(data)) {
+		return false // a decoder that failed, or has input left, is not reused
+	}
+	if len(data) <= maxPooledEncoder {
+		e.dec.Put(jd)
+	}
+	return true
+}

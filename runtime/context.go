@@ -16,13 +16,36 @@ const (
 // tenant or principal). Records of two scopes never meet, so one caller can
 // never replay another's response. Set it where the caller is authenticated.
 func WithScope(ctx context.Context, scope string) context.Context {
-	return context.WithValue(ctx, scopeKey, scope)
+	if ctx == nil {
+		panic("cannot create context from nil parent")
+	}
+	return &scopeCtx{Context: ctx, scope: scope}
 }
 
-// ScopeFrom returns the scope set by [WithScope], or "".
+// scopeCtx carries a scope. Its lookup returns the scopeCtx itself, not the
+// string, so that neither setting nor reading a scope copies it into an
+// interface.
+type scopeCtx struct {
+	context.Context
+	scope string
+}
+
+func (c *scopeCtx) Value(key any) any {
+	if key == any(scopeKey) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+func (c *scopeCtx) String() string { return "idem.WithScope(" + c.scope + ")" }
+
+// ScopeFrom returns the scope set by [WithScope] (or [Call.Scope], in the
+// effect's context), or "".
 func ScopeFrom(ctx context.Context) string {
-	s, _ := ctx.Value(scopeKey).(string)
-	return s
+	if c, ok := ctx.Value(scopeKey).(*scopeCtx); ok {
+		return c.scope
+	}
+	return ""
 }
 
 // Attempt describes the attempt an effect runs in; the runtime puts it in

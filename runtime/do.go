@@ -18,6 +18,12 @@ type Call[Req, Resp any] struct {
 	Operation string
 	// Key is the client's idempotency key: 1 to 255 bytes of visible ASCII.
 	Key string
+	// Scope, optional, is the scope of the key in place of the context's
+	// ([ScopeFrom]): Do then runs as if called with [WithScope](ctx, Scope),
+	// without making that context unless an observer or a logger set with
+	// [WithObserver] or [WithLogger] is to get it. The effect's and the
+	// query's contexts carry it.
+	Scope string
 	// Request is encoded with the runtime's codec: its SHA-256 is the
 	// fingerprint (unless Fingerprint is set) and it is stored so that a
 	// reconciler can query the downstream about it.
@@ -61,17 +67,15 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 	case c.TTL < 0 || (c.TTL > 0 && c.TTL < minTTL):
 		return zero, fmt.Errorf("idem: %s: TTL must be at least %v, got %v", c.Operation, minTTL, c.TTL)
 	}
-	id := Identity{Scope: ScopeFrom(ctx), Operation: c.Operation, Key: c.Key}
+	if c.Scope != "" && (rt.cfg.observer != nil || rt.cfg.loggerSet) && ScopeFrom(ctx) != c.Scope {
+		ctx = WithScope(ctx, c.Scope)
+	}
+	id := Identity{Scope: c.Scope, Operation: c.Operation, Key: c.Key}
+	if id.Scope == "" {
+		id.Scope = ScopeFrom(ctx)
+	}
 	if err := validateIdentity(id); err != nil {
 		return zero, err
-	}
-	reqBytes, err := rt.cfg.codec.Marshal(c.Request)
-	if err != nil {
-		return zero, fmt.Errorf("idem: %s: encoding request: %w", c.Operation, err)
-	}
-	fp := c.Fingerprint
-	if fp == nil {
-		fp = Fingerprint(reqBytes)
 	}
 	lease, ttl := c.Lease, c.TTL
 	if lease <= 0 {
@@ -79,6 +83,13 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 	}
 	if ttl <= 0 {
 		ttl = rt.cfg.ttl
+	}
+	// One allocation carries the call (a replay decodes into it), and one
+	// more what a claim runs with.
+	ex := &execution[Req, Resp]{rt: rt, c: c, id: id, lease: lease, ttl: ttl}
+	fp, reqBytes, err := encodeRequest(rt, &ex.c.Request, c.Fingerprint)
+	if err != nil {
+		return zero, fmt.Errorf("idem: %s: encoding request: %w", c.Operation, err)
 	}
 	claim := ClaimParams{
 		ID: id, Fingerprint: fp, Request: reqBytes, Owner: rt.cfg.owner,
@@ -98,8 +109,10 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 			return zero, fmt.Errorf("idem: %s %q: claim: %w", id.Operation, id.Key, err)
 		}
 		if res.Claimed {
-			// Only a claim needs the execution: a replay allocates none.
-			ex := &execution[Req, Resp]{rt: rt, c: c, id: id, lease: lease, ttl: ttl, granted: start}
+			ex.granted = start
+			if ex.run == nil {
+				ex.run = new(running)
+			}
 			rec := res.Record
 			if !waitUntil.IsZero() {
 				rt.phase(ctx, id.Operation, PhaseWait, waitStart)
@@ -123,7 +136,8 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		rec := res.Record
 		for {
 			if rec.State.Final() || !bytes.Equal(rec.Fingerprint, fp) || (rec.State == StateUnknown && (c.Query == nil || rec.Owner == "")) {
-				resp, err := Replay[Resp](rt, rec, fp)
+				err := replayInto(rt, rec, fp, &ex.resp)
+				resp := ex.resp
 				switch {
 				case errors.Is(err, ErrKeyReused):
 					rt.emit(ctx, Event{Kind: EventKeyReused, Operation: id.Operation, State: rec.State, Err: err})
@@ -194,10 +208,22 @@ type execution[Req, Resp any] struct {
 	// granted is when (local clock) the write that granted the lease held
 	// now was sent: see the lease rule.
 	granted time.Time
+
+	// resp is the response: decoded by a replay, encoded by a completion.
+	resp Resp
+	// run is what a claim runs with; nil for a replay.
+	run *running
 }
 
-func (ex *execution[Req, Resp]) attemptCtx(ctx context.Context, rec Record) context.Context {
-	return withAttempt(ctx, ex.id, rec.Version, rec.Takeovers > 0)
+// running is what a claimed call runs with, in one allocation: eff is the
+// effect's context, hb its lease's heartbeat, tp its outcome, cctx the
+// context its first completion writes with.
+type running struct {
+	eff      effectCtx
+	hb       heartbeat
+	tp       TransitionParams
+	cctx     completionCtx
+	cctxUsed bool
 }
 
 // execute runs the effect on a PROCESSING record held by this owner and
@@ -207,37 +233,42 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	if cerr := context.Cause(ctx); cerr != nil {
 		// The caller went away before the effect started: nothing happened,
 		// so the record is released rather than left UNKNOWN.
-		rerr := ex.complete(ctx, true, func(cctx context.Context) error {
-			return ex.rt.store.Release(cctx, ReleaseParams{ID: ex.id, State: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version})
-		})
+		ex.run.tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version}
+		_, rerr := ex.complete(ctx, true, &ex.run.tp)
 		ex.rt.emit(ctx, Event{Kind: EventReleased, Operation: ex.id.Operation, Err: cerr})
 		return zero, errors.Join(fmt.Errorf("idem: %s %q: the caller's context ended before the effect ran: %w", ex.id.Operation, ex.id.Key, cerr), rerr)
 	}
 	if err := ex.confirmLateStart(ctx, rec); err != nil {
 		return zero, err
 	}
-	effCtx, cancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
-	defer cancel(nil)
+	effCtx := &ex.run.eff
+	effCtx.init(ctx, ex.id, rec.Version, rec.Takeovers > 0, ex.c.Scope)
+	defer effCtx.release()
 	// The lease is renewed until the outcome is recorded: a completion that
 	// retries through a store outage must not lose the record to a takeover.
-	hb := ex.heartbeat(ctx, rec, ex.granted, true, cancel)
-	start := time.Now()
-	resp, panicked, err := ex.runEffect(effCtx)
+	hb := &ex.run.hb
+	ex.startHeartbeat(hb, ctx, rec, ex.granted, true, effCtx)
+	start := ex.rt.phaseStart()
+	panicked, err := ex.runEffect(effCtx)
+	resp := ex.resp
 	ex.rt.phase(ctx, ex.id.Operation, PhaseEffect, start)
 	hb.completing.Store(true)
 
 	// A lease this worker stopped its effect for, unconfirmed, was not
 	// taken over (yet): the outcome is recorded as UNKNOWN like any
 	// cancellation, by compare-and-set.
-	var unconfirmed *errLeaseUnconfirmed
 	cause := context.Cause(effCtx)
-	leaseLost := errors.Is(cause, ErrLeaseLost) && !errors.As(cause, &unconfirmed)
+	leaseLost := cause != nil && errors.Is(cause, ErrLeaseLost) && !isUnconfirmed(cause)
 	to := ex.classify(err, panicked != nil)
-	tp := TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version, To: to, Token: ex.rt.newToken()}
+	ex.run.tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version, To: to}
+	tp := &ex.run.tp
+	if to != "" {
+		tp.Token = ex.rt.newToken()
+	}
 	switch to {
 	case StateSuccess:
 		tp.TTL = ex.ttl
-		if b, merr := ex.rt.cfg.codec.Marshal(resp); merr != nil {
+		if b, merr := encodeResponse(ex.rt, &ex.resp); merr != nil {
 			// The effect happened but its response cannot be encoded: record
 			// that it happened, without a response to replay.
 			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding it failed: "+merr.Error()
@@ -248,17 +279,8 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		tp.Response, tp.TTL = EncodeFailure(err), ex.ttl
 	}
 	var cerr error
-	start = time.Now()
-	if to == "" {
-		cerr = ex.complete(ctx, true, func(cctx context.Context) error {
-			return ex.rt.store.Release(cctx, ReleaseParams{ID: ex.id, State: StateProcessing, Owner: tp.Owner, Version: tp.Version})
-		})
-	} else {
-		cerr = ex.complete(ctx, false, func(cctx context.Context) error {
-			_, err := ex.rt.transitionStore(cctx, &tp)
-			return err
-		})
-	}
+	start = ex.rt.phaseStart()
+	_, cerr = ex.complete(ctx, to == "", tp)
 	hb.stop()
 	ex.rt.phase(ctx, ex.id.Operation, PhaseComplete, start)
 	ex.observeOutcome(ctx, tp.To, err, cerr, leaseLost)
@@ -361,14 +383,15 @@ func (ex *execution[Req, Resp]) classify(err error, panicked bool) State {
 	return ex.rt.Classify(err)
 }
 
-func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (resp Resp, p *PanicError, err error) {
+// runEffect runs the effect, leaving its response in ex.resp.
+func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (p *PanicError, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			p = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	resp, err = ex.c.Effect(ctx, ex.c.Request)
-	return resp, nil, err
+	ex.resp, err = ex.c.Effect(ctx, ex.c.Request)
+	return nil, err
 }
 
 // The lease rule. A worker holds its lease from the moment it sent the
@@ -394,8 +417,22 @@ const (
 	maxRenewals         = 64 // renewal attempts in one round
 )
 
-// heartbeat renews a lease until stop is called.
+// heartbeat renews the lease of one call until stop is called. Its rounds
+// are scheduled by the runtime's [renewals].
 type heartbeat struct {
+	rt *Runtime
+	// ctx is the call's context: the renewals' values, and the logs'.
+	ctx     context.Context
+	id      Identity
+	state   State
+	version int64
+	lease   time.Duration
+	// eff, when stopUnconfirmed, is stopped with ErrLeaseLost when the
+	// lease cannot be confirmed in time; it is always stopped when the
+	// lease is lost.
+	eff             *effectCtx
+	stopUnconfirmed bool
+
 	// completing is set once the effect returned: a renewal that finds the
 	// lease gone then says nothing, since the completion reports it.
 	completing atomic.Bool
@@ -404,12 +441,16 @@ type heartbeat struct {
 	// renewals, so that one in flight never holds up the end of a call.
 	stopped atomic.Bool
 	cancel  atomic.Pointer[context.CancelFunc]
-	ctx     context.Context // the renewals' context; guarded by mu
+	rctx    context.Context // the renewals' context; guarded by mu
 	mu      sync.Mutex
-	timer   *time.Timer
 	// confirmed is the local time the lease was last granted or renewed
-	// from (the moment the confirmed write was sent).
+	// from (the moment the confirmed write was sent); guarded by mu.
 	confirmed time.Time
+
+	// due and index are the round's place in the runtime's renewals,
+	// guarded by its mutex; index is -1 when no round is scheduled.
+	due   time.Time
+	index int
 }
 
 // stop ends the renewals, waiting for one in progress (which it cancels).
@@ -418,23 +459,28 @@ func (h *heartbeat) stop() {
 	if c := h.cancel.Load(); c != nil {
 		(*c)()
 	}
-	h.timer.Stop()
+	h.rt.renewals.unschedule(h)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 }
 
 // renewCtx returns the renewals' context, made on first use; nil once
 // stopped. Call with h.mu held.
-func (h *heartbeat) renewCtx(parent context.Context) context.Context {
-	if h.ctx == nil {
-		ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
-		h.ctx = ctx
+func (h *heartbeat) renewCtx() context.Context {
+	if h.rctx == nil {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(h.ctx))
+		h.rctx = ctx
 		h.cancel.Store(&cancel)
 	}
 	if h.stopped.Load() {
 		return nil
 	}
-	return h.ctx
+	return h.rctx
+}
+
+func isUnconfirmed(err error) bool {
+	var unconfirmed *errLeaseUnconfirmed
+	return errors.As(err, &unconfirmed)
 }
 
 // errLeaseUnconfirmed is the cause an effect is cancelled with when its
@@ -451,137 +497,162 @@ func (e *errLeaseUnconfirmed) Error() string {
 
 func (e *errLeaseUnconfirmed) Unwrap() error { return ErrLeaseLost }
 
-// heartbeat starts renewing the lease on rec, granted by a write sent at
-// granted (local clock), by the lease rule above; when the lease is lost,
-// or (with stopUnconfirmed) cannot be confirmed, while the effect runs it
-// cancels the effect with cause ErrLeaseLost. It uses a timer rather than a goroutine, so a fast
-// call pays for one timer only.
-func (ex *execution[Req, Resp]) heartbeat(ctx context.Context, rec Record, granted time.Time, stopUnconfirmed bool, cancel context.CancelCauseFunc) *heartbeat {
-	every := ex.lease / renewEvery
-	margin := ex.lease / leaseMargin
-	h := &heartbeat{confirmed: granted}
-	stopEffect := func(cause error) {
-		if !h.completing.Load() {
-			cancel(cause)
-		}
+// startHeartbeat starts renewing the lease on rec, granted by a write sent
+// at granted (local clock), by the lease rule above; when the lease is
+// lost, or (with stopUnconfirmed) cannot be confirmed, while the effect
+// runs it cancels eff with cause ErrLeaseLost. The first round is
+// scheduled with the runtime's renewals: a call that ends before it is due
+// pays for no timer and no goroutine.
+func (ex *execution[Req, Resp]) startHeartbeat(h *heartbeat, ctx context.Context, rec Record, granted time.Time, stopUnconfirmed bool, eff *effectCtx) {
+	*h = heartbeat{
+		rt: ex.rt, ctx: ctx, id: ex.id, state: rec.State, version: rec.Version, lease: ex.lease,
+		eff: eff, stopUnconfirmed: stopUnconfirmed, confirmed: granted, index: -1,
 	}
-	// renew runs one renewal round: an attempt, another one every hedge
-	// while none has answered (a renewal stuck on a dead connection must
-	// not keep a live store from confirming the lease), and a retry after
-	// each quick failure, all bounded by the last moment the lease is
-	// known to hold.
-	renew := func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		hctx := h.renewCtx(ctx)
-		if hctx == nil || hctx.Err() != nil {
-			return // stopped
-		}
-		safeUntil := h.confirmed.Add(ex.lease - margin)
-		if late := time.Until(safeUntil) < 0; late {
-			// This round starts after the lease could have expired (the
-			// process was starved or paused): one quick renewal tells
-			// whether anyone took over meanwhile (a takeover changes the
-			// version, and the renewal's compare-and-set fails).
-			safeUntil = time.Now().Add(min(every/2, margin))
-		}
-		rctx, rcancel := context.WithDeadline(hctx, safeUntil)
-		defer rcancel()
-		type result struct {
-			sent time.Time
-			err  error
-		}
-		results := make(chan result, maxRenewals)
-		inflight, started := 0, 0
-		attempt := func() {
-			inflight++
-			started++
-			sent := time.Now()
-			go func() {
-				_, err := ex.rt.store.Renew(rctx, RenewParams{ID: ex.id, State: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version, Lease: ex.lease})
-				results <- result{sent, err}
-			}()
-		}
-		hedge := time.NewTimer(every / 2)
-		defer hedge.Stop()
-		var retry <-chan time.Time
-		backoff := 5 * time.Millisecond
-		var last error
-		attempt()
-		for {
-			select {
-			case r := <-results:
-				inflight--
-				switch {
-				case r.err == nil:
-					h.confirmed = r.sent
-					h.timer.Reset(max(0, time.Until(r.sent.Add(every))))
-					return
-				case errors.Is(r.err, ErrLeaseLost):
-					if !h.completing.Load() {
-						ex.rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
-							"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version)
-					}
-					stopEffect(fmt.Errorf("%w: %s %q", ErrLeaseLost, ex.id.Operation, ex.id.Key))
-					return
-				case rctx.Err() == nil:
-					last = r.err
-					ex.rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; retrying",
-						"operation", ex.id.Operation, "key", ex.id.Key, "err", r.err)
-					if retry == nil {
-						retry = time.After(backoff)
-						backoff = min(backoff*2, every/4)
-					}
-				}
-			case <-retry:
-				retry = nil
-				if inflight < maxRenewalsInFlight && started < maxRenewals {
-					attempt()
-				}
-			case <-hedge.C:
-				if inflight < maxRenewalsInFlight && started < maxRenewals {
-					attempt()
-				}
-				hedge.Reset(every / 2)
-			case <-rctx.Done():
-				if hctx.Err() != nil {
-					return // stopped
-				}
-				if !stopUnconfirmed || h.completing.Load() {
-					// No effect to stop (a query, or the effect returned
-					// and its outcome is being recorded by CAS): keep
-					// trying; the next round starts late, with one quick
-					// renewal.
-					h.timer.Reset(0)
-					return
-				}
-				// Past safeUntil the lease may be gone before this worker
-				// could learn it: stop the effect now.
+	ex.rt.renewals.schedule(h, granted.Add(ex.lease/renewEvery))
+}
+
+func (h *heartbeat) stopEffect(cause error) {
+	if !h.completing.Load() {
+		h.eff.cancelCause(cause)
+	}
+}
+
+// round runs one renewal round: an attempt, another one every hedge while
+// none has answered (a renewal stuck on a dead connection must not keep a
+// live store from confirming the lease), and a retry after each quick
+// failure, all bounded by the last moment the lease is known to hold.
+func (h *heartbeat) round() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hctx := h.renewCtx()
+	if hctx == nil || hctx.Err() != nil {
+		return // stopped
+	}
+	ctx, rt, id := h.ctx, h.rt, h.id
+	every := h.lease / renewEvery
+	margin := h.lease / leaseMargin
+	safeUntil := h.confirmed.Add(h.lease - margin)
+	if late := time.Until(safeUntil) < 0; late {
+		// This round starts after the lease could have expired (the
+		// process was starved or paused): one quick renewal tells
+		// whether anyone took over meanwhile (a takeover changes the
+		// version, and the renewal's compare-and-set fails).
+		safeUntil = time.Now().Add(min(every/2, margin))
+	}
+	rctx, rcancel := context.WithDeadline(hctx, safeUntil)
+	defer rcancel()
+	type result struct {
+		sent time.Time
+		err  error
+	}
+	results := make(chan result, maxRenewals)
+	inflight, started := 0, 0
+	params := RenewParams{ID: id, State: h.state, Owner: rt.cfg.owner, Version: h.version, Lease: h.lease}
+	attempt := func() {
+		inflight++
+		started++
+		sent := time.Now()
+		go func() {
+			_, err := rt.store.Renew(rctx, params)
+			results <- result{sent, err}
+		}()
+	}
+	hedge := time.NewTimer(every / 2)
+	defer hedge.Stop()
+	var retry <-chan time.Time
+	backoff := 5 * time.Millisecond
+	var last error
+	attempt()
+	for {
+		select {
+		case r := <-results:
+			inflight--
+			switch {
+			case r.err == nil:
+				h.confirmed = r.sent
+				rt.renewals.schedule(h, r.sent.Add(every))
+				return
+			case errors.Is(r.err, ErrLeaseLost):
 				if !h.completing.Load() {
-					ex.rt.cfg.logger.WarnContext(ctx, "idem: the lease could not be renewed in time; the effect was stopped before the lease could expire",
-						"operation", ex.id.Operation, "key", ex.id.Key, "version", rec.Version, "err", last)
+					rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
+						"operation", id.Operation, "key", id.Key, "version", h.version)
 				}
-				stopEffect(&errLeaseUnconfirmed{id: ex.id, last: last})
+				h.stopEffect(fmt.Errorf("%w: %s %q", ErrLeaseLost, id.Operation, id.Key))
+				return
+			case rctx.Err() == nil:
+				last = r.err
+				rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; retrying",
+					"operation", id.Operation, "key", id.Key, "err", r.err)
+				if retry == nil {
+					retry = time.After(backoff)
+					backoff = min(backoff*2, every/4)
+				}
+			}
+		case <-retry:
+			retry = nil
+			if inflight < maxRenewalsInFlight && started < maxRenewals {
+				attempt()
+			}
+		case <-hedge.C:
+			if inflight < maxRenewalsInFlight && started < maxRenewals {
+				attempt()
+			}
+			hedge.Reset(every / 2)
+		case <-rctx.Done():
+			if hctx.Err() != nil {
+				return // stopped
+			}
+			if !h.stopUnconfirmed || h.completing.Load() {
+				// No effect to stop (a query, or the effect returned
+				// and its outcome is being recorded by CAS): keep
+				// trying; the next round starts late, with one quick
+				// renewal.
+				rt.renewals.schedule(h, time.Now())
 				return
 			}
+			// Past safeUntil the lease may be gone before this worker
+			// could learn it: stop the effect now.
+			if !h.completing.Load() {
+				rt.cfg.logger.WarnContext(ctx, "idem: the lease could not be renewed in time; the effect was stopped before the lease could expire",
+					"operation", id.Operation, "key", id.Key, "version", h.version, "err", last)
+			}
+			h.stopEffect(&errLeaseUnconfirmed{id: id, last: last})
+			return
 		}
 	}
-	h.mu.Lock()
-	h.timer = time.AfterFunc(max(0, time.Until(granted.Add(every))), renew)
-	h.mu.Unlock()
-	return h
 }
 
 // complete runs a store write that records an outcome on a context the
 // caller cannot cancel, bounded by the completion timeout, retrying
 // transient store errors (see [retryWrite] and [TransitionParams.Token]).
-func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, write func(context.Context) error) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ex.rt.cfg.completionTimeout)
-	defer cancel()
-	return retryWrite(cctx, release, write, func(err error) {
+//
+// With release set it deletes the record held as tp says (tp.From,
+// tp.Owner, tp.Version); otherwise it runs the transition tp, updating *tp
+// to what was written (see [fitTransition]) and returning the new version.
+func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, tp *TransitionParams) (int64, error) {
+	// The first completion of a call writes with the context the call
+	// carries; a later one (after an inline reconciliation) with its own.
+	cctx := &ex.run.cctx
+	if ex.run.cctxUsed {
+		cctx = new(completionCtx)
+	}
+	ex.run.cctxUsed = true
+	*cctx = completionCtx{parent: ctx, deadline: time.Now().Add(ex.rt.cfg.completionTimeout)}
+	defer cctx.release()
+	var v int64
+	err := retryWrite(cctx, release, func(wctx context.Context) error {
+		var err error
+		if release {
+			err = ex.rt.store.Release(wctx, ReleaseParams{ID: tp.ID, State: tp.From, Owner: tp.Owner, Version: tp.Version})
+		} else {
+			v, err = ex.rt.transitionStore(wctx, tp)
+		}
+		return err
+	}, func(err error) {
 		ex.rt.cfg.logger.WarnContext(ctx, "idem: recording outcome failed; retrying",
 			"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
 	})
+	return v, err
 }
 
 // retryWrite runs write, retrying transient store errors with backoff for
@@ -621,12 +692,15 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	var zero Resp
 	rt, op := ex.rt, ex.id.Operation
 	start := time.Now()
-	qctx, qcancel := context.WithCancelCause(ex.attemptCtx(ctx, rec))
-	defer qcancel(nil)
+	qctx := new(effectCtx)
+	qctx.init(ctx, ex.id, rec.Version, rec.Takeovers > 0, ex.c.Scope)
+	defer qctx.release()
 	// A query has no effect to stop when the lease cannot be confirmed:
 	// what it learns is recorded by CAS on the version, which fails if
-	// anyone took over meanwhile. Only a lost lease cancels it.
-	hb := ex.heartbeat(ctx, rec, ex.granted, false, qcancel)
+	// anyone took over meanwhile. Only a lost lease cancels it. (Its own
+	// heartbeat: the effect's may start before this one's last round ends.)
+	hb := new(heartbeat)
+	ex.startHeartbeat(hb, ctx, rec, ex.granted, false, qctx)
 	defer hb.stop()
 	tctx, tcancel := context.WithTimeout(qctx, rt.cfg.queryTimeout)
 	resp, outcome, qerr := ex.runQuery(tctx)
@@ -652,7 +726,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		// worker took the record over meanwhile, this one learns it here.
 		tp.To, tp.NewOwner, tp.Lease = StateProcessing, rt.cfg.owner, ex.lease
 		granted := time.Now()
-		v, err := ex.transition(ctx, tp)
+		v, err := ex.transition(ctx, &tp)
 		hb.stop()
 		if err != nil {
 			return zero, err
@@ -663,7 +737,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		return ex.execute(ctx, rec)
 	}
 	// UNKNOWN leaves no lease, so the next duplicate or reconciler may ask again.
-	if _, err := ex.transition(ctx, tp); err != nil {
+	if _, err := ex.transition(ctx, &tp); err != nil {
 		if qerr != nil { // quoted, not wrapped: the query's answer was not recorded
 			return zero, fmt.Errorf("%w (the query said: %v)", err, qerr)
 		}
@@ -684,13 +758,8 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	return zero, fmt.Errorf("%w: %s %q: the query cannot tell yet", ErrOutcomeUnknown, op, ex.id.Key)
 }
 
-func (ex *execution[Req, Resp]) transition(ctx context.Context, tp TransitionParams) (int64, error) {
-	var v int64
-	err := ex.complete(ctx, false, func(cctx context.Context) error {
-		var err error
-		v, err = ex.rt.transitionStore(cctx, &tp)
-		return err
-	})
+func (ex *execution[Req, Resp]) transition(ctx context.Context, tp *TransitionParams) (int64, error) {
+	v, err := ex.complete(ctx, false, tp)
 	if err != nil {
 		return 0, fmt.Errorf("idem: %s %q: recording %s: %w", ex.id.Operation, ex.id.Key, tp.To, err)
 	}

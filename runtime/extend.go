@@ -113,25 +113,31 @@ func decodeFailure(id Identity, data []byte) error {
 // (UNKNOWN) or [ErrInProgress] (PROCESSING).
 func Replay[Resp any](rt *Runtime, rec Record, fingerprint []byte) (Resp, error) {
 	var resp Resp
+	err := replayInto(rt, rec, fingerprint, &resp)
+	return resp, err
+}
+
+// replayInto is [Replay], decoding the response into *resp.
+func replayInto[Resp any](rt *Runtime, rec Record, fingerprint []byte, resp *Resp) error {
 	id := rec.ID
 	if !bytes.Equal(rec.Fingerprint, fingerprint) {
-		return resp, fmt.Errorf("%w: %s %q was first used with another request", ErrKeyReused, id.Operation, id.Key)
+		return fmt.Errorf("%w: %s %q was first used with another request", ErrKeyReused, id.Operation, id.Key)
 	}
 	switch rec.State {
 	case StateSuccess:
 		if rec.ResponseOmitted {
-			return resp, fmt.Errorf("%w: %s %q (%s)", ErrNotReplayable, id.Operation, id.Key, rec.Note)
+			return fmt.Errorf("%w: %s %q (%s)", ErrNotReplayable, id.Operation, id.Key, rec.Note)
 		}
-		if err := rt.cfg.codec.Unmarshal(rec.Response, &resp); err != nil {
-			return resp, fmt.Errorf("idem: %s %q: decoding stored response: %w", id.Operation, id.Key, err)
+		if err := decodeResponse(rt, rec.Response, resp); err != nil {
+			return fmt.Errorf("idem: %s %q: decoding stored response: %w", id.Operation, id.Key, err)
 		}
-		return resp, nil
+		return nil
 	case StateFailed:
-		return resp, decodeFailure(id, rec.Response)
+		return decodeFailure(id, rec.Response)
 	case StateUnknown:
-		return resp, fmt.Errorf("%w: %s %q: an earlier attempt may or may not have taken effect; it will be reconciled", ErrOutcomeUnknown, id.Operation, id.Key)
+		return fmt.Errorf("%w: %s %q: an earlier attempt may or may not have taken effect; it will be reconciled", ErrOutcomeUnknown, id.Operation, id.Key)
 	case StateProcessing:
-		return resp, fmt.Errorf("%w: %s %q", ErrInProgress, id.Operation, id.Key)
+		return fmt.Errorf("%w: %s %q", ErrInProgress, id.Operation, id.Key)
 	}
-	return resp, fmt.Errorf("idem: %s %q: record in unknown state %q", id.Operation, id.Key, rec.State)
+	return fmt.Errorf("idem: %s %q: record in unknown state %q", id.Operation, id.Key, rec.State)
 }

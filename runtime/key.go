@@ -41,12 +41,16 @@ func validateIdentity(id Identity) error {
 		return fmt.Errorf("%w: scope is %d bytes, the limit is %d", ErrInvalidKey, len(id.Scope), MaxKeyLen)
 	}
 	for _, f := range [...]struct{ name, s string }{{"operation", id.Operation}, {"scope", id.Scope}} {
+		ascii := true
 		for i := 0; i < len(f.s); i++ {
-			if f.s[i] < 0x20 || f.s[i] == 0x7f {
-				return fmt.Errorf("%w: %s must not contain control bytes (found %#02x at byte %d)", ErrInvalidKey, f.name, f.s[i], i)
+			switch c := f.s[i]; {
+			case c < 0x20 || c == 0x7f:
+				return fmt.Errorf("%w: %s must not contain control bytes (found %#02x at byte %d)", ErrInvalidKey, f.name, c, i)
+			case c >= utf8.RuneSelf:
+				ascii = false
 			}
 		}
-		if !utf8.ValidString(f.s) {
+		if !ascii && !utf8.ValidString(f.s) {
 			return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidKey, f.name)
 		}
 	}

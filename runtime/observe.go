@@ -112,6 +112,15 @@ func (rt *Runtime) emit(ctx context.Context, e Event) {
 	}
 }
 
+// phaseStart returns the start of a phase that only its observation
+// needs: the zero time when nothing observes.
+func (rt *Runtime) phaseStart() time.Time {
+	if rt.cfg.observer == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
 func (rt *Runtime) phase(ctx context.Context, op string, p Phase, start time.Time) {
 	if rt.cfg.observer != nil {
 		rt.cfg.observer.Observe(ctx, Event{Kind: EventPhase, Operation: op, Phase: p, Duration: time.Since(start)})

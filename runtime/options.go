@@ -63,6 +63,7 @@ type config struct {
 	errorPolicy       ErrorPolicy
 	recoverPanics     bool
 	logger            *slog.Logger
+	loggerSet         bool // by WithLogger: logs get the call's context
 	observer          Observer
 }
 
@@ -183,7 +184,7 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			return fmt.Errorf("idem: logger is nil")
 		}
-		c.logger = l
+		c.logger, c.loggerSet = l, true
 		return nil
 	}
 }

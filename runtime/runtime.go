@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -21,14 +20,57 @@ type Runtime struct {
 	mu      sync.RWMutex
 	queries map[string]registeredQuery
 
-	// tokens numbers the write tokens of this runtime (see newToken).
-	tokens atomic.Uint64
+	// tokens makes the write tokens of this runtime (see newToken).
+	tokens tokens
+	// renewals schedules the lease renewals of the calls in flight.
+	renewals renewals
+	// enc holds the encoders of the default codec's fast path (see
+	// [Runtime.encodeRequest]).
+	enc encoders
 }
 
 // newToken returns a token no other write of any runtime carries: the
 // owner id (unique per process) and a counter.
 func (rt *Runtime) newToken() string {
-	return rt.cfg.owner + "#" + strconv.FormatUint(rt.tokens.Add(1), 36)
+	return rt.tokens.make(rt.cfg.owner)
+}
+
+// tokenBatch is how many tokens are made at once: one string holds them
+// all, and each token is a substring of it, so a write pays for a
+// tokenBatch-th of an allocation. (A record a store keeps holds its
+// token's batch: 32 tokens, about one token per record on average.)
+const tokenBatch = 32
+
+// tokens hands out write tokens, owner#counter, counting from 1.
+type tokens struct {
+	mu    sync.Mutex
+	batch string
+	ends  [tokenBatch]int // where each token of batch ends
+	used  int             // tokens of batch handed out
+	count uint64          // tokens made so far
+}
+
+func (t *tokens) make(owner string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.batch == "" || t.used == tokenBatch {
+		b := make([]byte, 0, tokenBatch*(len(owner)+8))
+		for i := range tokenBatch {
+			t.count++
+			b = append(b, owner...)
+			b = append(b, '#')
+			b = strconv.AppendUint(b, t.count, 36)
+			t.ends[i] = len(b)
+		}
+		t.batch, t.used = string(b), 0
+	}
+	start := 0
+	if t.used > 0 {
+		start = t.ends[t.used-1]
+	}
+	tok := t.batch[start:t.ends[t.used]]
+	t.used++
+	return tok
 }
 
 // transitionStore runs tp on the store, by the size rule (see

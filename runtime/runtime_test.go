@@ -63,6 +63,9 @@ func TestDoRejectsBadIdentityWithoutRunning(t *testing.T) {
 		{"empty operation", context.Background(), "", "k"},
 		{"control byte in operation", context.Background(), "Op\n", "k"},
 		{"long scope", runtime.WithScope(context.Background(), strings.Repeat("s", 256)), "Op", "k"},
+		{"invalid UTF-8 in operation", context.Background(), "Op\xff", "k"},
+		{"invalid UTF-8 in scope", runtime.WithScope(context.Background(), "t\xc3"), "Op", "k"},
+		{"control byte after UTF-8 in scope", runtime.WithScope(context.Background(), "té\x00"), "Op", "k"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

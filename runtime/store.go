@@ -196,6 +196,13 @@ type AcquireParams struct {
 // atomic with respect to the others and decide leases and expiry with their
 // own clock. Methods that compare-and-set return [ErrLeaseLost] when the
 // record is not in the expected (state, owner, version) and change nothing.
+//
+// Byte slices are immutable once handed over, both ways: a caller of a
+// store never modifies the slices of the parameters it passed (Fingerprint,
+// Request, Response) after the call, so a store may keep them rather than
+// copy them, and never modifies the slices of the records it gets back, so
+// a store may return slices it holds. The runtime keeps this rule; so must
+// any other caller of a store.
 type Store interface {
 	// Claim atomically inserts a PROCESSING record, or takes over a
 	// PROCESSING record with the same fingerprint whose lease expired, or

@@ -20,6 +20,10 @@ var _ Payments = (*idemPayments)(nil)
 type idemPayments struct {
 	inner Payments
 	rt    *idem.Runtime
+
+	// Method values of inner, made once: one made per call is allocated.
+	charge     func(context.Context, ChargeRequest) (ChargeReceipt, error)
+	findCharge func(context.Context, ChargeRequest) (ChargeReceipt, idem.Outcome, error)
 }
 
 // NewIdempotentPayments returns a Payments that runs Charge and CreateOrder of
@@ -39,8 +43,10 @@ func NewIdempotentPayments(inner Payments, rt *idem.Runtime) Payments {
 		panic(err)
 	}
 	return &idemPayments{
-		inner: inner,
-		rt:    rt,
+		inner:      inner,
+		rt:         rt,
+		charge:     inner.Charge,
+		findCharge: inner.FindCharge,
 	}
 }
 
@@ -53,13 +59,13 @@ func (w *idemPayments) Charge(ctx context.Context, req ChargeRequest) (ChargeRec
 	if req.MerchantID == "" {
 		return zero, fmt.Errorf("%w: shop.Charge: the scope req.MerchantID is empty", idem.ErrInvalidKey)
 	}
-	ctx = idem.WithScope(ctx, req.MerchantID)
 	return idem.Do(ctx, w.rt, idem.Call[ChargeRequest, ChargeReceipt]{
 		Operation: "shop.Charge",
 		Key:       req.IdempotencyKey,
+		Scope:     req.MerchantID,
 		Request:   req,
-		Effect:    w.inner.Charge,
-		Query:     w.inner.FindCharge,
+		Effect:    w.charge,
+		Query:     w.findCharge,
 		Lease:     30 * time.Second,
 		TTL:       24 * time.Hour,
 	})

@@ -15,8 +15,9 @@ import (
 )
 
 // Store keeps records in memory. Its clock is the process clock (or the one
-// given with [WithClock]). The byte slices of the records it returns are
-// shared with the store and must not be modified.
+// given with [WithClock]). It keeps the byte slices of the parameters it is
+// given (fingerprint, request, response), as the [runtime.Store] contract
+// allows, and the records it returns share them: neither may be modified.
 type Store struct {
 	mu      sync.Mutex
 	now     func() time.Time
@@ -52,8 +53,9 @@ func New(opts ...Option) *Store {
 var _ runtime.Store = (*Store)(nil)
 
 // snapshot returns a copy of r read at now. Its byte slices are shared with
-// the store, which never writes into a slice it holds (every write stores a
-// fresh copy): callers must not modify them, as the runtime never does.
+// the store, which never writes into a slice it holds (every write stores
+// the slices it is given, which their caller no longer modifies): callers
+// must not modify them, as the runtime never does.
 func (s *Store) snapshot(r *runtime.Record, now time.Time) runtime.Record {
 	c := *r
 	c.StoreNow = now
@@ -74,9 +76,9 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 	switch {
 	case !ok || (r.State.Final() && expired(r.ExpiresAt, now)):
 		r = &runtime.Record{
-			ID: p.ID, Fingerprint: slices.Clone(p.Fingerprint), State: runtime.StateProcessing,
+			ID: p.ID, Fingerprint: p.Fingerprint, State: runtime.StateProcessing,
 			Owner: p.Owner, Version: s.nextVersion(), LeaseExpiresAt: now.Add(p.Lease),
-			Request: slices.Clone(p.Request), CreatedAt: now, UpdatedAt: now,
+			Request: p.Request, CreatedAt: now, UpdatedAt: now,
 		}
 		s.records[p.ID] = r
 	case r.State == runtime.StateProcessing && expired(r.LeaseExpiresAt, now) && bytes.Equal(r.Fingerprint, p.Fingerprint):
@@ -138,7 +140,7 @@ func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int
 	}
 	if p.To.Final() {
 		r.ExpiresAt = now.Add(p.TTL)
-		r.Response = slices.Clone(p.Response)
+		r.Response = p.Response
 	}
 	return r.Version, nil
 }

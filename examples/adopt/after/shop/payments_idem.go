@@ -19,6 +19,10 @@ var _ Payments = (*idemPayments)(nil)
 type idemPayments struct {
 	inner Payments
 	rt    *idem.Runtime
+
+	// Method values of inner, made once: one made per call is allocated.
+	chargeOrder func(context.Context, ChargeOrderRequest) (gateway.Charge, error)
+	findCharge  func(context.Context, ChargeOrderRequest) (gateway.Charge, idem.Outcome, error)
 }
 
 // NewIdempotentPayments returns a Payments that runs ChargeOrder of inner at
@@ -38,8 +42,10 @@ func NewIdempotentPayments(inner Payments, rt *idem.Runtime) Payments {
 		panic(err)
 	}
 	return &idemPayments{
-		inner: inner,
-		rt:    rt,
+		inner:       inner,
+		rt:          rt,
+		chargeOrder: inner.ChargeOrder,
+		findCharge:  inner.FindCharge,
 	}
 }
 
@@ -52,13 +58,13 @@ func (w *idemPayments) ChargeOrder(ctx context.Context, req ChargeOrderRequest) 
 	if req.CustomerID == "" {
 		return zero, fmt.Errorf("%w: shop.ChargeOrder: the scope req.CustomerID is empty", idem.ErrInvalidKey)
 	}
-	ctx = idem.WithScope(ctx, req.CustomerID)
 	return idem.Do(ctx, w.rt, idem.Call[ChargeOrderRequest, gateway.Charge]{
 		Operation: "shop.ChargeOrder",
 		Key:       req.OrderID,
+		Scope:     req.CustomerID,
 		Request:   req,
-		Effect:    w.inner.ChargeOrder,
-		Query:     w.inner.FindCharge,
+		Effect:    w.chargeOrder,
+		Query:     w.findCharge,
 		Lease:     30 * time.Second,
 		TTL:       720 * time.Hour,
 	})

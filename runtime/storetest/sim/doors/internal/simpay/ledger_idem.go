@@ -16,6 +16,11 @@ var _ Ledger = (*idemLedger)(nil)
 type idemLedger struct {
 	inner Ledger
 	rt    *idem.Runtime
+
+	// Method values of inner, made once: one made per call is allocated.
+	charge func(context.Context, Request) (Receipt, error)
+	find   func(context.Context, Request) (Receipt, idem.Outcome, error)
+	refund func(context.Context, Request) (Receipt, error)
 }
 
 // NewIdempotentLedger returns a Ledger that runs Charge and Refund of inner at
@@ -35,8 +40,11 @@ func NewIdempotentLedger(inner Ledger, rt *idem.Runtime) Ledger {
 		panic(err)
 	}
 	return &idemLedger{
-		inner: inner,
-		rt:    rt,
+		inner:  inner,
+		rt:     rt,
+		charge: inner.Charge,
+		find:   inner.Find,
+		refund: inner.Refund,
 	}
 }
 
@@ -48,8 +56,8 @@ func (w *idemLedger) Charge(ctx context.Context, req Request) (Receipt, error) {
 		Operation: "SimDoors.Charge",
 		Key:       req.Key,
 		Request:   req,
-		Effect:    w.inner.Charge,
-		Query:     w.inner.Find,
+		Effect:    w.charge,
+		Query:     w.find,
 	})
 }
 
@@ -60,7 +68,7 @@ func (w *idemLedger) Refund(ctx context.Context, req Request) (Receipt, error) {
 		Operation: "SimDoors.Refund",
 		Key:       req.Key,
 		Request:   req,
-		Effect:    w.inner.Refund,
+		Effect:    w.refund,
 	})
 }
 

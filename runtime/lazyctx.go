@@ -1,0 +1,168 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The contexts of a call's hot path are made lazily: each behaves exactly
+// as the standard context it stands for, but makes that context (its
+// cancelCtx, its timer) only when something needs it: a Done channel to
+// wait on, a value to look up through it, a cancellation. An effect or a
+// store write that only checks Err costs no allocation and no timer.
+
+// effectCtx is the context an effect (or an inline query) runs with: the
+// caller's context carrying the [Attempt], cancellable with a cause (the
+// lease lost), and cancelled when the call ends. It stands for
+// context.WithCancelCause(withAttempt(parent, ...)) (with [WithScope] first
+// when the call sets [Call.Scope]).
+type effectCtx struct {
+	parent context.Context
+	a      attempt
+	// scope, when set, is the call's [Call.Scope], which the parent does
+	// not carry.
+	scope    scopeCtx
+	hasScope bool
+
+	mu       sync.Mutex
+	ready    atomic.Bool // inner is made
+	released atomic.Bool // the call ended: cancelled with no cause
+	inner    context.Context
+	cancel   context.CancelCauseFunc
+}
+
+func (c *effectCtx) init(parent context.Context, id Identity, token int64, takenOver bool, scope string) {
+	c.parent = parent
+	c.a = attempt{id: id, token: token, takenOver: takenOver}
+	if scope != "" && ScopeFrom(parent) != scope {
+		c.scope, c.hasScope = scopeCtx{scope: scope}, true
+	}
+}
+
+// materialize makes the cancelCtx this context stands for.
+func (c *effectCtx) materialize() context.Context {
+	if c.ready.Load() {
+		return c.inner
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ready.Load() {
+		c.inner, c.cancel = context.WithCancelCause(c.parent)
+		if c.released.Load() {
+			c.cancel(nil)
+		}
+		c.ready.Store(true)
+	}
+	return c.inner
+}
+
+// cancelCause cancels the context with cause, as a CancelCauseFunc does.
+func (c *effectCtx) cancelCause(cause error) {
+	c.materialize()
+	c.cancel(cause)
+}
+
+// release ends the context, as the deferred cancel(nil) of a
+// WithCancelCause does.
+func (c *effectCtx) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.released.Store(true)
+	if c.ready.Load() {
+		c.cancel(nil)
+	}
+}
+
+func (c *effectCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+func (c *effectCtx) Done() <-chan struct{} { return c.materialize().Done() }
+
+func (c *effectCtx) Err() error {
+	switch {
+	case c.ready.Load():
+		return c.inner.Err()
+	case c.released.Load():
+		return context.Canceled
+	}
+	return c.parent.Err()
+}
+
+func (c *effectCtx) Value(key any) any {
+	switch {
+	case key == any(attemptKey):
+		return &c.a
+	case c.hasScope && key == any(scopeKey):
+		return &c.scope
+	}
+	// Until it is made or cancelled, the cancelCtx would answer every
+	// lookup (its cause included) from the parent.
+	if c.ready.Load() || c.released.Load() {
+		return c.materialize().Value(key)
+	}
+	return c.parent.Value(key)
+}
+
+func (c *effectCtx) String() string { return "idem.effectContext" }
+
+// completionCtx is the context a completion writes with: the caller's
+// values, not its cancellation, and a deadline. It stands for
+// context.WithDeadline(context.WithoutCancel(parent), deadline); until
+// something waits on it or looks a value up, its Err reads the clock.
+type completionCtx struct {
+	parent   context.Context
+	deadline time.Time
+
+	mu       sync.Mutex
+	ready    atomic.Bool
+	released atomic.Bool
+	inner    context.Context
+	cancel   context.CancelFunc
+}
+
+func (c *completionCtx) materialize() context.Context {
+	if c.ready.Load() {
+		return c.inner
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ready.Load() {
+		c.inner, c.cancel = context.WithDeadline(context.WithoutCancel(c.parent), c.deadline)
+		if c.released.Load() {
+			c.cancel()
+		}
+		c.ready.Store(true)
+	}
+	return c.inner
+}
+
+// release ends the context, as the deferred cancel of a WithDeadline does.
+func (c *completionCtx) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.released.Store(true)
+	if c.ready.Load() {
+		c.cancel()
+	}
+}
+
+func (c *completionCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *completionCtx) Done() <-chan struct{} { return c.materialize().Done() }
+
+func (c *completionCtx) Err() error {
+	switch {
+	case c.ready.Load():
+		return c.inner.Err()
+	case c.released.Load():
+		return context.Canceled
+	case !time.Now().Before(c.deadline):
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c *completionCtx) Value(key any) any { return c.materialize().Value(key) }
+
+func (c *completionCtx) String() string { return "idem.completionContext" }

@@ -1,0 +1,243 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+type valueKey struct{}
+
+// TestEffectCtxActsAsWithCancelCause: the lazy effect context answers as
+// context.WithCancelCause(withAttempt(parent)) does, whether or not it was
+// made before the event.
+func TestEffectCtxActsAsWithCancelCause(t *testing.T) {
+	errCause := errors.New("the cause")
+	tests := []struct {
+		name string
+		// early makes the cancelCtx first (Done), as an effect waiting on
+		// its context does.
+		early bool
+		// act is what happens; then the context is checked.
+		act       func(parent context.CancelFunc, c *effectCtx)
+		wantErr   error
+		wantCause error
+	}{
+		{"nothing", false, func(context.CancelFunc, *effectCtx) {}, nil, nil},
+		{"nothing, made", true, func(context.CancelFunc, *effectCtx) {}, nil, nil},
+		{"cancelled with a cause", false, func(_ context.CancelFunc, c *effectCtx) { c.cancelCause(errCause) }, context.Canceled, errCause},
+		{"cancelled with a cause, made", true, func(_ context.CancelFunc, c *effectCtx) { c.cancelCause(errCause) }, context.Canceled, errCause},
+		{"parent cancelled", false, func(p context.CancelFunc, _ *effectCtx) { p() }, context.Canceled, context.Canceled},
+		{"parent cancelled, made", true, func(p context.CancelFunc, _ *effectCtx) { p() }, context.Canceled, context.Canceled},
+		{"released", false, func(_ context.CancelFunc, c *effectCtx) { c.release() }, context.Canceled, context.Canceled},
+		{"released, made", true, func(_ context.CancelFunc, c *effectCtx) { c.release() }, context.Canceled, context.Canceled},
+		{"cancelled, then released", false, func(_ context.CancelFunc, c *effectCtx) { c.cancelCause(errCause); c.release() }, context.Canceled, errCause},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			parent, cancel := context.WithCancel(context.WithValue(context.Background(), valueKey{}, "v"))
+			defer cancel()
+			c := new(effectCtx)
+			c.init(parent, Identity{Operation: "op", Key: "k"}, 7, true, "")
+			var child context.Context
+			if tc.early {
+				_ = c.Done()
+				var ccancel context.CancelFunc
+				child, ccancel = context.WithTimeout(c, time.Hour)
+				defer ccancel()
+			}
+			tc.act(cancel, c)
+			if err := c.Err(); err != tc.wantErr {
+				t.Errorf("Err() = %v, want %v", err, tc.wantErr)
+			}
+			if cause := context.Cause(c); cause != tc.wantCause {
+				t.Errorf("Cause() = %v, want %v", cause, tc.wantCause)
+			}
+			done := tc.wantErr != nil
+			select {
+			case <-c.Done():
+				if !done {
+					t.Error("Done() is closed")
+				}
+			default:
+				if done {
+					t.Error("Done() is not closed")
+				}
+			}
+			if child != nil && (child.Err() != nil) != done {
+				t.Errorf("a context derived before: Err() = %v, want cancelled %v", child.Err(), done)
+			}
+			if tok, ok := FencingToken(c); !ok || tok != 7 {
+				t.Errorf("FencingToken = %d, %v; want 7", tok, ok)
+			}
+			if v := c.Value(valueKey{}); v != "v" {
+				t.Errorf("the parent's value = %v", v)
+			}
+		})
+	}
+}
+
+// TestEffectCtxScope: a call's Scope is in its effect's context.
+func TestEffectCtxScope(t *testing.T) {
+	c := new(effectCtx)
+	c.init(context.Background(), Identity{}, 1, false, "tenant")
+	if got := ScopeFrom(c); got != "tenant" {
+		t.Errorf("ScopeFrom = %q, want tenant", got)
+	}
+	c = new(effectCtx)
+	c.init(WithScope(context.Background(), "outer"), Identity{}, 1, false, "")
+	if got := ScopeFrom(c); got != "outer" {
+		t.Errorf("ScopeFrom = %q, want outer", got)
+	}
+}
+
+// TestCompletionCtxActsAsWithDeadline: the lazy completion context answers
+// as context.WithDeadline(context.WithoutCancel(parent)) does.
+func TestCompletionCtxActsAsWithDeadline(t *testing.T) {
+	for _, early := range []bool{false, true} {
+		parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), valueKey{}, "v"))
+		cancel(errors.New("the caller went away")) // not the completion's concern
+		c := &completionCtx{parent: parent, deadline: time.Now().Add(50 * time.Millisecond)}
+		if early {
+			_ = c.Done()
+		}
+		if err, cause := c.Err(), context.Cause(c); err != nil || cause != nil {
+			t.Fatalf("early=%v: before the deadline: Err() = %v, Cause() = %v", early, err, cause)
+		}
+		if v := c.Value(valueKey{}); v != "v" {
+			t.Errorf("early=%v: the parent's value = %v", early, v)
+		}
+		time.Sleep(60 * time.Millisecond)
+		if err := c.Err(); err != context.DeadlineExceeded {
+			t.Errorf("early=%v: after the deadline: Err() = %v", early, err)
+		}
+		select {
+		case <-c.Done():
+		case <-time.After(time.Second):
+			t.Errorf("early=%v: Done() not closed after the deadline", early)
+		}
+		if cause := context.Cause(c); cause != context.DeadlineExceeded {
+			t.Errorf("early=%v: Cause() = %v", early, cause)
+		}
+		c.release()
+		if err := c.Err(); err != context.DeadlineExceeded {
+			t.Errorf("early=%v: released after the deadline: Err() = %v", early, err)
+		}
+	}
+	c := &completionCtx{parent: context.Background(), deadline: time.Now().Add(time.Hour)}
+	c.release()
+	if err := c.Err(); err != context.Canceled {
+		t.Errorf("released: Err() = %v, want Canceled", err)
+	}
+	<-c.Done()
+}
+
+type ptrMarshaler struct{ N int }
+
+func (p *ptrMarshaler) MarshalJSON() ([]byte, error) { return []byte(`"pointer"`), nil }
+
+type ptrText struct{ S string }
+
+func (p *ptrText) MarshalText() ([]byte, error) { return []byte("text"), nil }
+
+type valMarshaler struct{ N int }
+
+func (v valMarshaler) MarshalJSON() ([]byte, error) { return []byte(`"value"`), nil }
+
+// TestEncodeRequestMatchesMarshal: the fast path encodes and fingerprints
+// every request as json.Marshal of the value does, pointer-receiver
+// marshalers included (json skips them on a value, calls them through a
+// pointer).
+func TestEncodeRequestMatchesMarshal(t *testing.T) {
+	rt, err := New(nopStore{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type plain struct {
+		A string `json:"a"`
+		B int
+		C []byte
+		D map[string]int
+		E *ptrMarshaler
+		F []ptrMarshaler
+		G any
+		H string `json:"<h>"`
+	}
+	type fieldPtr struct{ M ptrMarshaler }
+	type fieldText struct{ T [2]ptrText }
+	type deep struct{ In struct{ M ptrMarshaler } }
+	type withValue struct{ V valMarshaler }
+	tests := []struct {
+		name string
+		enc  func(*Runtime) (v any, fp, b []byte, err error)
+	}{
+		{"plain", encodeCase(plain{A: "<x>", B: 1, C: []byte{1}, D: map[string]int{"b": 1, "a": 2}, E: &ptrMarshaler{}, F: []ptrMarshaler{{}}, G: ptrMarshaler{}})},
+		{"pointer marshaler", encodeCase(ptrMarshaler{N: 3})},
+		{"field with a pointer marshaler", encodeCase(fieldPtr{})},
+		{"array of pointer text marshalers", encodeCase(fieldText{})},
+		{"nested", encodeCase(deep{})},
+		{"value marshaler", encodeCase(withValue{})},
+		{"interface", encodeCase[any](ptrMarshaler{})},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v, fp, got, err := tc.enc(rt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(want)
+			if string(got) != string(want) || string(fp) != string(sum[:]) {
+				t.Errorf("encoded %s, want %s (json.Marshal of the value)", got, want)
+			}
+		})
+	}
+	t.Run("fingerprint given", func(t *testing.T) {
+		v, given := plain{A: "a"}, []byte("mine")
+		fp, b, _ := encodeRequest(rt, &v, given)
+		given[0] = 'X' // the caller's slice is not kept
+		if string(fp) != "mine" || !strings.HasPrefix(string(b), `{"a":"a"`) {
+			t.Errorf("fingerprint %q, request %s", fp, b)
+		}
+	})
+}
+
+func encodeCase[T any](v T) func(*Runtime) (any, []byte, []byte, error) {
+	return func(rt *Runtime) (any, []byte, []byte, error) {
+		fp, b, err := encodeRequest(rt, &v, nil)
+		return v, fp, b, err
+	}
+}
+
+// TestDecodeResponseMatchesUnmarshal: the reused decoder decodes as
+// json.Unmarshal does, and says what it says about bad input.
+func TestDecodeResponseMatchesUnmarshal(t *testing.T) {
+	rt, err := New(nopStore{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type resp struct {
+		A string `json:"a"`
+		B int    `json:"b"`
+	}
+	for _, data := range []string{
+		`{"a":"x","b":1}`, `{"a":"y"}`, `{"a":"x","b":1} `, `{"a":"x"} {"a":"y"}`, `{"a":"x"`, `{"b":"not a number","a":"z"}`, `null`, ``, `{"a":"x","b":1}`,
+	} {
+		var got, want resp
+		gerr := decodeResponse(rt, []byte(data), &got)
+		werr := json.Unmarshal([]byte(data), &want)
+		if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+			t.Errorf("%s: decoded %+v, %v; json.Unmarshal: %+v, %v", data, got, gerr, want, werr)
+		}
+	}
+}
+
+// nopStore is a Store for tests that never reach it.
+type nopStore struct{ Store }

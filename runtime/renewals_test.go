@@ -1,0 +1,131 @@
+package runtime_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/memstore"
+)
+
+// countingStore counts renewals.
+type countingStore struct {
+	runtime.Store
+	renewals atomic.Int64
+}
+
+func (s *countingStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
+	s.renewals.Add(1)
+	return s.Store.Renew(ctx, p)
+}
+
+// TestRenewalsQuickCallsArmNothing: calls that end before their first
+// renewal is due leave nothing scheduled and do not reset the runtime's
+// one timer; calls that run longer are each renewed by it.
+func TestRenewalsQuickCallsArmNothing(t *testing.T) {
+	store := &countingStore{Store: memstore.New()}
+	const lease = 60 * time.Millisecond
+	rt, err := runtime.New(store, runtime.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	quick := func(context.Context, int) (int, error) { return 1, nil }
+	var armedAt time.Time
+	for i := range 20 {
+		if _, err := runtime.Do(ctx, rt, runtime.Call[int, int]{Operation: "op", Key: "quick-" + strconv.Itoa(i), Request: i, Effect: quick}); err != nil {
+			t.Fatal(err)
+		}
+		n, at := runtime.RenewalsScheduled(rt)
+		if n != 0 {
+			t.Fatalf("call %d: %d heartbeats still scheduled after the call", i, n)
+		}
+		if i == 0 {
+			armedAt = at
+		} else if !at.Equal(armedAt) && time.Since(armedAt) < lease/runtime.RenewEvery/2 {
+			t.Fatalf("call %d re-armed the timer (for %v, armed for %v)", i, at, armedAt)
+		}
+	}
+
+	// Three slow calls at once, each over three leases: each is renewed
+	// (by the lease rule, every lease/3) and none loses its lease.
+	store.renewals.Store(0)
+	slow := func(ctx context.Context, _ int) (int, error) {
+		select {
+		case <-time.After(3 * lease):
+			return 1, nil
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for i := range 3 {
+		wg.Go(func() {
+			_, err := runtime.Do(ctx, rt, runtime.Call[int, int]{Operation: "op", Key: "slow-" + strconv.Itoa(i), Request: i, Effect: slow})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a slow call: %v", err)
+		}
+	}
+	if n := store.renewals.Load(); n < 3*6 {
+		t.Errorf("%d renewals for three calls of three leases each, want at least 18 (every lease/3)", n)
+	}
+	if n, _ := runtime.RenewalsScheduled(rt); n != 0 {
+		t.Errorf("%d heartbeats still scheduled after the calls", n)
+	}
+}
+
+// TestCallScope: runtime.Call.Scope is the identity's scope, in place of the
+// context's, and the effect's and the observer's contexts carry it.
+func TestCallScope(t *testing.T) {
+	store := memstore.New()
+	var observed []string
+	var mu sync.Mutex
+	obs := runtime.ObserverFunc(func(ctx context.Context, e runtime.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		observed = append(observed, runtime.ScopeFrom(ctx))
+	})
+	for _, observe := range []bool{false, true} {
+		opts := []runtime.Option{}
+		if observe {
+			opts = append(opts, runtime.WithObserver(obs))
+		}
+		rt, err := runtime.New(store, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		observed = nil
+		var inEffect string
+		ctx := runtime.WithScope(context.Background(), "from-ctx")
+		_, err = runtime.Do(ctx, rt, runtime.Call[int, int]{Operation: "op", Key: "k" + strconv.FormatBool(observe), Scope: "tenant", Request: 1,
+			Effect: func(ctx context.Context, _ int) (int, error) { inEffect = runtime.ScopeFrom(ctx); return 1, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inEffect != "tenant" {
+			t.Errorf("observe=%v: the effect's scope is %q, want tenant", observe, inEffect)
+		}
+		if _, err := store.Get(context.Background(), runtime.Identity{Scope: "tenant", Operation: "op", Key: "k" + strconv.FormatBool(observe)}); err != nil {
+			t.Errorf("observe=%v: the record is not in the call's scope: %v", observe, err)
+		}
+		for _, s := range observed {
+			if s != "tenant" {
+				t.Errorf("observe=%v: an observer got scope %q, want tenant", observe, s)
+			}
+		}
+		if observe && len(observed) == 0 {
+			t.Error("nothing observed")
+		}
+	}
+}
