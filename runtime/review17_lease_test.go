@@ -1,0 +1,305 @@
+package runtime_test
+
+// Adversarial review of issue 17: the lease renewals now run from one timer
+// per runtime (a heap of heartbeats), and the effect's and completion's
+// contexts are made lazily. These attacks try to make two owners run at
+// once, or a renewal be missed, through long effects on tiny leases, mixed
+// leases on one runtime (the timer re-armed earlier and later), slow
+// renewals, and effects that keep their context past their return.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/runtime"
+)
+
+// overlapEffect counts runs, completed runs and overlaps of an effect that
+// honours its context.
+type overlapEffect struct {
+	d         time.Duration
+	running   atomic.Int32
+	runs      atomic.Int32
+	completed atomic.Int32
+	overlaps  atomic.Int32
+}
+
+func (o *overlapEffect) run(ctx context.Context, _ reviewReq) (string, error) {
+	o.runs.Add(1)
+	if o.running.Add(1) > 1 {
+		o.overlaps.Add(1)
+	}
+	defer o.running.Add(-1)
+	t := time.NewTimer(o.d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return "", runtime.Retryable(context.Cause(ctx))
+	case <-t.C:
+	}
+	o.completed.Add(1)
+	tok, _ := runtime.FencingToken(ctx)
+	return fmt.Sprintf("token %d", tok), nil
+}
+
+// Promise: an effect that outlives its lease many times over keeps it by
+// renewal, so no duplicate runs beside it; the effect runs to completion
+// once and every duplicate then replays. Schedule: lease 150ms, effect
+// 1.5s (ten leases, thirty renewals); four duplicates retry all along with
+// MaxWait 0; on one runtime, a second call with a one-hour lease is in
+// flight the whole time (its round due in 20 minutes sits in the same
+// timer heap), and short calls come and go (their heartbeats leave the
+// heap while the timer stays armed for them).
+func TestReview17LongEffectTinyLease(t *testing.T) {
+	reviewEach(t, func(t *testing.T, store runtime.Store) {
+		rt, err := runtime.New(store, runtime.WithMaxWait(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := runtime.New(store, runtime.WithMaxWait(0)) // another worker
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := reviewCtx()
+		long := make(chan struct{})
+		var longDone sync.WaitGroup
+		longDone.Add(1)
+		go func() { // one-hour lease, in flight throughout
+			defer longDone.Done()
+			_, _ = runtime.Do(ctx, rt, runtime.Call[reviewReq, string]{Operation: "R17.Hour", Key: "h", Lease: time.Hour,
+				Effect: func(ctx context.Context, _ reviewReq) (string, error) { <-long; return "", nil }})
+		}()
+		time.Sleep(20 * time.Millisecond)
+
+		eff := &overlapEffect{d: 1500 * time.Millisecond}
+		call := runtime.Call[reviewReq, string]{Operation: "R17.Long", Key: "k", Request: reviewReq{1}, Lease: 150 * time.Millisecond, Effect: eff.run}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var answers sync.Map
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rt
+				if w%2 == 1 {
+					r = other
+				}
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, err := runtime.Do(ctx, r, call)
+					key := "nil"
+					if err != nil {
+						key = errKind(err)
+					}
+					n, _ := answers.LoadOrStore(key, new(atomic.Int32))
+					n.(*atomic.Int32).Add(1)
+					if err == nil {
+						return
+					}
+					time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+				}
+			}()
+		}
+		// Short calls come and go on the same runtime meanwhile.
+		for i := range 50 {
+			_, err := runtime.Do(ctx, rt, runtime.Call[reviewReq, string]{Operation: "R17.Short", Key: fmt.Sprintf("s%d", i), Lease: 30 * time.Millisecond,
+				Effect: func(context.Context, reviewReq) (string, error) { return "ok", nil }})
+			if err != nil {
+				t.Errorf("short call %d: %v", i, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			close(stop)
+			wg.Wait()
+			t.Fatal("duplicates did not get the outcome in 20s")
+		}
+		close(long)
+		longDone.Wait()
+		var summary []string
+		answers.Range(func(k, v any) bool {
+			summary = append(summary, fmt.Sprintf("%v=%d", k, v.(*atomic.Int32).Load()))
+			return true
+		})
+		if eff.overlaps.Load() != 0 || eff.completed.Load() != 1 || eff.runs.Load() != 1 {
+			t.Fatalf("effect ran %d times (%d completed, %d overlaps); want once, no overlap; answers: %v",
+				eff.runs.Load(), eff.completed.Load(), eff.overlaps.Load(), summary)
+		}
+		t.Logf("answers: %v", summary)
+	})
+}
+
+func errKind(err error) string {
+	for _, s := range []error{runtime.ErrInProgress, runtime.ErrOutcomeUnknown, runtime.ErrLeaseLost, runtime.ErrKeyReused, runtime.ErrNotRecorded} {
+		if errors.Is(err, s) {
+			return s.Error()
+		}
+	}
+	return err.Error()
+}
+
+// slowRenew delays every Renew by a random part of max: renewals answer
+// late, some after the hedge starts another.
+type slowRenew struct {
+	runtime.Store
+	max time.Duration
+}
+
+func (s slowRenew) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
+	select {
+	case <-time.After(time.Duration(rand.Int64N(int64(s.max)))):
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+	return s.Store.Renew(ctx, p)
+}
+
+// Promise (the lease rule): however slow renewals are, two owners never run
+// the effect at once; a worker that cannot confirm its lease stops its
+// effect before the lease could expire. Schedule: renewals of the first
+// worker answer after up to 60% of the lease; a second worker on the plain
+// store claims as soon as the lease expires; the effect honours its
+// context. Either the first completes once, or it was stopped and the
+// second ran: never both at once, never two completions.
+func TestReview17SlowRenewalsNoOverlap(t *testing.T) {
+	reviewEach(t, func(t *testing.T, store runtime.Store) {
+		const lease = 200 * time.Millisecond
+		slow, err := runtime.New(slowRenew{store, lease * 6 / 10}, runtime.WithMaxWait(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, err := runtime.New(store, runtime.WithMaxWait(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := reviewCtx()
+		for round := range 3 {
+			eff := &overlapEffect{d: 1200 * time.Millisecond}
+			call := runtime.Call[reviewReq, string]{Operation: "R17.Slow", Key: fmt.Sprintf("k%d", round), Request: reviewReq{1}, Lease: lease, Effect: eff.run}
+			first := make(chan error, 1)
+			go func() { _, err := runtime.Do(ctx, slow, call); first <- err }()
+			deadline := time.Now().Add(15 * time.Second)
+			var last error
+			for time.Now().Before(deadline) {
+				_, last = runtime.Do(ctx, fast, call)
+				if last == nil {
+					break
+				}
+				time.Sleep(15 * time.Millisecond)
+			}
+			ferr := <-first
+			if eff.overlaps.Load() != 0 || eff.completed.Load() != 1 {
+				t.Fatalf("round %d: %d runs, %d completed, %d overlaps (first worker: %v; duplicate's last answer: %v); want one completion, no overlap",
+					round, eff.runs.Load(), eff.completed.Load(), eff.overlaps.Load(), ferr, last)
+			}
+		}
+	})
+}
+
+// Promise: the effect's context behaves as context.WithCancelCause of the
+// caller's: it is cancelled when the call ends (for goroutines the effect
+// started), carries the attempt after that, and a child made before or
+// after the end is cancelled too; a caller's cancellation reaches it with
+// the caller's cause. Schedule: effects that keep their context, start
+// goroutines on it, and derive children in each order.
+func TestReview17EffectContextAfterReturn(t *testing.T) {
+	reviewEach(t, func(t *testing.T, store runtime.Store) {
+		rt, err := runtime.New(store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := reviewCtx()
+		var kept context.Context
+		var child context.Context
+		var afterFired atomic.Bool
+		var goroutineSaw = make(chan error, 1)
+		_, err = runtime.Do(ctx, rt, runtime.Call[reviewReq, string]{Operation: "R17.Ctx", Key: "k1", Request: reviewReq{1},
+			Effect: func(ctx context.Context, _ reviewReq) (string, error) {
+				kept = ctx
+				var childCancel context.CancelFunc
+				child, childCancel = context.WithTimeout(ctx, time.Hour)
+				t.Cleanup(childCancel)
+				context.AfterFunc(ctx, func() { afterFired.Store(true) })
+				go func() { <-ctx.Done(); goroutineSaw <- context.Cause(ctx) }()
+				if ctx.Err() != nil {
+					return "", fmt.Errorf("context done during the effect: %w", ctx.Err())
+				}
+				return "ok", nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case cause := <-goroutineSaw:
+			if !errors.Is(cause, context.Canceled) {
+				t.Errorf("goroutine saw cause %v, want context.Canceled", cause)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the effect's context was not cancelled when the call ended")
+		}
+		if kept.Err() == nil || child.Err() == nil {
+			t.Errorf("after the call: effect ctx err %v, child err %v; want both cancelled", kept.Err(), child.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+		if !afterFired.Load() {
+			t.Error("context.AfterFunc on the effect's context did not fire when the call ended")
+		}
+		if tok, ok := runtime.FencingToken(kept); !ok || tok == 0 {
+			t.Error("the attempt is gone from the effect's context after the call")
+		}
+		late, cancel := context.WithCancel(kept)
+		defer cancel()
+		if late.Err() == nil {
+			t.Error("a child made after the call ended is not cancelled")
+		}
+
+		// A context that is never touched during the effect, then used after.
+		var untouched context.Context
+		if _, err := runtime.Do(ctx, rt, runtime.Call[reviewReq, string]{Operation: "R17.Ctx", Key: "k2", Request: reviewReq{1},
+			Effect: func(ctx context.Context, _ reviewReq) (string, error) { untouched = ctx; return "ok", nil }}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-untouched.Done():
+		default:
+			t.Error("Done of an untouched effect context is open after the call")
+		}
+		if !errors.Is(context.Cause(untouched), context.Canceled) {
+			t.Errorf("Cause of an untouched effect context after the call: %v", context.Cause(untouched))
+		}
+
+		// The caller cancels with a cause while the effect waits.
+		cctx, ccancel := context.WithCancelCause(ctx)
+		myCause := errors.New("client went away")
+		started := make(chan struct{})
+		go func() { <-started; ccancel(myCause) }()
+		var seen error
+		_, err = runtime.Do(cctx, rt, runtime.Call[reviewReq, string]{Operation: "R17.Ctx", Key: "k3", Request: reviewReq{1},
+			Effect: func(ctx context.Context, _ reviewReq) (string, error) {
+				close(started)
+				<-ctx.Done()
+				seen = context.Cause(ctx)
+				return "", ctx.Err()
+			}})
+		if !errors.Is(seen, myCause) {
+			t.Errorf("effect saw cause %v, want the caller's %v", seen, myCause)
+		}
+		if !errors.Is(err, runtime.ErrOutcomeUnknown) {
+			t.Errorf("cancelled effect: %v, want ErrOutcomeUnknown", err)
+		}
+	})
+}
