@@ -308,3 +308,65 @@ func TestReview17ReusedDecoder(t *testing.T) {
 		}
 	}
 }
+
+// rawCodec passes []byte through as is (a common codec for services whose
+// requests and responses are already encoded: protobuf bytes, signed
+// payloads) and uses JSON for everything else. Its Marshal returns the
+// caller's own slice, which the runtime.Codec interface does not forbid.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	if b, ok := v.([]byte); ok {
+		return b, nil
+	}
+	return json.Marshal(v)
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	if p, ok := v.(*[]byte); ok {
+		*p = append([]byte(nil), data...)
+		return nil
+	}
+	return json.Unmarshal(data, v)
+}
+
+// Promise: a record is not corrupted by what its caller does with its own
+// buffers after Do returned. With a custom codec that passes []byte
+// through, the request and the response bytes the runtime hands the store
+// are the caller's and the effect's own slices; memstore (since issue 17)
+// keeps them instead of copying. Schedule: the effect answers from a
+// buffer it reuses, the caller reuses its request buffer; then a duplicate
+// replays, and the stored request is read back.
+func TestReview17MemstoreCustomCodecAliasing(t *testing.T) {
+	store := memstore.New()
+	rt, err := runtime.New(store, runtime.WithCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := runtime.WithScope(context.Background(), "r17")
+	respBuf := []byte("receipt:ch_1")
+	reqBuf := []byte("charge:100")
+	var runs atomic.Int32
+	call := runtime.Call[[]byte, []byte]{Operation: "R17.Raw", Key: "k", Request: reqBuf,
+		Effect: func(context.Context, []byte) ([]byte, error) { runs.Add(1); return respBuf, nil }}
+	got, err := runtime.Do(ctx, rt, call)
+	if err != nil || string(got) != "receipt:ch_1" {
+		t.Fatalf("first call: %q, %v", got, err)
+	}
+	// Both buffers are reused for the next request.
+	copy(respBuf, "receipt:ch_2")
+	copy(reqBuf, "charge:999")
+
+	rec, err := store.Get(ctx, runtime.Identity{Scope: "r17", Operation: "R17.Raw", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(rec.Request) != "charge:100" {
+		t.Errorf("stored request became %q after the caller reused its buffer", rec.Request)
+	}
+	call.Request = []byte("charge:100")
+	again, err := runtime.Do(ctx, rt, call)
+	if err != nil || string(again) != "receipt:ch_1" || runs.Load() != 1 {
+		t.Errorf("duplicate: %q, %v (effect ran %d times); want the first response %q replayed", again, err, runs.Load(), "receipt:ch_1")
+	}
+}
