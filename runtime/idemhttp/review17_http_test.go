@@ -67,7 +67,7 @@ func TestReview17PooledBuffersConcurrent(t *testing.T) {
 				}
 				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/echo", rd)
 				req.Header.Set("Idempotency-Key", key)
-								resp, err := srv.Client().Do(req)
+				resp, err := srv.Client().Do(req)
 				if err != nil {
 					return 0, "", nil, err
 				}
@@ -252,4 +252,3 @@ func TestReview17HeaderFormsReplay(t *testing.T) {
 		})
 	}
 }
-

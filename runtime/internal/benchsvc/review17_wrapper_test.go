@@ -24,7 +24,7 @@ import (
 // (UNKNOWN), leaving Find to converge it.
 type merchants struct {
 	mu       sync.Mutex
-	charges  map[string]int   // merchant/key -> charges
+	charges  map[string]int    // merchant/key -> charges
 	scopes   map[string]string // merchant/key -> scope seen by the effect
 	qscopes  []string
 	failOnce atomic.Bool
