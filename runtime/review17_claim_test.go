@@ -178,3 +178,101 @@ func TestReview17ClaimReturnsTheRecord(t *testing.T) {
 		})
 	}
 }
+
+// Promise: claims are atomic. Of many concurrent claims of one identity
+// exactly one is granted, and every other gets the record (no error, no
+// empty answer), whether the identity is absent, a finished record whose
+// TTL passed (replaced by a new claim), a PROCESSING record whose lease
+// expired (taken over), or an UNKNOWN record free for reconciliation
+// (acquired). Schedule: per case and round, 32 claims released at once
+// on a fresh identity; on every store and PostgreSQL with group commit.
+func TestReview17ConcurrentClaimsAtomic(t *testing.T) {
+	for _, st := range r17Stores() {
+		t.Run(st.Name, func(t *testing.T) {
+			s := st.New(t)
+			ctx := context.Background()
+			scope := "r17-" + teststores.Unique()
+			prepare := map[string]func(id runtime.Identity){
+				"absent": func(runtime.Identity) {},
+				"ttl passed": func(id runtime.Identity) {
+					res, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("old"), Owner: "w0", Lease: time.Hour})
+					if err != nil || !res.Claimed {
+						t.Fatal(res, err)
+					}
+					if _, err := s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, To: runtime.StateSuccess, Owner: "w0",
+						Version: res.Record.Version, Response: []byte(`"old"`), TTL: 20 * time.Millisecond, Token: "t0" + id.Key}); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(60 * time.Millisecond)
+				},
+				"lease expired": func(id runtime.Identity) {
+					res, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Owner: "w0", Lease: 20 * time.Millisecond})
+					if err != nil || !res.Claimed {
+						t.Fatal(res, err)
+					}
+					time.Sleep(60 * time.Millisecond)
+				},
+				"unknown free": func(id runtime.Identity) {
+					res, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Owner: "w0", Lease: time.Hour})
+					if err != nil || !res.Claimed {
+						t.Fatal(res, err)
+					}
+					if _, err := s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, To: runtime.StateUnknown, Owner: "w0",
+						Version: res.Record.Version, Token: "t0" + id.Key}); err != nil {
+						t.Fatal(err)
+					}
+				},
+			}
+			for name, prep := range prepare {
+				for round := range 8 {
+					id := runtime.Identity{Scope: scope, Operation: "R17.Atomic", Key: fmt.Sprintf("%s-%d", name, round)}
+					prep(id)
+					var mu sync.Mutex
+					var granted []string
+					var errs []error
+					versions := map[int64]bool{}
+					var wg sync.WaitGroup
+					start := make(chan struct{})
+					for i := range 32 {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							<-start
+							owner := fmt.Sprint("w", i+1)
+							res, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Owner: owner, Lease: time.Hour, AcquireUnknown: true})
+							mu.Lock()
+							defer mu.Unlock()
+							switch {
+							case err != nil:
+								errs = append(errs, err)
+							case res.Record.ID != id || res.Record.Version == 0:
+								errs = append(errs, fmt.Errorf("answer for another or no record: %+v", res.Record))
+							case res.Claimed:
+								granted = append(granted, owner)
+								versions[res.Record.Version] = true
+								if res.Record.Owner != owner {
+									errs = append(errs, fmt.Errorf("granted to %s, record owned by %s", owner, res.Record.Owner))
+								}
+							}
+						}()
+					}
+					close(start)
+					wg.Wait()
+					for _, err := range errs {
+						t.Errorf("%s round %d: %v", name, round, err)
+					}
+					if len(granted) != 1 {
+						t.Fatalf("%s round %d: claims granted to %v; want exactly one", name, round, granted)
+					}
+					rec, err := s.Get(ctx, id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if rec.Owner != granted[0] || !versions[rec.Version] {
+						t.Errorf("%s round %d: the record is owned by %s at version %d; the claim went to %s", name, round, rec.Owner, rec.Version, granted[0])
+					}
+				}
+			}
+		})
+	}
+}
