@@ -276,3 +276,75 @@ func TestReview17ConcurrentClaimsAtomic(t *testing.T) {
 		})
 	}
 }
+
+// Promise: identities never collide, whatever bytes they hold, and a batch
+// hands each caller its own row. Keys are any visible ASCII, scopes and
+// operations any UTF-8 without control bytes: the characters that array
+// literals, CSV, Redis hash tags and JSON treat specially must not shift
+// or merge rows. Schedule: 40 such identities claimed at once (one batch
+// under group commit), each with its own fingerprint, request and owner,
+// then completed at once with its own response and read back.
+func TestReview17NastyIdentitiesInOneBatch(t *testing.T) {
+	keys := []string{`a,b`, `{x}`, `"q"`, `\`, `\\"`, `NULL`, `null`, `{a,b}`, `}{`, `'`, `a"b,c{d}e\f`, `[1]`, `(x)`, `$1`, `%s`, `*`, `?`, `:`, `{tag}k`, `k{tag}`}
+	scopes := []string{"", "NULL", "a b", "é,{}", `"`, "{x}"}
+	for _, st := range r17Stores() {
+		t.Run(st.Name, func(t *testing.T) {
+			s := st.New(t)
+			ctx := context.Background()
+			u := teststores.Unique()
+			var ids []runtime.Identity
+			for i, k := range keys {
+				ids = append(ids, runtime.Identity{Scope: scopes[i%len(scopes)] + u, Operation: "R17.Nasty", Key: k})
+				ids = append(ids, runtime.Identity{Scope: u, Operation: `Op,{"x"}\` + scopes[i%len(scopes)], Key: k})
+			}
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			versions := make([]int64, len(ids))
+			for i, id := range ids {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					res, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte(fmt.Sprint("fp", i)), Request: []byte(fmt.Sprintf(`{"i":%d}`, i)), Owner: fmt.Sprint("w", i), Lease: time.Hour})
+					switch {
+					case err != nil:
+						t.Errorf("claim %q: %v", id, err)
+					case !res.Claimed || res.Record.ID != id || string(res.Record.Fingerprint) != fmt.Sprint("fp", i) || res.Record.Owner != fmt.Sprint("w", i):
+						t.Errorf("claim %q: claimed %v, got record %q fp %q owner %q", id, res.Claimed, res.Record.ID, res.Record.Fingerprint, res.Record.Owner)
+					default:
+						versions[i] = res.Record.Version
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			start = make(chan struct{})
+			for i, id := range ids {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					if _, err := s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, To: runtime.StateSuccess, Owner: fmt.Sprint("w", i),
+						Version: versions[i], Response: []byte(fmt.Sprintf(`{"resp":%d}`, i)), TTL: time.Hour, Token: fmt.Sprint(u, "-", i)}); err != nil {
+						t.Errorf("complete %q: %v", id, err)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			for i, id := range ids {
+				rec, err := s.Get(ctx, id)
+				if err != nil {
+					t.Errorf("get %q: %v", id, err)
+					continue
+				}
+				if rec.ID != id || string(rec.Response) != fmt.Sprintf(`{"resp":%d}`, i) || string(rec.Request) != fmt.Sprintf(`{"i":%d}`, i) || rec.State != runtime.StateSuccess {
+					t.Errorf("record %q: id %q state %s request %s response %s", id, rec.ID, rec.State, rec.Request, rec.Response)
+				}
+			}
+		})
+	}
+}

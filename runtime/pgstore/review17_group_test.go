@@ -144,7 +144,7 @@ func TestReview17GroupTransitionsCAS(t *testing.T) {
 			id runtime.Identity
 			tp runtime.TransitionParams
 		}
-		others := make([]other, 16)
+		others := make([]other, 20)
 		for i := range others {
 			id := runtime.Identity{Scope: scope, Operation: "R17.Other", Key: fmt.Sprintf("o%d-%d", round, i)}
 			r, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Owner: "w", Lease: time.Minute})
@@ -153,7 +153,7 @@ func TestReview17GroupTransitionsCAS(t *testing.T) {
 			}
 			tp := runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: "w", Version: r.Record.Version,
 				Token: fmt.Sprintf("tok-o-%d-%d", round, i)}
-			switch i % 4 {
+			switch i % 5 {
 			case 0:
 				tp.To, tp.Response, tp.TTL = runtime.StateSuccess, []byte(fmt.Sprintf(`{"o":%d}`, i)), time.Duration(1+i)*time.Hour
 			case 1:
@@ -162,6 +162,8 @@ func TestReview17GroupTransitionsCAS(t *testing.T) {
 				tp.To, tp.Response, tp.TTL = runtime.StateFailed, []byte(fmt.Sprintf(`{"message":"f%d"}`, i)), time.Hour
 			case 3:
 				tp.To = runtime.StateUnknown
+			case 4:
+				tp.To, tp.NewOwner, tp.Lease = runtime.StateUnknown, fmt.Sprint("rec", i), time.Duration(1+i)*time.Minute
 			}
 			others[i] = other{id, tp}
 		}
@@ -169,7 +171,7 @@ func TestReview17GroupTransitionsCAS(t *testing.T) {
 		var winner atomic.Int32
 		winner.Store(-1)
 		errs := make(chan error, 64)
-		together(40, func(i int) {
+		together(44, func(i int) {
 			if i < 24 {
 				tp := runtime.TransitionParams{ID: one, From: runtime.StateProcessing, To: runtime.StateSuccess, Owner: "w", Version: v,
 					Response: []byte(fmt.Sprintf(`{"w":%d}`, i)), TTL: time.Hour, Token: fmt.Sprintf("tok-%d-%d", round, i)}
@@ -228,10 +230,16 @@ func TestReview17GroupTransitionsCAS(t *testing.T) {
 				t.Errorf("other %d: expires in %v, want %v", i, rec.ExpiresAt.Sub(rec.StoreNow), tp.TTL)
 			case !tp.To.Final() && !rec.ExpiresAt.IsZero():
 				t.Errorf("other %d: UNKNOWN with an expiry %v", i, rec.ExpiresAt)
+			case rec.Owner != tp.NewOwner:
+				t.Errorf("other %d: owner %q, want %q", i, rec.Owner, tp.NewOwner)
+			case tp.Lease > 0 && (rec.LeaseExpiresAt.Sub(rec.StoreNow) > tp.Lease || rec.LeaseExpiresAt.Sub(rec.StoreNow) < tp.Lease-time.Minute/2):
+				t.Errorf("other %d: lease %v, want %v", i, rec.LeaseExpiresAt.Sub(rec.StoreNow), tp.Lease)
+			case tp.Lease == 0 && !rec.LeaseExpiresAt.IsZero():
+				t.Errorf("other %d: a lease until %v, none asked", i, rec.LeaseExpiresAt)
 			}
 		}
 	}
-	requireBatched(t, s, 6*40)
+	requireBatched(t, s, 6*44)
 }
 
 // Promise: a statement PostgreSQL refuses fails its own caller only; every
