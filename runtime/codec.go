@@ -117,11 +117,19 @@ func jsonAddrSafe(t reflect.Type) bool {
 	case reflect.Pointer:
 		return true
 	}
-	if !t.Implements(jsonMarshalerType) && !t.Implements(textMarshalerType) {
-		pt := reflect.PointerTo(t)
-		if pt.Implements(jsonMarshalerType) || pt.Implements(textMarshalerType) {
-			return false
-		}
+	// json's order: MarshalJSON (on the value, else through an address),
+	// then MarshalText (likewise). A method the value has ends the walk,
+	// unless the pointer has one that json would pick before it.
+	pt := reflect.PointerTo(t)
+	switch {
+	case t.Implements(jsonMarshalerType):
+		return true
+	case pt.Implements(jsonMarshalerType):
+		return false
+	case t.Implements(textMarshalerType):
+		return true
+	case pt.Implements(textMarshalerType):
+		return false
 	}
 	switch t.Kind() {
 	case reflect.Struct:
