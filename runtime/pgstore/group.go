@@ -1,61 +1,85 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore/internal/db"
 )
 
-// Group commit: claims (and, separately, completions) of concurrent callers
-// in one process travel together in one pgx batch, which PostgreSQL runs as
-// one implicit transaction: one round trip and one commit flush for the
-// lot. A batch is sent as soon as the previous one of its kind returned, so
-// a lone caller waits for nobody, and under load batches grow by themselves:
-// the added latency is at most the round trip of the batch in flight.
+// Group commit: the claims (and, separately, the completions) of concurrent
+// callers in one process travel together as one set-based statement
+// (ClaimSet, TransitionSet in queries/group.sql): one round trip, one
+// statement to plan and run, and one commit flush for the whole batch. Each
+// row of the result names the caller it answers, so each caller gets its own
+// outcome, as without batching: its claim or the existing record, its
+// compare-and-set applied or not (with the token rule of a retried write).
 //
-// A batch is all or nothing: when any statement in it fails, PostgreSQL
-// rolls the whole implicit transaction back, so no result of it is
-// delivered; every caller of that batch runs its statement again on its
-// own. Each caller gets its own result (its claim, or its CAS outcome), as
-// without batching.
+// A batch holds an identity at most once (a duplicate waits for the next
+// batch: two callers of one key are never both claimed by one INSERT), and
+// its rows go sorted by identity, so that concurrent batches take their
+// locks in one order. A batch is one implicit transaction, all or nothing:
+// when the statement fails, nothing of it committed, and every caller of
+// the batch runs its own statement again alone, so that one bad row fails
+// only its own caller.
+
+// DefaultGroupCommitBatch is the batch size of [WithGroupCommit] when it is
+// given none.
+const DefaultGroupCommitBatch = 64
 
 // WithGroupCommit sends the claims and the completions of concurrent
-// callers in batches of at most maxBatch statements (default 64 when not
-// positive), one batch of each kind in flight at a time. It raises
-// throughput when many callers complete at once (each batch is one commit
-// flush); a single caller sees no delay. DoTx's claim and FAILED record
-// are batched like any other; what it writes inside the caller's
-// transaction is not.
+// callers as set-based statements of at most maxBatch rows
+// (DefaultGroupCommitBatch when not positive): one INSERT claims a batch,
+// one UPDATE completes one, and each caller still gets its own outcome.
+//
+// Batch size and added latency: a batch leaves as soon as one of
+// maxInFlight (2) senders of its kind is free, with whatever has queued, up
+// to maxBatch rows; nothing waits for a timer. A lone caller's statement
+// leaves at once (no added latency but a goroutine hand-off); under load a
+// caller waits for at most the batches in flight ahead of it, about one
+// batch round trip (a commit flush) when fewer than maxInFlight × maxBatch
+// statements are queued. Two calls of one identity never share a batch, so
+// the k-th concurrent duplicate of a key waits for k-1 batches.
+//
+// When it wins: with many concurrent first calls (PostgreSQL's commit
+// flushes, and the per-statement work, are shared by a batch); see the
+// README's Performance section for the measured ratios. A failed batch
+// (an invalid row, a deadlock, a lost connection) is run again statement by
+// statement, each caller getting its own result. DoTx's claim and FAILED
+// record are batched like any other; what it writes inside the caller's
+// transaction is not. Renew, Release, Get and the reconciler's statements
+// are never batched.
 func WithGroupCommit(maxBatch int) Option {
 	return func(s *Store) {
 		if maxBatch <= 0 {
-			maxBatch = 64
+			maxBatch = DefaultGroupCommitBatch
 		}
-		s.group = &groupCommit{maxBatch: maxBatch, q: db.New(closeOnceDB{s.pool})}
+		s.group = &groupCommit{maxBatch: maxBatch, q: db.New(s.pool)}
 	}
 }
 
 // maxInFlight is how many batches of one kind may be in flight at once, on
-// as many connections: the server's own group commit merges their flushes.
-const maxInFlight = 4
+// as many connections: while they run, the next batch gathers.
+const maxInFlight = 2
 
 // batchTimeout bounds one batch on the server: it runs on a context of its
 // own, since it serves callers with different contexts.
 const batchTimeout = 30 * time.Second
 
 type groupCommit struct {
-	maxBatch int
-	// q sends the batches, each closed exactly once (see closeOnceDB).
+	maxBatch    int
 	q           *db.Queries
-	claims      batchQueue[db.ClaimBatchParams, []db.ClaimBatchRow]
-	transitions batchQueue[db.TransitionBatchParams, []int64]
+	claims      batchQueue[db.ClaimParams, []db.ClaimRow]
+	transitions batchQueue[db.TransitionParams, []int64]
 
 	// batches, statements and failed count what was sent (for tests and
 	// GroupCommitStats).
@@ -63,8 +87,9 @@ type groupCommit struct {
 }
 
 // GroupCommitStats reports how many batches the group-commit mode sent, how
-// many statements they carried, and how many batches failed as a whole (and
-// were run again statement by statement). All zero without group commit.
+// many callers' statements they carried, and how many batches failed as a
+// whole (and were run again statement by statement). All zero without group
+// commit.
 func (s *Store) GroupCommitStats() (batches, statements, failed int64) {
 	if s.group == nil {
 		return 0, 0, 0
@@ -72,8 +97,13 @@ func (s *Store) GroupCommitStats() (batches, statements, failed int64) {
 	return s.group.batches.Load(), s.group.statements.Load(), s.group.failed.Load()
 }
 
-// batchQueue gathers statements of one kind (arguments A, result R) for
-// batches of at most maxBatch, with at most maxInFlight batches in flight.
+// errBatchResult reports a batch result that names no caller, or one twice:
+// a bug, answered to every caller of the batch as an error.
+var errBatchResult = errors.New("pgstore: group commit: inconsistent batch result")
+
+// batchQueue gathers the statements of one kind (arguments A, result R) for
+// batches of at most maxBatch distinct identities, with at most maxInFlight
+// batches in flight.
 type batchQueue[A, R any] struct {
 	mu       sync.Mutex
 	pending  []*batchItem[A, R]
@@ -81,6 +111,7 @@ type batchQueue[A, R any] struct {
 }
 
 type batchItem[A, R any] struct {
+	id  runtime.Identity
 	arg A
 	res R
 	err error
@@ -89,14 +120,16 @@ type batchItem[A, R any] struct {
 	done  chan struct{}
 }
 
-// sendFunc sends one batch and calls got with each statement's result, in
-// order; it returns the batch's own error (from closing it).
-type sendFunc[A, R any] func(ctx context.Context, args []A, got func(i int, res R, err error)) error
+// sendFunc runs one batch as one statement and stores each caller's result
+// in res (indexed like args; left zero for a caller the statement returned
+// nothing for). An error means the statement failed and nothing of it
+// committed, except errBatchResult.
+type sendFunc[A, R any] func(ctx context.Context, args []A, res []R) error
 
-// do queues arg, and waits for its batch. retry reports that the batch
-// failed as a whole and nothing of it was committed.
-func (q *batchQueue[A, R]) do(ctx context.Context, g *groupCommit, arg A, send sendFunc[A, R]) (res R, retry bool, err error) {
-	it := &batchItem[A, R]{arg: arg, done: make(chan struct{})}
+// do queues arg, of identity id, and waits for its batch. retry reports
+// that the batch failed as a whole and nothing of it was committed.
+func (q *batchQueue[A, R]) do(ctx context.Context, g *groupCommit, id runtime.Identity, arg A, send sendFunc[A, R]) (res R, retry bool, err error) {
+	it := &batchItem[A, R]{id: id, arg: arg, done: make(chan struct{})}
 	q.mu.Lock()
 	q.pending = append(q.pending, it)
 	lead := q.inFlight < maxInFlight
@@ -119,123 +152,145 @@ func (q *batchQueue[A, R]) do(ctx context.Context, g *groupCommit, arg A, send s
 	return it.res, it.retry, it.err
 }
 
+// take removes the next batch from the queue: in queue order, at most max
+// items, an identity at most once (a later duplicate stays queued, in
+// order, for a later batch). The batch comes sorted by identity.
+func (q *batchQueue[A, R]) take(max int) []*batchItem[A, R] {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(len(q.pending), max)
+	if n == 0 {
+		return nil
+	}
+	batch := make([]*batchItem[A, R], 0, n)
+	seen := make(map[runtime.Identity]struct{}, n)
+	rest := q.pending[:0]
+	for _, it := range q.pending {
+		if _, dup := seen[it.id]; len(batch) < max && !dup {
+			seen[it.id] = struct{}{}
+			batch = append(batch, it)
+			continue
+		}
+		rest = append(rest, it)
+	}
+	clear(q.pending[len(rest):])
+	q.pending = rest
+	slices.SortFunc(batch, func(a, b *batchItem[A, R]) int { return compareIdentity(a.id, b.id) })
+	return batch
+}
+
+func compareIdentity(a, b runtime.Identity) int {
+	return cmp.Or(cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Operation, b.Operation), cmp.Compare(a.Key, b.Key))
+}
+
 // flush sends batches until none is pending.
 func (q *batchQueue[A, R]) flush(g *groupCommit, send sendFunc[A, R]) {
 	for {
-		q.mu.Lock()
-		n := min(len(q.pending), g.maxBatch)
-		if n == 0 {
+		batch := q.take(g.maxBatch)
+		if batch == nil {
+			q.mu.Lock()
+			if len(q.pending) > 0 { // queued after take looked
+				q.mu.Unlock()
+				continue
+			}
 			q.inFlight--
 			q.mu.Unlock()
 			return
 		}
-		batch := q.pending[:n:n]
-		q.pending = q.pending[n:]
-		q.mu.Unlock()
+		q.run(g, batch, send)
+	}
+}
 
-		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-		args := make([]A, len(batch))
-		for i, it := range batch {
-			args[i] = it.arg
+// run sends one batch and answers each of its callers exactly once.
+func (q *batchQueue[A, R]) run(g *groupCommit, batch []*batchItem[A, R], send sendFunc[A, R]) {
+	args := make([]A, len(batch))
+	for i, it := range batch {
+		args[i] = it.arg
+	}
+	res := make([]R, len(batch))
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	err := send(ctx, args, res)
+	cancel()
+	g.batches.Add(1)
+	g.statements.Add(int64(len(batch)))
+	if err != nil {
+		g.failed.Add(1)
+	}
+	for i, it := range batch {
+		switch {
+		case err == nil:
+			it.res = res[i]
+		case errors.Is(err, errBatchResult):
+			it.err = err
+		default:
+			// All or nothing: a failed statement committed nothing.
+			it.retry = true
 		}
-		failed := false
-		if err := send(ctx, args, func(i int, res R, err error) {
-			batch[i].res, batch[i].err = res, err
-			failed = failed || err != nil
-		}); err != nil {
-			failed = true
+		close(it.done)
+	}
+}
+
+// sendClaims runs ClaimSet for a batch of claims.
+func (s *Store) sendClaims(ctx context.Context, args []db.ClaimParams, res [][]db.ClaimRow) error {
+	n := len(args)
+	p := db.ClaimSetParams{
+		Scopes: make([]string, n), Operations: make([]string, n), Keys: make([]string, n),
+		Fingerprints: make([][]byte, n), Owners: make([]string, n), Leases: make([]pgtype.Interval, n),
+		Requests: make([][]byte, n),
+	}
+	for i, a := range args {
+		p.Scopes[i], p.Operations[i], p.Keys[i] = a.Scope, a.Operation, a.Key
+		p.Fingerprints[i], p.Owners[i], p.Leases[i], p.Requests[i] = a.Fingerprint, a.Owner, a.Lease, a.Request
+	}
+	rows, err := s.group.q.ClaimSet(ctx, p)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		i := int(r.I) - 1
+		if i < 0 || i >= n || res[i] != nil {
+			return fmt.Errorf("%w: row for caller %d of %d", errBatchResult, r.I, n)
 		}
-		cancel()
-		g.batches.Add(1)
-		g.statements.Add(int64(n))
-		if failed {
-			g.failed.Add(1)
+		res[i] = []db.ClaimRow{{
+			Claimed: r.Claimed, Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
+			State: r.State, Owner: r.Owner, Version: r.Version, LeaseExpiresAt: r.LeaseExpiresAt,
+			ExpiresAt: r.ExpiresAt, Request: r.Request, Response: r.Response, Takeovers: r.Takeovers,
+			Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Token: r.Token,
+			Note: r.Note, ResponseOmitted: r.ResponseOmitted, StoreNow: r.StoreNow,
+		}}
+	}
+	return nil
+}
+
+// sendTransitions runs TransitionSet for a batch of transitions.
+func (s *Store) sendTransitions(ctx context.Context, args []db.TransitionParams, res [][]int64) error {
+	n := len(args)
+	p := db.TransitionSetParams{
+		Scopes: make([]string, n), Operations: make([]string, n), Keys: make([]string, n),
+		FromStates: make([]string, n), Owners: make([]string, n), Versions: make([]int64, n),
+		ToStates: make([]string, n), NewOwners: make([]string, n), Leases: make([]pgtype.Interval, n),
+		Ttls: make([]pgtype.Interval, n), Responses: make([][]byte, n), ResponsesOmitted: make([]bool, n),
+		Notes: make([]string, n), Tokens: make([]string, n),
+	}
+	for i, a := range args {
+		p.Scopes[i], p.Operations[i], p.Keys[i] = a.Scope, a.Operation, a.Key
+		p.FromStates[i], p.Owners[i], p.Versions[i] = a.FromState, a.Owner, a.Version
+		p.ToStates[i], p.NewOwners[i], p.Leases[i], p.Ttls[i] = a.ToState, a.NewOwner, a.Lease, a.Ttl
+		p.Responses[i], p.ResponsesOmitted[i], p.Notes[i], p.Tokens[i] = a.Response, a.ResponseOmitted, a.Note, a.Token
+	}
+	rows, err := s.group.q.TransitionSet(ctx, p)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		i := int(r.I) - 1
+		if i < 0 || i >= n || res[i] != nil {
+			return fmt.Errorf("%w: row for caller %d of %d", errBatchResult, r.I, n)
 		}
-		for _, it := range batch {
-			// All or nothing: a failed batch committed nothing.
-			it.retry = failed
-			close(it.done)
-		}
+		res[i] = []int64{r.Version}
 	}
+	return nil
 }
-
-func (s *Store) sendClaims(ctx context.Context, args []db.ClaimBatchParams, got func(int, []db.ClaimBatchRow, error)) error {
-	br := s.group.q.ClaimBatch(ctx, args)
-	br.Query(got)
-	return br.Close()
-}
-
-func (s *Store) sendTransitions(ctx context.Context, args []db.TransitionBatchParams, got func(int, []int64, error)) error {
-	br := s.group.q.TransitionBatch(ctx, args)
-	br.Query(got)
-	return br.Close()
-}
-
-// closeOnceDB is the pool as the group-commit mode's queries see it: the
-// batch results it returns are closed exactly once, whoever asks. The
-// generated code closes a batch's results when it has read them, and the
-// batch's error (a failed commit, say) is learnt only from Close, so the
-// results are closed again; on a pool, the first close has returned the
-// connection, and a second would act on it while another goroutine uses it
-// (after a failed batch it invalidates the connection's statement cache: a
-// concurrent map write).
-type closeOnceDB struct{ db.DBTX }
-
-func (d closeOnceDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return &closeOnceResults{BatchResults: d.DBTX.SendBatch(ctx, b)}
-}
-
-// closeOnceResults closes its batch once and remembers the error; once
-// closed it answers every call with errBatchClosed (or that error) without
-// touching the connection.
-type closeOnceResults struct {
-	pgx.BatchResults
-	closed bool
-	err    error
-}
-
-var errBatchClosed = errors.New("pgstore: batch already closed")
-
-func (r *closeOnceResults) Close() error {
-	if !r.closed {
-		r.closed = true
-		r.err = r.BatchResults.Close()
-	}
-	return r.err
-}
-
-func (r *closeOnceResults) closedErr() error {
-	if r.err != nil {
-		return r.err
-	}
-	return errBatchClosed
-}
-
-func (r *closeOnceResults) Exec() (pgconn.CommandTag, error) {
-	if r.closed {
-		return pgconn.CommandTag{}, r.closedErr()
-	}
-	return r.BatchResults.Exec()
-}
-
-func (r *closeOnceResults) Query() (pgx.Rows, error) {
-	if r.closed {
-		return nil, r.closedErr()
-	}
-	return r.BatchResults.Query()
-}
-
-func (r *closeOnceResults) QueryRow() pgx.Row {
-	if r.closed {
-		return errRow{r.closedErr()}
-	}
-	return r.BatchResults.QueryRow()
-}
-
-// errRow is a row whose Scan fails with err.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
 
 // claimRows runs the claim statement, batched when group commit is on and
 // q is the pool's (DoTx runs on its transaction, unbatched).
@@ -243,15 +298,12 @@ func (s *Store) claimRows(ctx context.Context, q *db.Queries, arg db.ClaimParams
 	if s.group == nil || q != s.q {
 		return q.Claim(ctx, arg)
 	}
-	res, retry, err := s.group.claims.do(ctx, s.group, db.ClaimBatchParams(arg), s.sendClaims)
+	id := runtime.Identity{Scope: arg.Scope, Operation: arg.Operation, Key: arg.Key}
+	res, retry, err := s.group.claims.do(ctx, s.group, id, arg, s.sendClaims)
 	if retry {
 		return q.Claim(ctx, arg)
 	}
-	rows := make([]db.ClaimRow, len(res))
-	for i, r := range res {
-		rows[i] = db.ClaimRow(r)
-	}
-	return rows, err
+	return res, err
 }
 
 // transitionRows runs the transition statement, batched likewise.
@@ -259,7 +311,8 @@ func (s *Store) transitionRows(ctx context.Context, q *db.Queries, arg db.Transi
 	if s.group == nil || q != s.q {
 		return q.Transition(ctx, arg)
 	}
-	res, retry, err := s.group.transitions.do(ctx, s.group, db.TransitionBatchParams(arg), s.sendTransitions)
+	id := runtime.Identity{Scope: arg.Scope, Operation: arg.Operation, Key: arg.Key}
+	res, retry, err := s.group.transitions.do(ctx, s.group, id, arg, s.sendTransitions)
 	if retry {
 		return q.Transition(ctx, arg)
 	}
