@@ -41,14 +41,17 @@ const DefaultGroupCommitBatch = 64
 // (DefaultGroupCommitBatch when not positive): one INSERT claims a batch,
 // one UPDATE completes one, and each caller still gets its own outcome.
 //
-// Batch size and added latency: a batch leaves as soon as one of
-// maxInFlight (2) senders of its kind is free, with whatever has queued, up
-// to maxBatch rows; nothing waits for a timer. A lone caller's statement
-// leaves at once (no added latency but a goroutine hand-off); under load a
-// caller waits for at most the batches in flight ahead of it, about one
-// batch round trip (a commit flush) when fewer than maxInFlight × maxBatch
-// statements are queued. Two calls of one identity never share a batch, so
-// the k-th concurrent duplicate of a key waits for k-1 batches.
+// Batch size and added latency: one batch of each kind (claims,
+// completions) is in flight at a time; the next one leaves as soon as it
+// returns, with whatever has queued meanwhile, up to maxBatch rows; nothing
+// waits for a timer. A caller that finds no batch of its kind in flight
+// runs its own statement at once, on its own goroutine: a lone caller waits
+// for nobody. Under load a caller waits for the batch in flight to return
+// (at most one batch round trip, a commit flush included) and then for its
+// own, unless more than maxBatch callers queued ahead of it: the added
+// latency is at most ceil(queued/maxBatch) batch round trips. Two calls of
+// one identity never share a batch, so the k-th concurrent duplicate of a
+// key waits for k-1 batches.
 //
 // When it wins: with many concurrent first calls (PostgreSQL's commit
 // flushes, and the per-statement work, are shared by a batch); see the
@@ -68,8 +71,10 @@ func WithGroupCommit(maxBatch int) Option {
 }
 
 // maxInFlight is how many batches of one kind may be in flight at once, on
-// as many connections: while they run, the next batch gathers.
-const maxInFlight = 2
+// as many connections: while they run, the next batch gathers. One
+// measured best (BenchmarkPerf, fsync on): with more, batches shrink and
+// the commits they save come back.
+const maxInFlight = 1
 
 // batchTimeout bounds one batch on the server: it runs on a context of its
 // own, since it serves callers with different contexts.
@@ -126,11 +131,32 @@ type batchItem[A, R any] struct {
 // committed, except errBatchResult.
 type sendFunc[A, R any] func(ctx context.Context, args []A, res []R) error
 
-// do queues arg, of identity id, and waits for its batch. retry reports
-// that the batch failed as a whole and nothing of it was committed.
-func (q *batchQueue[A, R]) do(ctx context.Context, g *groupCommit, id runtime.Identity, arg A, send sendFunc[A, R]) (res R, retry bool, err error) {
-	it := &batchItem[A, R]{id: id, arg: arg, done: make(chan struct{})}
+// do runs arg, of identity id, and returns its result. When nothing is
+// queued and a sender is free, the caller runs its own statement at once
+// (one, on its own context): a lone caller waits for nobody. Otherwise arg
+// is queued and do waits for its batch; retry reports that the batch failed
+// as a whole and nothing of it was committed.
+func (q *batchQueue[A, R]) do(ctx context.Context, g *groupCommit, id runtime.Identity, arg A,
+	one func(context.Context, A) (R, error), send sendFunc[A, R]) (res R, retry bool, err error) {
 	q.mu.Lock()
+	if q.inFlight < maxInFlight && len(q.pending) == 0 {
+		q.inFlight++
+		q.mu.Unlock()
+		res, err = one(ctx, arg)
+		g.batches.Add(1)
+		g.statements.Add(1)
+		q.mu.Lock()
+		if len(q.pending) > 0 {
+			// Callers queued meanwhile: the slot goes to a sender for them.
+			q.mu.Unlock()
+			go q.flush(g, one, send)
+		} else {
+			q.inFlight--
+			q.mu.Unlock()
+		}
+		return res, false, err
+	}
+	it := &batchItem[A, R]{id: id, arg: arg, done: make(chan struct{})}
 	q.pending = append(q.pending, it)
 	lead := q.inFlight < maxInFlight
 	if lead {
@@ -138,7 +164,7 @@ func (q *batchQueue[A, R]) do(ctx context.Context, g *groupCommit, id runtime.Id
 	}
 	q.mu.Unlock()
 	if lead {
-		go q.flush(g, send)
+		go q.flush(g, one, send)
 	}
 	select {
 	case <-it.done:
@@ -183,8 +209,9 @@ func compareIdentity(a, b runtime.Identity) int {
 	return cmp.Or(cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Operation, b.Operation), cmp.Compare(a.Key, b.Key))
 }
 
-// flush sends batches until none is pending.
-func (q *batchQueue[A, R]) flush(g *groupCommit, send sendFunc[A, R]) {
+// flush sends batches until none is pending, then gives its sender slot
+// back.
+func (q *batchQueue[A, R]) flush(g *groupCommit, one func(context.Context, A) (R, error), send sendFunc[A, R]) {
 	for {
 		batch := q.take(g.maxBatch)
 		if batch == nil {
@@ -197,22 +224,30 @@ func (q *batchQueue[A, R]) flush(g *groupCommit, send sendFunc[A, R]) {
 			q.mu.Unlock()
 			return
 		}
-		q.run(g, batch, send)
+		q.run(g, batch, one, send)
 	}
 }
 
-// run sends one batch and answers each of its callers exactly once.
-func (q *batchQueue[A, R]) run(g *groupCommit, batch []*batchItem[A, R], send sendFunc[A, R]) {
+// run sends one batch and answers each of its callers exactly once. A
+// batch of one runs the caller's own statement (one), whose error is the
+// caller's own: it is not run again.
+func (q *batchQueue[A, R]) run(g *groupCommit, batch []*batchItem[A, R], one func(context.Context, A) (R, error), send sendFunc[A, R]) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	g.batches.Add(1)
+	g.statements.Add(int64(len(batch)))
+	if len(batch) == 1 {
+		it := batch[0]
+		it.res, it.err = one(ctx, it.arg)
+		close(it.done)
+		return
+	}
 	args := make([]A, len(batch))
 	for i, it := range batch {
 		args[i] = it.arg
 	}
 	res := make([]R, len(batch))
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	err := send(ctx, args, res)
-	cancel()
-	g.batches.Add(1)
-	g.statements.Add(int64(len(batch)))
 	if err != nil {
 		g.failed.Add(1)
 	}
@@ -299,7 +334,7 @@ func (s *Store) claimRows(ctx context.Context, q *db.Queries, arg db.ClaimParams
 		return q.Claim(ctx, arg)
 	}
 	id := runtime.Identity{Scope: arg.Scope, Operation: arg.Operation, Key: arg.Key}
-	res, retry, err := s.group.claims.do(ctx, s.group, id, arg, s.sendClaims)
+	res, retry, err := s.group.claims.do(ctx, s.group, id, arg, s.q.Claim, s.sendClaims)
 	if retry {
 		return q.Claim(ctx, arg)
 	}
@@ -312,7 +347,7 @@ func (s *Store) transitionRows(ctx context.Context, q *db.Queries, arg db.Transi
 		return q.Transition(ctx, arg)
 	}
 	id := runtime.Identity{Scope: arg.Scope, Operation: arg.Operation, Key: arg.Key}
-	res, retry, err := s.group.transitions.do(ctx, s.group, id, arg, s.sendTransitions)
+	res, retry, err := s.group.transitions.do(ctx, s.group, id, arg, s.q.Transition, s.sendTransitions)
 	if retry {
 		return q.Transition(ctx, arg)
 	}

@@ -15,11 +15,12 @@ const claimSet = `-- name: ClaimSet :many
 
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 arg AS MATERIALIZED (
-    SELECT unnest($1::text[]) AS scope, unnest($2::text[]) AS operation,
-        unnest($3::text[]) AS key, unnest($4::bytea[]) AS fingerprint,
-        unnest($5::text[]) AS owner, unnest($6::interval[]) AS lease,
-        unnest($7::bytea[]) AS request,
-        generate_subscripts($1::text[], 1) AS i
+    SELECT a.scope, ($1::text[])[a.i] AS operation, ($2::text[])[a.i] AS key,
+        ($3::bytea[])[a.i] AS fingerprint, ($4::text[])[a.i] AS owner,
+        ($5::interval[])[a.i] AS lease, ($6::bytea[])[a.i] AS request, a.i
+    FROM unnest($7::text[]) WITH ORDINALITY AS a(scope, i)
+    -- A no-op, for the plan: see the head of this file.
+    LIMIT cardinality($7::text[])
 ),
 ins AS (
     INSERT INTO idem_records AS r (
@@ -60,13 +61,13 @@ WHERE NOT EXISTS (SELECT 1 FROM ins n
 `
 
 type ClaimSetParams struct {
-	Scopes       []string
 	Operations   []string
 	Keys         []string
 	Fingerprints [][]byte
 	Owners       []string
 	Leases       []pgtype.Interval
 	Requests     [][]byte
+	Scopes       []string
 }
 
 type ClaimSetRow struct {
@@ -98,13 +99,22 @@ type ClaimSetRow struct {
 //
 // Each statement serves a batch of callers at once, set-based: the
 // arguments of the batch come as parallel arrays of one length, the arg CTE
-// turns them into rows numbered from 1 (column i), and every row of the
+// turns them into rows numbered from 1 (column i: unnest of the first array
+// WITH ORDINALITY, the others subscripted by i), and every row of the
 // result carries the i of the caller it answers, so that each caller gets
 // its own outcome, exactly what Claim or Transition (records.sql) would have
-// given it. (arg unnests each array in the select list, which PostgreSQL
-// runs in lockstep, rather than unnest(a, b, ...) in FROM: sqlc's catalog
-// lacks the multi-argument unnest, sqlc-dev/sqlc#3507.) One statement is one implicit transaction: one commit flush for the
-// batch, and the batch commits whole or not at all.
+// given it. (Not unnest(a, b, ...): sqlc's catalog lacks the multi-argument
+// unnest, sqlc-dev/sqlc#3507.) One statement is one implicit transaction:
+// one commit flush for the batch, and the batch commits whole or not at all.
+//
+// Plans: the statements are prepared once per connection and run on a
+// cached generic plan, so a batch costs no planning. The LIMIT of the arg
+// CTE is the batch's own length, a no-op, but a generic plan cannot know
+// it and so estimates a tenth of unnest's default hundred rows: every join
+// with idem_records then probes the primary key once per row (nested
+// loops). Without it the planner counts on a hundred rows or more and may
+// hash-join the whole table (measured: 18 ms for a batch of four on a
+// table of 12,000 rows, against 0.4 ms).
 //
 // The caller (group.go) guarantees what the SQL relies on: an identity
 // appears at most once in a batch (a duplicate waits for the next batch),
@@ -123,13 +133,13 @@ type ClaimSetRow struct {
 // ClaimExisting, a compare-and-set of its own.
 func (q *Queries) ClaimSet(ctx context.Context, arg ClaimSetParams) ([]ClaimSetRow, error) {
 	rows, err := q.db.Query(ctx, claimSet,
-		arg.Scopes,
 		arg.Operations,
 		arg.Keys,
 		arg.Fingerprints,
 		arg.Owners,
 		arg.Leases,
 		arg.Requests,
+		arg.Scopes,
 	)
 	if err != nil {
 		return nil, err
@@ -174,14 +184,16 @@ func (q *Queries) ClaimSet(ctx context.Context, arg ClaimSetParams) ([]ClaimSetR
 const transitionSet = `-- name: TransitionSet :many
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 arg AS MATERIALIZED (
-    SELECT unnest($1::text[]) AS scope, unnest($2::text[]) AS operation,
-        unnest($3::text[]) AS key, unnest($4::text[]) AS from_state,
-        unnest($5::text[]) AS owner, unnest($6::bigint[]) AS version,
-        unnest($7::text[]) AS to_state, unnest($8::text[]) AS new_owner,
-        unnest($9::interval[]) AS lease, unnest($10::interval[]) AS ttl,
-        unnest($11::bytea[]) AS response, unnest($12::boolean[]) AS response_omitted,
-        unnest($13::text[]) AS note, unnest($14::text[]) AS token,
-        generate_subscripts($1::text[], 1) AS i
+    SELECT a.scope, ($1::text[])[a.i] AS operation, ($2::text[])[a.i] AS key,
+        ($3::text[])[a.i] AS from_state, ($4::text[])[a.i] AS owner,
+        ($5::bigint[])[a.i] AS version, ($6::text[])[a.i] AS to_state,
+        ($7::text[])[a.i] AS new_owner, ($8::interval[])[a.i] AS lease,
+        ($9::interval[])[a.i] AS ttl, ($10::bytea[])[a.i] AS response,
+        ($11::boolean[])[a.i] AS response_omitted, ($12::text[])[a.i] AS note,
+        ($13::text[])[a.i] AS token, a.i
+    FROM unnest($14::text[]) WITH ORDINALITY AS a(scope, i)
+    -- A no-op, for the plan: see the head of this file.
+    LIMIT cardinality($14::text[])
 ),
 upd AS (
     UPDATE idem_records r SET
@@ -210,7 +222,6 @@ WHERE a.token <> '' AND e.token = a.token
 `
 
 type TransitionSetParams struct {
-	Scopes           []string
 	Operations       []string
 	Keys             []string
 	FromStates       []string
@@ -224,6 +235,7 @@ type TransitionSetParams struct {
 	ResponsesOmitted []bool
 	Notes            []string
 	Tokens           []string
+	Scopes           []string
 }
 
 type TransitionSetRow struct {
@@ -239,7 +251,6 @@ type TransitionSetRow struct {
 // means the lease was lost.
 func (q *Queries) TransitionSet(ctx context.Context, arg TransitionSetParams) ([]TransitionSetRow, error) {
 	rows, err := q.db.Query(ctx, transitionSet,
-		arg.Scopes,
 		arg.Operations,
 		arg.Keys,
 		arg.FromStates,
@@ -253,6 +264,7 @@ func (q *Queries) TransitionSet(ctx context.Context, arg TransitionSetParams) ([
 		arg.ResponsesOmitted,
 		arg.Notes,
 		arg.Tokens,
+		arg.Scopes,
 	)
 	if err != nil {
 		return nil, err
