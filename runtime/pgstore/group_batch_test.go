@@ -1,0 +1,296 @@
+package pgstore
+
+// White-box schedules of the set-based group commit: each test puts its
+// callers in the queue itself and sends them as the sender would, so that
+// which rows share a statement is decided by the test, not by timing.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/pgstore/internal/db"
+)
+
+var (
+	batchPoolOnce sync.Once
+	batchPool     *pgxpool.Pool
+	batchPoolErr  error
+)
+
+// groupStore returns a group-commit store on a migrated pool, and a scope
+// of the test's own.
+func groupStore(t *testing.T) (*Store, string) {
+	t.Helper()
+	url := testenv.PostgresURL(t)
+	batchPoolOnce.Do(func() {
+		ctx := context.Background()
+		batchPool, batchPoolErr = pgxpool.New(ctx, url)
+		if batchPoolErr == nil {
+			batchPoolErr = Migrate(ctx, batchPool)
+		}
+	})
+	if batchPoolErr != nil {
+		t.Fatal(batchPoolErr)
+	}
+	return New(batchPool, WithGroupCommit(0)), fmt.Sprintf("%s/%d", t.Name(), time.Now().UnixNano())
+}
+
+// sendQueued queues args as callers of q would, then sends the queue as
+// its sender does (flush), and returns each caller's answer. Rows that may
+// share a statement do, unless take keeps them apart.
+func sendQueued[A, R any](s *Store, q *batchQueue[A, R], ids []runtime.Identity, args []A,
+	one func(context.Context, A) (R, error), send sendFunc[A, R]) []*batchItem[A, R] {
+	items := make([]*batchItem[A, R], len(args))
+	q.mu.Lock()
+	q.inFlight++ // the slot flush gives back
+	for i := range args {
+		items[i] = &batchItem[A, R]{id: ids[i], arg: args[i], done: make(chan struct{})}
+		q.pending = append(q.pending, items[i])
+	}
+	q.mu.Unlock()
+	q.flush(s.group, one, send)
+	for _, it := range items {
+		<-it.done // each caller answered exactly once (a second close panics)
+	}
+	return items
+}
+
+func claimArg(scope, key, owner string) (runtime.Identity, db.ClaimParams) {
+	id := runtime.Identity{Scope: scope, Operation: "Batch.Op", Key: key}
+	return id, db.ClaimParams{Scope: id.Scope, Operation: id.Operation, Key: id.Key,
+		Fingerprint: []byte("fp"), Owner: owner, Lease: interval(time.Minute), Request: []byte(`{}`)}
+}
+
+func (s *Store) queueClaims(ids []runtime.Identity, args []db.ClaimParams) []*batchItem[db.ClaimParams, []db.ClaimRow] {
+	return sendQueued(s, &s.group.claims, ids, args, s.q.Claim, s.sendClaims)
+}
+
+func (s *Store) queueTransitions(ids []runtime.Identity, args []db.TransitionParams) []*batchItem[db.TransitionParams, []int64] {
+	return sendQueued(s, &s.group.transitions, ids, args, s.q.Transition, s.sendTransitions)
+}
+
+// TestGroupClaimBatches: each caller of a claim batch gets its own claim
+// or the existing record, whatever shares its statement.
+func TestGroupClaimBatches(t *testing.T) {
+	type caller struct {
+		key, owner string
+		// want: claimed, and the owner of the record returned (the
+		// caller's, or the existing record's); retry: the batch failed as a
+		// whole and the caller runs its claim alone.
+		claimed bool
+		holder  string
+		retry   bool
+	}
+	tests := []struct {
+		name string
+		// existing keys, claimed by "old" before the batch
+		existing []string
+		callers  []caller
+		batches  int64
+	}{
+		{"duplicate keys in one batch are never both claimed", nil, []caller{
+			{key: "k1", owner: "a", claimed: true, holder: "a"},
+			{key: "k1", owner: "b", holder: "a"},
+			{key: "k2", owner: "b", claimed: true, holder: "b"},
+			{key: "k1", owner: "c", holder: "a"},
+		}, 3},
+		{"replays beside first claims", []string{"k0"}, []caller{
+			{key: "k3", owner: "a", claimed: true, holder: "a"},
+			{key: "k0", owner: "a", holder: "old"},
+		}, 1},
+		{"a row PostgreSQL refuses fails the batch, and nothing of it commits", nil, []caller{
+			{key: "k4", owner: "a", retry: true},
+			{key: "bad\xff", owner: "a", retry: true},
+		}, 1},
+		{"a key the table's check refuses fails the batch", nil, []caller{
+			{key: "k5", owner: "a", retry: true},
+			{key: "", owner: "a", retry: true},
+		}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, scope := groupStore(t)
+			ctx := context.Background()
+			for _, k := range tc.existing {
+				_, arg := claimArg(scope, k, "old")
+				if _, err := s.q.Claim(ctx, arg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ids := make([]runtime.Identity, len(tc.callers))
+			args := make([]db.ClaimParams, len(tc.callers))
+			for i, c := range tc.callers {
+				ids[i], args[i] = claimArg(scope, c.key, c.owner)
+			}
+			items := s.queueClaims(ids, args)
+			for i, c := range tc.callers {
+				it := items[i]
+				switch {
+				case it.err != nil:
+					t.Errorf("caller %d (%s): %v", i, c.key, it.err)
+				case it.retry != c.retry:
+					t.Errorf("caller %d (%s): retry %v, want %v", i, c.key, it.retry, c.retry)
+				case c.retry:
+				case len(it.res) != 1:
+					t.Errorf("caller %d (%s): %d rows", i, c.key, len(it.res))
+				case it.res[0].Claimed != c.claimed || it.res[0].Owner != c.holder || it.res[0].Key != c.key:
+					t.Errorf("caller %d (%s): claimed %v, record of %s (key %q); want claimed %v, record of %s",
+						i, c.key, it.res[0].Claimed, it.res[0].Owner, it.res[0].Key, c.claimed, c.holder)
+				}
+			}
+			var n int
+			if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM idem_records WHERE scope = $1", scope).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			want := len(tc.existing)
+			for i, c := range tc.callers {
+				if c.claimed && !c.retry && items[i].res[0].Claimed {
+					want++
+				}
+			}
+			if n != want {
+				t.Errorf("%d records committed, want %d", n, want)
+			}
+			if b, _, _ := s.GroupCommitStats(); b != tc.batches {
+				t.Errorf("%d batches sent, want %d", b, tc.batches)
+			}
+		})
+	}
+}
+
+// TestGroupClaimBatchBesideConcurrentClaim: a claim committed by another
+// transaction after the batch's snapshot, while the batch waited for it
+// (ON CONFLICT): its caller gets no row and runs the claim again, which
+// returns that record; the batch's other rows are claimed.
+func TestGroupClaimBatchBesideConcurrentClaim(t *testing.T) {
+	s, scope := groupStore(t)
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	id, other := claimArg(scope, "k", "other")
+	if _, err := s.q.WithTx(tx).Claim(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	id2, arg2 := claimArg(scope, "k2", "mine")
+	_, arg := claimArg(scope, "k", "mine")
+	got := make(chan []*batchItem[db.ClaimParams, []db.ClaimRow])
+	go func() { got <- s.queueClaims([]runtime.Identity{id, id2}, []db.ClaimParams{arg, arg2}) }()
+	// The batch waits on the open transaction's insert of k.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%ClaimSet%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the batch never waited for the concurrent claim")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	items := <-got
+	if it := items[0]; it.err != nil || it.retry || len(it.res) != 0 {
+		t.Fatalf("k: %d rows, retry %v, %v; want no row (claim again)", len(it.res), it.retry, it.err)
+	}
+	if it := items[1]; it.err != nil || len(it.res) != 1 || !it.res[0].Claimed {
+		t.Fatalf("k2: %+v, %v; want claimed", it.res, it.err)
+	}
+	// Through the store, the caller's claim runs again and finds the record.
+	res, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Owner: "mine", Lease: time.Minute})
+	if err != nil || res.Claimed || res.Record.Owner != "other" {
+		t.Fatalf("claim again: claimed %v, owner %q, %v; want the other's record", res.Claimed, res.Record.Owner, err)
+	}
+}
+
+// TestGroupTransitionBatches: each caller of a completion batch gets its
+// own compare-and-set outcome: applied, refused (lease lost), or, for a
+// retry of a write that was applied but whose reply was lost, the version
+// that write made (its token).
+func TestGroupTransitionBatches(t *testing.T) {
+	s, scope := groupStore(t)
+	ctx := context.Background()
+	claim := func(key string) db.ClaimRow {
+		_, arg := claimArg(scope, key, "w")
+		rows, err := s.q.Claim(ctx, arg)
+		if err != nil || len(rows) != 1 || !rows[0].Claimed {
+			t.Fatalf("claiming %s: %+v, %v", key, rows, err)
+		}
+		return rows[0]
+	}
+	complete := func(r db.ClaimRow, version int64, token string) (runtime.Identity, db.TransitionParams) {
+		id := runtime.Identity{Scope: r.Scope, Operation: r.Operation, Key: r.Key}
+		return id, db.TransitionParams{ToState: "SUCCESS", NewOwner: "w", Ttl: interval(time.Hour), Response: []byte(`"ok"`),
+			Token: token, Scope: r.Scope, Operation: r.Operation, Key: r.Key, FromState: "PROCESSING", Owner: "w", Version: version}
+	}
+	applied, stale, lost, twice := claim("applied"), claim("stale"), claim("lost-reply"), claim("twice")
+	// The lost reply: the write was applied, its caller never heard.
+	_, first := complete(lost, lost.Version, "t-lost")
+	vs, err := s.q.Transition(ctx, first)
+	if err != nil || len(vs) != 1 {
+		t.Fatalf("the write whose reply is lost: %v, %v", vs, err)
+	}
+	lostVersion := vs[0]
+
+	type caller struct {
+		row     db.ClaimRow
+		version int64
+		token   string
+		// want: applied (a new version), the version given, or none (lease lost).
+		applied  bool
+		version2 int64
+	}
+	callers := []caller{
+		{row: applied, version: applied.Version, token: "t-applied", applied: true},
+		{row: stale, version: stale.Version - 1000, token: "t-stale"},
+		{row: lost, version: lost.Version, token: "t-lost", version2: lostVersion},
+		{row: lost, version: lost.Version, token: "t-other"}, // next batch (same identity): no token match
+		{row: twice, version: twice.Version, token: "t-twice-1", applied: true},
+		{row: twice, version: twice.Version, token: "t-twice-2"}, // next batch: the version moved
+	}
+	ids := make([]runtime.Identity, len(callers))
+	args := make([]db.TransitionParams, len(callers))
+	for i, c := range callers {
+		ids[i], args[i] = complete(c.row, c.version, c.token)
+	}
+	items := s.queueTransitions(ids, args)
+	for i, c := range callers {
+		it := items[i]
+		switch {
+		case it.err != nil || it.retry:
+			t.Errorf("caller %d (%s, %s): retry %v, %v", i, c.row.Key, c.token, it.retry, it.err)
+		case c.applied && (len(it.res) != 1 || it.res[0] <= c.version):
+			t.Errorf("caller %d (%s, %s): %v, want a new version above %d", i, c.row.Key, c.token, it.res, c.version)
+		case c.version2 != 0 && (len(it.res) != 1 || it.res[0] != c.version2):
+			t.Errorf("caller %d (%s, %s): %v, want the lost write's version %d", i, c.row.Key, c.token, it.res, c.version2)
+		case !c.applied && c.version2 == 0 && len(it.res) != 0:
+			t.Errorf("caller %d (%s, %s): %v, want no row (lease lost)", i, c.row.Key, c.token, it.res)
+		}
+	}
+	if b, _, _ := s.GroupCommitStats(); b != 2 {
+		t.Errorf("%d batches, want 2 (a repeated identity waits for the next)", b)
+	}
+	var state string
+	var token string
+	if err := s.pool.QueryRow(ctx, "SELECT state, token FROM idem_records WHERE scope = $1 AND key = 'stale'", scope).Scan(&state, &token); err != nil {
+		t.Fatal(err)
+	}
+	if state != "PROCESSING" || token != "" {
+		t.Errorf("the refused write changed its record: %s, token %q", state, token)
+	}
+}
