@@ -169,13 +169,30 @@ func (q *batchQueue[A, R]) do(ctx context.Context, g *groupCommit, id runtime.Id
 	select {
 	case <-it.done:
 	case <-ctx.Done():
-		// The statement may still run and commit, as when a reply is lost
-		// on the network: a claim is left to its lease, and the runtime's
-		// retry of a completion recognises its token.
-		var zero R
-		return zero, false, context.Cause(ctx)
+		if q.withdraw(it) {
+			// Never sent: nothing of it can commit.
+			var zero R
+			return zero, false, context.Cause(ctx)
+		}
+		// In a batch in flight: its outcome is on its way, and answering
+		// the caller before it would tell it something false (a completion
+		// "not recorded" that then commits). Wait for it: at most one batch
+		// round trip, bounded by batchTimeout.
+		<-it.done
 	}
 	return it.res, it.retry, it.err
+}
+
+// withdraw removes it from the queue, unless a batch has taken it.
+func (q *batchQueue[A, R]) withdraw(it *batchItem[A, R]) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i := slices.Index(q.pending, it)
+	if i < 0 {
+		return false
+	}
+	q.pending = slices.Delete(q.pending, i, i+1)
+	return true
 }
 
 // take removes the next batch from the queue: in queue order, at most max

@@ -6,6 +6,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -292,5 +293,87 @@ func TestGroupTransitionBatches(t *testing.T) {
 	}
 	if state != "PROCESSING" || token != "" {
 		t.Errorf("the refused write changed its record: %s, token %q", state, token)
+	}
+}
+
+// TestGroupCallerGoneMidBatch: a caller whose context ends while its
+// completion is queued is withdrawn (nothing of it is sent); one whose
+// completion is in a batch in flight is answered with the batch's outcome,
+// never with its context's error while the write then commits (a client
+// told "not recorded" of a recorded SUCCESS: found by the simulation).
+func TestGroupCallerGoneMidBatch(t *testing.T) {
+	s, scope := groupStore(t)
+	ctx := context.Background()
+	var recs []db.ClaimRow
+	for _, k := range []string{"in-flight", "queued"} {
+		_, arg := claimArg(scope, k, "w")
+		rows, err := s.q.Claim(ctx, arg)
+		if err != nil || len(rows) != 1 {
+			t.Fatal(rows, err)
+		}
+		recs = append(recs, rows[0])
+	}
+	q := &s.group.transitions
+	q.mu.Lock()
+	q.inFlight = maxInFlight // a batch is in flight: callers queue
+	q.mu.Unlock()
+	type answer struct {
+		v   int64
+		err error
+	}
+	call := func(r db.ClaimRow) (context.CancelFunc, chan answer) {
+		cctx, cancel := context.WithCancel(ctx)
+		got := make(chan answer, 1)
+		go func() {
+			v, err := s.Transition(cctx, runtime.TransitionParams{ID: runtime.Identity{Scope: r.Scope, Operation: r.Operation, Key: r.Key},
+				From: runtime.StateProcessing, Owner: "w", Version: r.Version, To: runtime.StateSuccess, TTL: time.Hour,
+				Response: []byte(`"ok"`), Token: "t-" + r.Key})
+			got <- answer{v, err}
+		}()
+		return cancel, got
+	}
+	queued := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			q.mu.Lock()
+			l := len(q.pending)
+			q.mu.Unlock()
+			if l == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d callers queued, want %d", l, n)
+			}
+		}
+	}
+	cancelA, gotA := call(recs[0])
+	queued(1)
+	batch := q.take(s.group.maxBatch) // A's batch leaves
+	cancelA()
+	cancelB, gotB := call(recs[1])
+	queued(1)
+	cancelB()
+	b := <-gotB
+	if !errors.Is(b.err, context.Canceled) {
+		t.Fatalf("the queued caller gone: %d, %v; want its context's error", b.v, b.err)
+	}
+	queued(0) // withdrawn
+	select {
+	case a := <-gotA:
+		t.Fatalf("the caller in flight answered before its batch: %d, %v", a.v, a.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	q.run(s.group, batch, s.q.Transition, s.sendTransitions)
+	if a := <-gotA; a.err != nil || a.v <= recs[0].Version {
+		t.Fatalf("the caller in flight: %d, %v; want its batch's outcome (applied)", a.v, a.err)
+	}
+	for i, want := range []string{"SUCCESS", "PROCESSING"} {
+		var state string
+		if err := s.pool.QueryRow(ctx, "SELECT state FROM idem_records WHERE scope = $1 AND key = $2", scope, recs[i].Key).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state != want {
+			t.Errorf("%s: %s, want %s", recs[i].Key, state, want)
+		}
 	}
 }

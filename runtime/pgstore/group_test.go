@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
 	"github.com/idemkit/idem/runtime/storetest"
+	"github.com/idemkit/idem/runtime/storetest/sim"
 )
 
 // The whole conformance suite, with claims and completions batched.
@@ -239,4 +240,18 @@ func TestGroupCommitFailingBatchesManyCallers(t *testing.T) {
 	if failed == 0 || statements <= batches {
 		t.Fatalf("%d failed of %d batches carrying %d statements: the schedule (batched statements, failing batches) was not reproduced", failed, batches, statements)
 	}
+}
+
+// TestSimulationGroupCommit runs the fault-injecting simulation (see
+// TestSimulation) on a group-commit store: claims and completions of the
+// simulated callers travel in set-based batches.
+func TestSimulationGroupCommit(t *testing.T) {
+	p := testPool(t)
+	sim.Runs(t, 1, func(t *testing.T, seed uint64) {
+		const limit = 4096
+		s := pgstore.New(p, pgstore.WithMaxRecordBytes(limit), pgstore.WithGroupCommit(0))
+		sim.Run(t, sim.Config{Name: "pgstore-group", Store: s, Seed: seed, Requests: 140, RecordLimit: limit})
+		batches, statements, failed := s.GroupCommitStats()
+		t.Logf("group commit: %d batches, %d statements, %d failed batches", batches, statements, failed)
+	})
 }
