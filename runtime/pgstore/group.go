@@ -282,6 +282,15 @@ func (q *batchQueue[A, R]) run(g *groupCommit, batch []*batchItem[A, R], one fun
 	}
 }
 
+// callerOf returns the index in res of the caller a result row names (its
+// i, from 1), which must not have been answered yet.
+func callerOf[R any](i int64, res [][]R) (int, error) {
+	if i < 1 || i > int64(len(res)) || res[i-1] != nil {
+		return 0, fmt.Errorf("%w: a row for caller %d of %d", errBatchResult, i, len(res))
+	}
+	return int(i - 1), nil
+}
+
 // sendClaims runs ClaimSet for a batch of claims.
 func (s *Store) sendClaims(ctx context.Context, args []db.ClaimParams, res [][]db.ClaimRow) error {
 	n := len(args)
@@ -299,9 +308,9 @@ func (s *Store) sendClaims(ctx context.Context, args []db.ClaimParams, res [][]d
 		return err
 	}
 	for _, r := range rows {
-		i := int(r.I) - 1
-		if i < 0 || i >= n || res[i] != nil {
-			return fmt.Errorf("%w: row for caller %d of %d", errBatchResult, r.I, n)
+		i, err := callerOf(r.I, res)
+		if err != nil {
+			return err
 		}
 		res[i] = []db.ClaimRow{{
 			Claimed: r.Claimed, Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
@@ -335,9 +344,9 @@ func (s *Store) sendTransitions(ctx context.Context, args []db.TransitionParams,
 		return err
 	}
 	for _, r := range rows {
-		i := int(r.I) - 1
-		if i < 0 || i >= n || res[i] != nil {
-			return fmt.Errorf("%w: row for caller %d of %d", errBatchResult, r.I, n)
+		i, err := callerOf(r.I, res)
+		if err != nil {
+			return err
 		}
 		res[i] = []int64{r.Version}
 	}
