@@ -1,8 +1,9 @@
--- The group-commit queries (pgstore.WithGroupCommit), compiled by sqlc into
+-- The group-commit query (pgstore.WithGroupCommit), compiled by sqlc into
 -- runtime/pgstore/internal/db with the record queries of records.sql.
 --
--- Each statement serves a batch of callers at once, set-based: the
--- arguments of the batch come as parallel arrays of one length, the arg CTE
+-- One statement serves a batch of callers at once, set-based: the
+-- arguments of the batch come as parallel arrays of one length (claims and
+-- completions each their own), an arg CTE (carg, targ)
 -- turns them into rows numbered from 1 (column i: unnest of the first array
 -- WITH ORDINALITY, the others subscripted by i), and every row of the
 -- result carries the i of the caller it answers, so that each caller gets
@@ -11,8 +12,8 @@
 -- unnest, sqlc-dev/sqlc#3507.) One statement is one implicit transaction:
 -- one commit flush for the batch, and the batch commits whole or not at all.
 --
--- Plans: the statements are prepared once per connection and run on a
--- cached generic plan, so a batch costs no planning. The LIMIT of the arg
+-- Plans: the statement is prepared once per connection and runs on a
+-- cached generic plan, so a batch costs no planning. The LIMIT of an arg
 -- CTE is the batch's own length, a no-op, but a generic plan cannot know
 -- it and so estimates a tenth of unnest's default hundred rows: every join
 -- with idem_records then probes the primary key once per row (nested
@@ -21,30 +22,60 @@
 -- table of 12,000 rows, against 0.4 ms).
 --
 -- The caller (group.go) guarantees what the SQL relies on: an identity
--- appears at most once in a batch (a duplicate waits for the next batch),
--- and the rows come sorted by identity, so that concurrent batches insert in
--- one order and never wait on each other in a cycle.
+-- appears at most once among a batch's claims and at most once among its
+-- completions (a duplicate waits for the next batch: one INSERT must not
+-- claim a key twice, one UPDATE must not write a row twice), and the rows
+-- come sorted by identity, so that batches and other writers take row locks
+-- in one order.
 --
 -- Time and versions are as in records.sql: the clock is read once per
 -- statement with clock_timestamp(), and every version-changing write, each
 -- row on its own, draws nextval('idem_records_version_seq').
 
--- name: ClaimSet :many
--- Claim for a batch: inserts a PROCESSING record for every identity that
--- has none, and returns for every other one its existing record untouched
+-- name: GroupSet :many
+-- A batch of claims and a batch of completions, in one statement: one
+-- round trip and one commit for both (either may be empty). Each row of
+-- the result answers one caller: kind 'c' the claim of claims[i], kind 't'
+-- the completion of transitions[i].
+--
+-- Claims (c_ arrays): a PROCESSING record is inserted for every identity
+-- that has none, and every other one gets its existing record untouched
 -- (claimed false; no row lock, no write). An identity whose record a
--- concurrent claim committed after the statement's snapshot gets no row: its
--- caller runs the claim again, as after Claim. A record that may be taken
--- over is returned like any existing one; the caller takes it with
+-- concurrent claim committed after the statement's snapshot gets no row:
+-- its caller runs the claim again, as after Claim. A record that may be
+-- taken over is returned like any existing one; the caller takes it with
 -- ClaimExisting, a compare-and-set of its own.
+--
+-- Completions (t_ arrays): a compare-and-set on (state, owner, version)
+-- for each row, which comes back with its new version (in column version).
+-- A row whose compare-and-set fails comes back only when its record still
+-- carries the row's token (a retry of a write that was applied but whose
+-- reply was lost), with that record's version, as if this run had written
+-- it; no row means the lease was lost.
+--
+-- A claim and a completion of one identity in one statement see the same
+-- snapshot: the claim returns the record as it was before the completion,
+-- as if it had run first.
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
-arg AS MATERIALIZED (
-    SELECT a.scope, (@operations::text[])[a.i] AS operation, (@keys::text[])[a.i] AS key,
-        (@fingerprints::bytea[])[a.i] AS fingerprint, (@owners::text[])[a.i] AS owner,
-        (@leases::interval[])[a.i] AS lease, (@requests::bytea[])[a.i] AS request, a.i
-    FROM unnest(@scopes::text[]) WITH ORDINALITY AS a(scope, i)
+carg AS MATERIALIZED (
+    SELECT a.scope, (@c_operations::text[])[a.i] AS operation, (@c_keys::text[])[a.i] AS key,
+        (@c_fingerprints::bytea[])[a.i] AS fingerprint, (@c_owners::text[])[a.i] AS owner,
+        (@c_leases::interval[])[a.i] AS lease, (@c_requests::bytea[])[a.i] AS request, a.i
+    FROM unnest(@c_scopes::text[]) WITH ORDINALITY AS a(scope, i)
     -- A no-op, for the plan: see the head of this file.
-    LIMIT cardinality(@scopes::text[])
+    LIMIT cardinality(@c_scopes::text[])
+),
+targ AS MATERIALIZED (
+    SELECT a.scope, (@t_operations::text[])[a.i] AS operation, (@t_keys::text[])[a.i] AS key,
+        (@t_from_states::text[])[a.i] AS from_state, (@t_owners::text[])[a.i] AS owner,
+        (@t_versions::bigint[])[a.i] AS version, (@t_to_states::text[])[a.i] AS to_state,
+        (@t_new_owners::text[])[a.i] AS new_owner, (@t_leases::interval[])[a.i] AS lease,
+        (@t_ttls::interval[])[a.i] AS ttl, (@t_responses::bytea[])[a.i] AS response,
+        (@t_responses_omitted::boolean[])[a.i] AS response_omitted, (@t_notes::text[])[a.i] AS note,
+        (@t_tokens::text[])[a.i] AS token, a.i
+    FROM unnest(@t_scopes::text[]) WITH ORDINALITY AS a(scope, i)
+    -- A no-op, for the plan: see the head of this file.
+    LIMIT cardinality(@t_scopes::text[])
 ),
 ins AS (
     INSERT INTO idem_records AS r (
@@ -56,7 +87,7 @@ ins AS (
         nextval('idem_records_version_seq'),
         clk.t + a.lease, NULL, a.request, NULL, 0, 0,
         clk.t, clk.t, '', '', false
-    FROM arg a CROSS JOIN clk
+    FROM carg a CROSS JOIN clk
     -- A replay inserts nothing and so draws no version: the row exists.
     WHERE NOT EXISTS (SELECT 1 FROM idem_records x
                       WHERE x.scope = a.scope AND x.operation = a.operation AND x.key = a.key)
@@ -66,42 +97,6 @@ ins AS (
     RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
         r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
         r.created_at, r.updated_at, r.token, r.note, r.response_omitted
-)
-SELECT a.i::bigint AS i, true AS claimed, n.scope, n.operation, n.key, n.fingerprint, n.state, n.owner, n.version,
-    n.lease_expires_at, n.expires_at, n.request, n.response, n.takeovers, n.attempts,
-    n.created_at, n.updated_at, n.token, n.note, n.response_omitted,
-    (SELECT t FROM clk)::timestamptz AS store_now
-FROM ins n
-JOIN arg a ON a.scope = n.scope AND a.operation = n.operation AND a.key = n.key
-UNION ALL
-SELECT a.i::bigint AS i, false AS claimed, e.scope, e.operation, e.key, e.fingerprint, e.state, e.owner, e.version,
-    e.lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
-    e.created_at, e.updated_at, e.token, e.note, e.response_omitted,
-    (SELECT t FROM clk)::timestamptz AS store_now
-FROM arg a
-JOIN idem_records e ON e.scope = a.scope AND e.operation = a.operation AND e.key = a.key
-WHERE NOT EXISTS (SELECT 1 FROM ins n
-                  WHERE n.scope = a.scope AND n.operation = a.operation AND n.key = a.key);
-
--- name: TransitionSet :many
--- Transition for a batch: a compare-and-set on (state, owner, version) for
--- each row, which comes back with its new version. A row whose
--- compare-and-set fails comes back only when its record still carries the
--- row's token (a retry of a write that was applied but whose reply was
--- lost), with that record's version, as if this run had written it; no row
--- means the lease was lost.
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
-arg AS MATERIALIZED (
-    SELECT a.scope, (@operations::text[])[a.i] AS operation, (@keys::text[])[a.i] AS key,
-        (@from_states::text[])[a.i] AS from_state, (@owners::text[])[a.i] AS owner,
-        (@versions::bigint[])[a.i] AS version, (@to_states::text[])[a.i] AS to_state,
-        (@new_owners::text[])[a.i] AS new_owner, (@leases::interval[])[a.i] AS lease,
-        (@ttls::interval[])[a.i] AS ttl, (@responses::bytea[])[a.i] AS response,
-        (@responses_omitted::boolean[])[a.i] AS response_omitted, (@notes::text[])[a.i] AS note,
-        (@tokens::text[])[a.i] AS token, a.i
-    FROM unnest(@scopes::text[]) WITH ORDINALITY AS a(scope, i)
-    -- A no-op, for the plan: see the head of this file.
-    LIMIT cardinality(@scopes::text[])
 ),
 upd AS (
     UPDATE idem_records r SET
@@ -115,15 +110,35 @@ upd AS (
         note             = a.note,
         token            = a.token,
         updated_at       = clk.t
-    FROM arg a CROSS JOIN clk
+    FROM targ a CROSS JOIN clk
     WHERE r.scope = a.scope AND r.operation = a.operation AND r.key = a.key
       AND r.state = a.from_state AND r.owner = a.owner AND r.version = a.version
     RETURNING a.i, r.version
 )
-SELECT u.i::bigint AS i, u.version FROM upd u
+SELECT 'c'::text AS kind, a.i::bigint AS i, true AS claimed, n.scope, n.operation, n.key, n.fingerprint, n.state,
+    n.owner, n.version, n.lease_expires_at, n.expires_at, n.request, n.response, n.takeovers, n.attempts,
+    n.created_at, n.updated_at, n.token, n.note, n.response_omitted,
+    (SELECT t FROM clk)::timestamptz AS store_now
+FROM ins n
+JOIN carg a ON a.scope = n.scope AND a.operation = n.operation AND a.key = n.key
 UNION ALL
-SELECT a.i::bigint AS i, e.version
-FROM arg a
+SELECT 'c', a.i, false, e.scope, e.operation, e.key, e.fingerprint, e.state,
+    e.owner, e.version, e.lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
+    e.created_at, e.updated_at, e.token, e.note, e.response_omitted,
+    (SELECT t FROM clk)::timestamptz
+FROM carg a
+JOIN idem_records e ON e.scope = a.scope AND e.operation = a.operation AND e.key = a.key
+WHERE NOT EXISTS (SELECT 1 FROM ins n
+                  WHERE n.scope = a.scope AND n.operation = a.operation AND n.key = a.key)
+UNION ALL
+-- Completions carry only i and version; the other columns are blank.
+SELECT 't', u.i, false, '', '', '', NULL, '', '', u.version, NULL, NULL, NULL, NULL, 0, 0,
+    NULL, NULL, '', '', false, NULL
+FROM upd u
+UNION ALL
+SELECT 't', a.i, false, '', '', '', NULL, '', '', e.version, NULL, NULL, NULL, NULL, 0, 0,
+    NULL, NULL, '', '', false, NULL
+FROM targ a
 JOIN idem_records e ON e.scope = a.scope AND e.operation = a.operation AND e.key = a.key
 WHERE a.token <> '' AND e.token = a.token
   AND NOT EXISTS (SELECT 1 FROM upd u WHERE u.i = a.i);

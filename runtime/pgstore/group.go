@@ -16,21 +16,21 @@ import (
 	"github.com/idemkit/idem/runtime/pgstore/internal/db"
 )
 
-// Group commit: the claims (and, separately, the completions) of concurrent
-// callers in one process travel together as one set-based statement
-// (ClaimSet, TransitionSet in queries/group.sql): one round trip, one
-// statement to plan and run, and one commit flush for the whole batch. Each
-// row of the result names the caller it answers, so each caller gets its own
-// outcome, as without batching: its claim or the existing record, its
-// compare-and-set applied or not (with the token rule of a retried write).
+// Group commit: the claims and the completions of concurrent callers in
+// one process travel together as one set-based statement (GroupSet in
+// queries/group.sql): one round trip, one statement to run, and one commit
+// flush for the whole batch. Each row of the result names the caller it
+// answers, so each caller gets its own outcome, as without batching: its
+// claim or the existing record, its compare-and-set applied or not (with
+// the token rule of a retried write).
 //
-// A batch holds an identity at most once (a duplicate waits for the next
-// batch: two callers of one key are never both claimed by one INSERT), and
-// its rows go sorted by identity, so that concurrent batches take their
-// locks in one order. A batch is one implicit transaction, all or nothing:
-// when the statement fails, nothing of it committed, and every caller of
-// the batch runs its own statement again alone, so that one bad row fails
-// only its own caller.
+// A batch holds an identity at most once among its claims and once among
+// its completions (a duplicate waits for the next batch: two callers of one
+// key are never both claimed by one INSERT), and its rows go sorted by
+// identity, so that writers take row locks in one order. A batch is one
+// implicit transaction, all or nothing: when the statement fails, nothing
+// of it committed, and every caller of the batch runs its own statement
+// again alone, so that one bad row fails only its own caller.
 
 // DefaultGroupCommitBatch is the batch size of [WithGroupCommit] when it is
 // given none.
@@ -41,32 +41,34 @@ const DefaultGroupCommitBatch = 64
 // (DefaultGroupCommitBatch when not positive): one INSERT claims a batch,
 // one UPDATE completes one, and each caller still gets its own outcome.
 //
-// Batch size and added latency: one batch of each kind (claims,
-// completions) is in flight at a time; the next one leaves as soon as it
-// returns, with whatever has queued meanwhile, up to maxBatch rows; nothing
-// waits for a timer. A caller that finds no batch of its kind in flight
-// runs its own statement at once, on its own goroutine: a lone caller waits
-// for nobody. Under load a caller waits for the batch in flight to return
-// (at most one batch round trip, a commit flush included) and then for its
-// own batch: the added latency is one batch round trip, plus one more for
-// every maxBatch callers queued ahead of it. Two calls of one identity
-// never share a batch, so the k-th concurrent duplicate of a key waits for
-// k-1 batches.
+// Batch size and added latency: one batch is in flight at a time; the
+// next one leaves as soon as it returns, with whatever has queued
+// meanwhile, up to maxBatch claims and maxBatch completions; nothing waits
+// for a timer. A caller that finds nothing in flight runs its own statement
+// at once, on its own goroutine: a lone caller waits for nobody. Under load
+// a caller waits for the batch in flight to return (at most one batch round
+// trip, a commit flush included) and then for its own batch: the added
+// latency is one batch round trip, plus one more for every maxBatch callers
+// of its kind queued ahead of it. Two calls of one identity never share a
+// batch's claims (or its completions), so the k-th concurrent duplicate of
+// a key waits for k-1 batches.
 //
 // When it wins: with tens of concurrent first calls on one store. At 32
-// callers (fsync on) a first call costs 0.23 commits and WAL flushes
-// instead of the floor's 2 commits (0.32 flushes, which PostgreSQL merges
-// itself), and throughput is 1.2x to 1.7x the floor's while the server is
-// CPU-bound; when the disk's flushes dominate it is no faster than the
-// floor, and at 8 callers or fewer it does not win (see the README's
-// Performance section). A failed batch (an invalid row, a deadlock, a lost
-// connection) is run again statement by statement, each caller getting its
-// own result. A caller whose context ends while its statement is queued is
-// withdrawn; once its batch is in flight, it waits for the batch's outcome
-// (bounded by a 30 s timeout), so that it is never told a write failed
-// that then commits. DoTx's claim and FAILED record are batched like any
-// other; what it writes inside the caller's transaction is not. Renew,
-// Release, Get and the reconciler's statements are never batched.
+// callers (fsync on) a first call costs 0.13 commits and WAL flushes and
+// 0.17 ms of server CPU, against the floor's 2 commits, 0.26 flushes (which
+// PostgreSQL merges itself) and 0.43 ms; at 8 callers 0.50 commits, 0.49
+// flushes and 0.27 ms, against 2, 0.61 and 0.42 ms. Throughput follows
+// when the server is CPU-bound, not when the disk's flushes dominate: see
+// the README's Performance section for the ratios measured.
+//
+// A failed batch (an invalid row, a deadlock, a lost connection) is run
+// again statement by statement, each caller getting its own result. A
+// caller whose context ends while its statement is queued is withdrawn;
+// once its batch is in flight, it waits for the batch's outcome (bounded by
+// a 30 s timeout), so that it is never told a write failed that then
+// commits. DoTx's claim and FAILED record are batched like any other; what
+// it writes inside the caller's transaction is not. Renew, Release, Get and
+// the reconciler's statements are never batched.
 func WithGroupCommit(maxBatch int) Option {
 	return func(s *Store) {
 		if maxBatch <= 0 {
@@ -76,31 +78,30 @@ func WithGroupCommit(maxBatch int) Option {
 	}
 }
 
-// maxInFlight is how many batches of one kind may be in flight at once, on
-// as many connections: while they run, the next batch gathers. One
-// measured best (BenchmarkPerf, fsync on): with more, batches shrink and
-// the commits they save come back.
-const maxInFlight = 1
-
 // batchTimeout bounds one batch on the server: it runs on a context of its
 // own, since it serves callers with different contexts.
 const batchTimeout = 30 * time.Second
 
+// groupCommit queues the claims and the completions of callers and sends
+// them, one batch at a time, as one statement (GroupSet).
 type groupCommit struct {
-	maxBatch    int
-	q           *db.Queries
-	claims      batchQueue[db.ClaimParams, []db.ClaimRow]
-	transitions batchQueue[db.TransitionParams, []int64]
+	maxBatch int
+	q        *db.Queries
+
+	mu          sync.Mutex
+	busy        bool // a batch (or a lone caller's statement) is in flight
+	claims      []*batchItem[db.ClaimParams, []db.ClaimRow]
+	transitions []*batchItem[db.TransitionParams, []int64]
 
 	// batches, statements and failed count what was sent (for tests and
 	// GroupCommitStats).
 	batches, statements, failed atomic.Int64
 }
 
-// GroupCommitStats reports how many batches the group-commit mode sent, how
-// many callers' statements they carried, and how many batches failed as a
-// whole (and were run again statement by statement). All zero without group
-// commit.
+// GroupCommitStats reports how many batches the group-commit mode sent (a
+// statement a caller ran alone counts as a batch of one), how many callers'
+// statements they carried, and how many batches failed as a whole (and
+// were run again statement by statement). All zero without group commit.
 func (s *Store) GroupCommitStats() (batches, statements, failed int64) {
 	if s.group == nil {
 		return 0, 0, 0
@@ -112,15 +113,6 @@ func (s *Store) GroupCommitStats() (batches, statements, failed int64) {
 // a bug, answered to every caller of the batch as an error.
 var errBatchResult = errors.New("pgstore: group commit: inconsistent batch result")
 
-// batchQueue gathers the statements of one kind (arguments A, result R) for
-// batches of at most maxBatch distinct identities, with at most maxInFlight
-// batches in flight.
-type batchQueue[A, R any] struct {
-	mu       sync.Mutex
-	pending  []*batchItem[A, R]
-	inFlight int
-}
-
 type batchItem[A, R any] struct {
 	id  runtime.Identity
 	arg A
@@ -131,51 +123,40 @@ type batchItem[A, R any] struct {
 	done  chan struct{}
 }
 
-// sendFunc runs one batch as one statement and stores each caller's result
-// in res (indexed like args; left zero for a caller the statement returned
-// nothing for). An error means the statement failed and nothing of it
-// committed, except errBatchResult.
-type sendFunc[A, R any] func(ctx context.Context, args []A, res []R) error
+// idle reports whether nothing is queued; g.mu is held.
+func (g *groupCommit) idle() bool { return len(g.claims) == 0 && len(g.transitions) == 0 }
 
-// do runs arg, of identity id, and returns its result. When nothing is
-// queued and a sender is free, the caller runs its own statement at once
-// (one, on its own context): a lone caller waits for nobody. Otherwise arg
-// is queued and do waits for its batch; retry reports that the batch failed
-// as a whole and nothing of it was committed.
-func (q *batchQueue[A, R]) do(ctx context.Context, g *groupCommit, id runtime.Identity, arg A,
-	one func(context.Context, A) (R, error), send sendFunc[A, R]) (res R, retry bool, err error) {
-	q.mu.Lock()
-	if q.inFlight < maxInFlight && len(q.pending) == 0 {
-		q.inFlight++
-		q.mu.Unlock()
+// submit runs arg, of identity id, queued in *queue (g.claims or
+// g.transitions), and returns its result. When nothing is in flight or
+// queued, the caller runs its own statement at once (one, on its own
+// context): a lone caller waits for nobody. Otherwise arg is queued and
+// submit waits for its batch; retry reports that the batch failed as a
+// whole and nothing of it was committed.
+func submit[A, R any](ctx context.Context, s *Store, queue *[]*batchItem[A, R], id runtime.Identity, arg A,
+	one func(context.Context, A) (R, error)) (res R, retry bool, err error) {
+	g := s.group
+	g.mu.Lock()
+	if !g.busy && g.idle() {
+		g.busy = true
+		g.mu.Unlock()
 		res, err = one(ctx, arg)
 		g.batches.Add(1)
 		g.statements.Add(1)
-		q.mu.Lock()
-		if len(q.pending) > 0 {
-			// Callers queued meanwhile: the slot goes to a sender for them.
-			q.mu.Unlock()
-			go q.flush(g, one, send)
-		} else {
-			q.inFlight--
-			q.mu.Unlock()
-		}
+		g.release(s)
 		return res, false, err
 	}
 	it := &batchItem[A, R]{id: id, arg: arg, done: make(chan struct{})}
-	q.pending = append(q.pending, it)
-	lead := q.inFlight < maxInFlight
+	*queue = append(*queue, it)
+	lead := !g.busy
+	g.busy = true
+	g.mu.Unlock()
 	if lead {
-		q.inFlight++
-	}
-	q.mu.Unlock()
-	if lead {
-		go q.flush(g, one, send)
+		go g.flush(s)
 	}
 	select {
 	case <-it.done:
 	case <-ctx.Done():
-		if q.withdraw(it) {
+		if withdraw(g, queue, it) {
 			// Never sent: nothing of it can commit.
 			var zero R
 			return zero, false, context.Cause(ctx)
@@ -189,32 +170,43 @@ func (q *batchQueue[A, R]) do(ctx context.Context, g *groupCommit, id runtime.Id
 	return it.res, it.retry, it.err
 }
 
-// withdraw removes it from the queue, unless a batch has taken it.
-func (q *batchQueue[A, R]) withdraw(it *batchItem[A, R]) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	i := slices.Index(q.pending, it)
+// withdraw removes it from *queue, unless a batch has taken it.
+func withdraw[A, R any](g *groupCommit, queue *[]*batchItem[A, R], it *batchItem[A, R]) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := slices.Index(*queue, it)
 	if i < 0 {
 		return false
 	}
-	q.pending = slices.Delete(q.pending, i, i+1)
+	*queue = slices.Delete(*queue, i, i+1)
 	return true
 }
 
-// take removes the next batch from the queue: in queue order, at most max
-// items, an identity at most once (a later duplicate stays queued, in
-// order, for a later batch). The batch comes sorted by identity.
-func (q *batchQueue[A, R]) take(max int) []*batchItem[A, R] {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n := min(len(q.pending), max)
+// release ends a statement in flight: the next batch leaves at once when
+// callers queued meanwhile.
+func (g *groupCommit) release(s *Store) {
+	g.mu.Lock()
+	if g.idle() {
+		g.busy = false
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	go g.flush(s)
+}
+
+// take removes the next batch from *queue; g.mu is held. In queue order,
+// at most max items, an identity at most once (a later duplicate stays
+// queued, in order, for a later batch). The batch comes sorted by identity.
+func take[A, R any](queue *[]*batchItem[A, R], max int) []*batchItem[A, R] {
+	n := min(len(*queue), max)
 	if n == 0 {
 		return nil
 	}
 	batch := make([]*batchItem[A, R], 0, n)
 	seen := make(map[runtime.Identity]struct{}, n)
-	rest := q.pending[:0]
-	for _, it := range q.pending {
+	rest := (*queue)[:0]
+	for _, it := range *queue {
 		if _, dup := seen[it.id]; len(batch) < max && !dup {
 			seen[it.id] = struct{}{}
 			batch = append(batch, it)
@@ -222,8 +214,8 @@ func (q *batchQueue[A, R]) take(max int) []*batchItem[A, R] {
 		}
 		rest = append(rest, it)
 	}
-	clear(q.pending[len(rest):])
-	q.pending = rest
+	clear((*queue)[len(rest):])
+	*queue = rest
 	slices.SortFunc(batch, func(a, b *batchItem[A, R]) int { return compareIdentity(a.id, b.id) })
 	return batch
 }
@@ -232,48 +224,64 @@ func compareIdentity(a, b runtime.Identity) int {
 	return cmp.Or(cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Operation, b.Operation), cmp.Compare(a.Key, b.Key))
 }
 
-// flush sends batches until none is pending, then gives its sender slot
-// back.
-func (q *batchQueue[A, R]) flush(g *groupCommit, one func(context.Context, A) (R, error), send sendFunc[A, R]) {
+// next takes the next batch: up to maxBatch claims and up to maxBatch
+// completions.
+func (g *groupCommit) next() (claims []*batchItem[db.ClaimParams, []db.ClaimRow], transitions []*batchItem[db.TransitionParams, []int64]) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return take(&g.claims, g.maxBatch), take(&g.transitions, g.maxBatch)
+}
+
+// flush sends batches until none is queued, then frees the slot.
+func (g *groupCommit) flush(s *Store) {
 	for {
-		batch := q.take(g.maxBatch)
-		if batch == nil {
-			q.mu.Lock()
-			if len(q.pending) > 0 { // queued after take looked
-				q.mu.Unlock()
+		claims, transitions := g.next()
+		if claims == nil && transitions == nil {
+			g.mu.Lock()
+			if !g.idle() { // queued after next looked
+				g.mu.Unlock()
 				continue
 			}
-			q.inFlight--
-			q.mu.Unlock()
+			g.busy = false
+			g.mu.Unlock()
 			return
 		}
-		q.run(g, batch, one, send)
+		g.run(s, claims, transitions)
 	}
 }
 
 // run sends one batch and answers each of its callers exactly once. A
-// batch of one runs the caller's own statement (one), whose error is the
+// batch of one runs the caller's own statement, whose error is the
 // caller's own: it is not run again.
-func (q *batchQueue[A, R]) run(g *groupCommit, batch []*batchItem[A, R], one func(context.Context, A) (R, error), send sendFunc[A, R]) {
+func (g *groupCommit) run(s *Store, claims []*batchItem[db.ClaimParams, []db.ClaimRow], transitions []*batchItem[db.TransitionParams, []int64]) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	g.batches.Add(1)
-	g.statements.Add(int64(len(batch)))
-	if len(batch) == 1 {
-		it := batch[0]
-		it.res, it.err = one(ctx, it.arg)
+	g.statements.Add(int64(len(claims) + len(transitions)))
+	switch {
+	case len(claims) == 1 && len(transitions) == 0:
+		it := claims[0]
+		it.res, it.err = s.q.Claim(ctx, it.arg)
+		close(it.done)
+		return
+	case len(claims) == 0 && len(transitions) == 1:
+		it := transitions[0]
+		it.res, it.err = s.q.Transition(ctx, it.arg)
 		close(it.done)
 		return
 	}
-	args := make([]A, len(batch))
-	for i, it := range batch {
-		args[i] = it.arg
-	}
-	res := make([]R, len(batch))
-	err := send(ctx, args, res)
+	cres := make([][]db.ClaimRow, len(claims))
+	tres := make([][]int64, len(transitions))
+	err := g.send(ctx, claims, transitions, cres, tres)
 	if err != nil {
 		g.failed.Add(1)
 	}
+	answer(claims, cres, err)
+	answer(transitions, tres, err)
+}
+
+// answer gives each caller of a batch its result, or the batch's error.
+func answer[A, R any](batch []*batchItem[A, R], res []R, err error) {
 	for i, it := range batch {
 		switch {
 		case err == nil:
@@ -288,6 +296,64 @@ func (q *batchQueue[A, R]) run(g *groupCommit, batch []*batchItem[A, R], one fun
 	}
 }
 
+// send runs GroupSet for a batch and stores each caller's result in cres
+// and tres (left nil for a caller the statement returned nothing for).
+func (g *groupCommit) send(ctx context.Context, claims []*batchItem[db.ClaimParams, []db.ClaimRow],
+	transitions []*batchItem[db.TransitionParams, []int64], cres [][]db.ClaimRow, tres [][]int64) error {
+	nc, nt := len(claims), len(transitions)
+	p := db.GroupSetParams{
+		CScopes: make([]string, nc), COperations: make([]string, nc), CKeys: make([]string, nc),
+		CFingerprints: make([][]byte, nc), COwners: make([]string, nc), CLeases: make([]pgtype.Interval, nc),
+		CRequests: make([][]byte, nc),
+		TScopes:   make([]string, nt), TOperations: make([]string, nt), TKeys: make([]string, nt),
+		TFromStates: make([]string, nt), TOwners: make([]string, nt), TVersions: make([]int64, nt),
+		TToStates: make([]string, nt), TNewOwners: make([]string, nt), TLeases: make([]pgtype.Interval, nt),
+		TTtls: make([]pgtype.Interval, nt), TResponses: make([][]byte, nt), TResponsesOmitted: make([]bool, nt),
+		TNotes: make([]string, nt), TTokens: make([]string, nt),
+	}
+	for i, it := range claims {
+		a := &it.arg
+		p.CScopes[i], p.COperations[i], p.CKeys[i] = a.Scope, a.Operation, a.Key
+		p.CFingerprints[i], p.COwners[i], p.CLeases[i], p.CRequests[i] = a.Fingerprint, a.Owner, a.Lease, a.Request
+	}
+	for i, it := range transitions {
+		a := &it.arg
+		p.TScopes[i], p.TOperations[i], p.TKeys[i] = a.Scope, a.Operation, a.Key
+		p.TFromStates[i], p.TOwners[i], p.TVersions[i] = a.FromState, a.Owner, a.Version
+		p.TToStates[i], p.TNewOwners[i], p.TLeases[i], p.TTtls[i] = a.ToState, a.NewOwner, a.Lease, a.Ttl
+		p.TResponses[i], p.TResponsesOmitted[i], p.TNotes[i], p.TTokens[i] = a.Response, a.ResponseOmitted, a.Note, a.Token
+	}
+	rows, err := g.q.GroupSet(ctx, p)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		switch r.Kind {
+		case "c":
+			i, err := callerOf(r.I, cres)
+			if err != nil {
+				return err
+			}
+			cres[i] = []db.ClaimRow{{
+				Claimed: r.Claimed, Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
+				State: r.State, Owner: r.Owner, Version: r.Version, LeaseExpiresAt: r.LeaseExpiresAt,
+				ExpiresAt: r.ExpiresAt, Request: r.Request, Response: r.Response, Takeovers: r.Takeovers,
+				Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Token: r.Token,
+				Note: r.Note, ResponseOmitted: r.ResponseOmitted, StoreNow: r.StoreNow,
+			}}
+		case "t":
+			i, err := callerOf(r.I, tres)
+			if err != nil {
+				return err
+			}
+			tres[i] = []int64{r.Version}
+		default:
+			return fmt.Errorf("%w: a row of kind %q", errBatchResult, r.Kind)
+		}
+	}
+	return nil
+}
+
 // callerOf returns the index in res of the caller a result row names (its
 // i, from 1), which must not have been answered yet.
 func callerOf[R any](i int64, res [][]R) (int, error) {
@@ -297,68 +363,6 @@ func callerOf[R any](i int64, res [][]R) (int, error) {
 	return int(i - 1), nil
 }
 
-// sendClaims runs ClaimSet for a batch of claims.
-func (s *Store) sendClaims(ctx context.Context, args []db.ClaimParams, res [][]db.ClaimRow) error {
-	n := len(args)
-	p := db.ClaimSetParams{
-		Scopes: make([]string, n), Operations: make([]string, n), Keys: make([]string, n),
-		Fingerprints: make([][]byte, n), Owners: make([]string, n), Leases: make([]pgtype.Interval, n),
-		Requests: make([][]byte, n),
-	}
-	for i, a := range args {
-		p.Scopes[i], p.Operations[i], p.Keys[i] = a.Scope, a.Operation, a.Key
-		p.Fingerprints[i], p.Owners[i], p.Leases[i], p.Requests[i] = a.Fingerprint, a.Owner, a.Lease, a.Request
-	}
-	rows, err := s.group.q.ClaimSet(ctx, p)
-	if err != nil {
-		return err
-	}
-	for _, r := range rows {
-		i, err := callerOf(r.I, res)
-		if err != nil {
-			return err
-		}
-		res[i] = []db.ClaimRow{{
-			Claimed: r.Claimed, Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
-			State: r.State, Owner: r.Owner, Version: r.Version, LeaseExpiresAt: r.LeaseExpiresAt,
-			ExpiresAt: r.ExpiresAt, Request: r.Request, Response: r.Response, Takeovers: r.Takeovers,
-			Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Token: r.Token,
-			Note: r.Note, ResponseOmitted: r.ResponseOmitted, StoreNow: r.StoreNow,
-		}}
-	}
-	return nil
-}
-
-// sendTransitions runs TransitionSet for a batch of transitions.
-func (s *Store) sendTransitions(ctx context.Context, args []db.TransitionParams, res [][]int64) error {
-	n := len(args)
-	p := db.TransitionSetParams{
-		Scopes: make([]string, n), Operations: make([]string, n), Keys: make([]string, n),
-		FromStates: make([]string, n), Owners: make([]string, n), Versions: make([]int64, n),
-		ToStates: make([]string, n), NewOwners: make([]string, n), Leases: make([]pgtype.Interval, n),
-		Ttls: make([]pgtype.Interval, n), Responses: make([][]byte, n), ResponsesOmitted: make([]bool, n),
-		Notes: make([]string, n), Tokens: make([]string, n),
-	}
-	for i, a := range args {
-		p.Scopes[i], p.Operations[i], p.Keys[i] = a.Scope, a.Operation, a.Key
-		p.FromStates[i], p.Owners[i], p.Versions[i] = a.FromState, a.Owner, a.Version
-		p.ToStates[i], p.NewOwners[i], p.Leases[i], p.Ttls[i] = a.ToState, a.NewOwner, a.Lease, a.Ttl
-		p.Responses[i], p.ResponsesOmitted[i], p.Notes[i], p.Tokens[i] = a.Response, a.ResponseOmitted, a.Note, a.Token
-	}
-	rows, err := s.group.q.TransitionSet(ctx, p)
-	if err != nil {
-		return err
-	}
-	for _, r := range rows {
-		i, err := callerOf(r.I, res)
-		if err != nil {
-			return err
-		}
-		res[i] = []int64{r.Version}
-	}
-	return nil
-}
-
 // claimRows runs the claim statement, batched when group commit is on and
 // q is the pool's (DoTx runs on its transaction, unbatched).
 func (s *Store) claimRows(ctx context.Context, q *db.Queries, arg db.ClaimParams) ([]db.ClaimRow, error) {
@@ -366,7 +370,7 @@ func (s *Store) claimRows(ctx context.Context, q *db.Queries, arg db.ClaimParams
 		return q.Claim(ctx, arg)
 	}
 	id := runtime.Identity{Scope: arg.Scope, Operation: arg.Operation, Key: arg.Key}
-	res, retry, err := s.group.claims.do(ctx, s.group, id, arg, s.q.Claim, s.sendClaims)
+	res, retry, err := submit(ctx, s, &s.group.claims, id, arg, s.q.Claim)
 	if retry {
 		return q.Claim(ctx, arg)
 	}
@@ -379,7 +383,7 @@ func (s *Store) transitionRows(ctx context.Context, q *db.Queries, arg db.Transi
 		return q.Transition(ctx, arg)
 	}
 	id := runtime.Identity{Scope: arg.Scope, Operation: arg.Operation, Key: arg.Key}
-	res, retry, err := s.group.transitions.do(ctx, s.group, id, arg, s.q.Transition, s.sendTransitions)
+	res, retry, err := submit(ctx, s, &s.group.transitions, id, arg, s.q.Transition)
 	if retry {
 		return q.Transition(ctx, arg)
 	}

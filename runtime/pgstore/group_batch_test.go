@@ -43,24 +43,33 @@ func groupStore(t *testing.T) (*Store, string) {
 	return New(batchPool, WithGroupCommit(0)), fmt.Sprintf("%s/%d", t.Name(), time.Now().UnixNano())
 }
 
-// sendQueued queues args as callers of q would, then sends the queue as
-// its sender does (flush), and returns each caller's answer. Rows that may
-// share a statement do, unless take keeps them apart.
-func sendQueued[A, R any](s *Store, q *batchQueue[A, R], ids []runtime.Identity, args []A,
-	one func(context.Context, A) (R, error), send sendFunc[A, R]) []*batchItem[A, R] {
-	items := make([]*batchItem[A, R], len(args))
-	q.mu.Lock()
-	q.inFlight++ // the slot flush gives back
-	for i := range args {
-		items[i] = &batchItem[A, R]{id: ids[i], arg: args[i], done: make(chan struct{})}
-		q.pending = append(q.pending, items[i])
+// sendQueued queues claims and completions as their callers would, then
+// sends the queue as the sender does (flush), and returns each caller's
+// answer. Rows that may share a statement do, unless take keeps them apart.
+func (s *Store) sendQueued(cids []runtime.Identity, cargs []db.ClaimParams, tids []runtime.Identity, targs []db.TransitionParams) (
+	[]*batchItem[db.ClaimParams, []db.ClaimRow], []*batchItem[db.TransitionParams, []int64]) {
+	g := s.group
+	claims := make([]*batchItem[db.ClaimParams, []db.ClaimRow], len(cargs))
+	transitions := make([]*batchItem[db.TransitionParams, []int64], len(targs))
+	g.mu.Lock()
+	g.busy = true // the slot flush frees
+	for i := range cargs {
+		claims[i] = &batchItem[db.ClaimParams, []db.ClaimRow]{id: cids[i], arg: cargs[i], done: make(chan struct{})}
+		g.claims = append(g.claims, claims[i])
 	}
-	q.mu.Unlock()
-	q.flush(s.group, one, send)
-	for _, it := range items {
+	for i := range targs {
+		transitions[i] = &batchItem[db.TransitionParams, []int64]{id: tids[i], arg: targs[i], done: make(chan struct{})}
+		g.transitions = append(g.transitions, transitions[i])
+	}
+	g.mu.Unlock()
+	g.flush(s)
+	for _, it := range claims {
 		<-it.done // each caller answered exactly once (a second close panics)
 	}
-	return items
+	for _, it := range transitions {
+		<-it.done
+	}
+	return claims, transitions
 }
 
 func claimArg(scope, key, owner string) (runtime.Identity, db.ClaimParams) {
@@ -70,11 +79,13 @@ func claimArg(scope, key, owner string) (runtime.Identity, db.ClaimParams) {
 }
 
 func (s *Store) queueClaims(ids []runtime.Identity, args []db.ClaimParams) []*batchItem[db.ClaimParams, []db.ClaimRow] {
-	return sendQueued(s, &s.group.claims, ids, args, s.q.Claim, s.sendClaims)
+	c, _ := s.sendQueued(ids, args, nil, nil)
+	return c
 }
 
 func (s *Store) queueTransitions(ids []runtime.Identity, args []db.TransitionParams) []*batchItem[db.TransitionParams, []int64] {
-	return sendQueued(s, &s.group.transitions, ids, args, s.q.Transition, s.sendTransitions)
+	_, t := s.sendQueued(nil, nil, ids, args)
+	return t
 }
 
 // TestGroupClaimBatches: each caller of a claim batch gets its own claim
@@ -191,7 +202,7 @@ func TestGroupClaimBatchBesideConcurrentClaim(t *testing.T) {
 	for {
 		var waiting int
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%ClaimSet%'`).Scan(&waiting); err != nil {
+			WHERE wait_event_type = 'Lock' AND query LIKE '%GroupSet%'`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting > 0 {
@@ -313,10 +324,10 @@ func TestGroupCallerGoneMidBatch(t *testing.T) {
 		}
 		recs = append(recs, rows[0])
 	}
-	q := &s.group.transitions
-	q.mu.Lock()
-	q.inFlight = maxInFlight // a batch is in flight: callers queue
-	q.mu.Unlock()
+	g := s.group
+	g.mu.Lock()
+	g.busy = true // a batch is in flight: callers queue
+	g.mu.Unlock()
 	type answer struct {
 		v   int64
 		err error
@@ -335,9 +346,9 @@ func TestGroupCallerGoneMidBatch(t *testing.T) {
 	queued := func(n int) {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-			q.mu.Lock()
-			l := len(q.pending)
-			q.mu.Unlock()
+			g.mu.Lock()
+			l := len(g.transitions)
+			g.mu.Unlock()
 			if l == n {
 				return
 			}
@@ -348,7 +359,7 @@ func TestGroupCallerGoneMidBatch(t *testing.T) {
 	}
 	cancelA, gotA := call(recs[0])
 	queued(1)
-	batch := q.take(s.group.maxBatch) // A's batch leaves
+	_, batch := g.next() // A's batch leaves
 	cancelA()
 	cancelB, gotB := call(recs[1])
 	queued(1)
@@ -363,7 +374,7 @@ func TestGroupCallerGoneMidBatch(t *testing.T) {
 		t.Fatalf("the caller in flight answered before its batch: %d, %v", a.v, a.err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	q.run(s.group, batch, s.q.Transition, s.sendTransitions)
+	g.run(s, nil, batch)
 	if a := <-gotA; a.err != nil || a.v <= recs[0].Version {
 		t.Fatalf("the caller in flight: %d, %v; want its batch's outcome (applied)", a.v, a.err)
 	}
@@ -375,5 +386,38 @@ func TestGroupCallerGoneMidBatch(t *testing.T) {
 		if state != want {
 			t.Errorf("%s: %s, want %s", recs[i].Key, state, want)
 		}
+	}
+}
+
+// TestGroupMixedBatch: claims and completions share one statement (one
+// commit); a claim of an identity completed in the same statement sees the
+// record as before the completion, as if it had run first.
+func TestGroupMixedBatch(t *testing.T) {
+	s, scope := groupStore(t)
+	ctx := context.Background()
+	_, arg := claimArg(scope, "done", "w")
+	rows, err := s.q.Claim(ctx, arg)
+	if err != nil || len(rows) != 1 {
+		t.Fatal(rows, err)
+	}
+	r := rows[0]
+	tid := runtime.Identity{Scope: r.Scope, Operation: r.Operation, Key: r.Key}
+	targ := db.TransitionParams{ToState: "SUCCESS", NewOwner: "w", Ttl: interval(time.Hour), Response: []byte(`"ok"`), Token: "t",
+		Scope: r.Scope, Operation: r.Operation, Key: r.Key, FromState: "PROCESSING", Owner: "w", Version: r.Version}
+	id1, c1 := claimArg(scope, "new", "a")
+	id2, c2 := claimArg(scope, "done", "b")
+	claims, transitions := s.sendQueued([]runtime.Identity{id1, id2}, []db.ClaimParams{c1, c2},
+		[]runtime.Identity{tid}, []db.TransitionParams{targ})
+	if it := claims[0]; it.err != nil || it.retry || len(it.res) != 1 || !it.res[0].Claimed {
+		t.Errorf("new: %+v, retry %v, %v; want claimed", it.res, it.retry, it.err)
+	}
+	if it := claims[1]; it.err != nil || len(it.res) != 1 || it.res[0].Claimed || it.res[0].State != "PROCESSING" || it.res[0].Version != r.Version {
+		t.Errorf("done: %+v, %v; want the record before its completion", it.res, it.err)
+	}
+	if it := transitions[0]; it.err != nil || len(it.res) != 1 || it.res[0] <= r.Version {
+		t.Errorf("completion: %v, %v; want a new version", it.res, it.err)
+	}
+	if b, n, _ := s.GroupCommitStats(); b != 1 || n != 3 {
+		t.Errorf("%d batches carrying %d statements, want 1 and 3", b, n)
 	}
 }
