@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/faulttest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
@@ -254,4 +255,21 @@ func TestSimulationGroupCommit(t *testing.T) {
 		batches, statements, failed := s.GroupCommitStats()
 		t.Logf("group commit: %d batches, %d statements, %d failed batches", batches, statements, failed)
 	})
+}
+
+// TestNetworkFaultsGroupCommit runs TestNetworkFaults' workload (faults on
+// the wire: held, reset and sliced replies, before and after the server
+// applied a statement) on a group-commit store: a batch whose reply is lost
+// after it committed is rerun statement by statement, and a completion
+// rerun recognises its token.
+func TestNetworkFaultsGroupCommit(t *testing.T) {
+	direct := testPool(t)
+	proxy, proxied := proxiedPool(t)
+	s := pgstore.New(proxied, pgstore.WithGroupCommit(0))
+	faulttest.Run(t, faulttest.Target{Proxied: s, Direct: pgstore.New(direct), Proxies: []*faulttest.Proxy{proxy}}, faulttest.Config{})
+	batches, statements, failed := s.GroupCommitStats()
+	t.Logf("group commit: %d batches, %d statements, %d failed batches", batches, statements, failed)
+	if statements <= batches {
+		t.Errorf("%d statements in %d batches: nothing was batched", statements, batches)
+	}
 }
