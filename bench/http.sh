@@ -14,15 +14,18 @@
 # The process runs -count times (rounds); each ratio is the median over the
 # rounds and is printed beside its goal (issue 17).
 #
-#   bench/http.sh [-count N] [-requests N]   (N requests of each side a round)
+#   bench/http.sh [-count N] [-requests N] [-summary FILE]
+#     N requests of each side a round; -summary appends the targets' rows
+#     (Markdown, as bench/stores.sh's Targets table has them) to FILE
 set -euo pipefail
 cd "$(dirname "$0")/httpcompare"
-count=5 requests=20000
+count=5 requests=20000 summary=/dev/null
 while [ $# -gt 0 ]; do
 	case $1 in
 	-count) count=$2; shift 2 ;;
 	-requests) requests=$2; shift 2 ;;
-	*) echo "usage: $0 [-count N] [-requests N]" >&2; exit 2 ;;
+	-summary) summary=$(realpath "$2"); shift 2 ;;
+	*) echo "usage: $0 [-count N] [-requests N] [-summary FILE]" >&2; exit 2 ;;
 	esac
 done
 out=$(mktemp) bin=$(mktemp)
@@ -33,7 +36,7 @@ for _ in $(seq "$count"); do
 	"$bin" -test.run '^$' -test.bench '^BenchmarkSides$' -test.benchtime "${requests}x" | grep '^BenchmarkSides'
 done | tee "$out"
 echo "load after: $(uptime | sed 's/.*load average: //')"
-awk '
+awk -v summary="$summary" '
 /^BenchmarkSides/ {
 	n++
 	for (i = 3; i < NF; i++) if ($(i+1) ~ /req\/s$|\//) { m = $(i+1); v[m, n] = $i; names[m] = 1 }
@@ -46,6 +49,8 @@ function med(m,   a, i, j, t) {
 function row(what, got, goal, gs,   verdict) {
 	verdict = gs ~ /^\(/ ? "" : (got >= goal ? "met" : "NOT MET")
 	printf "  %-42s %6.2f   %-26s %s\n", what, got, gs, verdict
+	if (verdict != "")
+		printf "| HTTP: %s | %.2fx | %s | %s |\n", what, got, gs, verdict == "met" ? "**met**" : "not met" >>summary
 }
 END {
 	printf "\nmedian over %d rounds, each side alone in turns of 64 requests:\n", n

@@ -71,18 +71,21 @@ function median(k,   m, i, j, t, a) {
 	for (i = 1; i <= m; i++) for (j = i+1; j <= m; j++) if (a[j] < a[i]) { t=a[i]; a[i]=a[j]; a[j]=t }
 	return m % 2 ? a[(m+1)/2] : (a[m/2] + a[m/2+1]) / 2
 }
-function row(k, what, us, allocs,   d, ok) {
+function row(k, base, what, us, allocs,   d, ok) {
 	if (!(k in c)) { printf "| memory: %s | not run | <= %g µs, <= %d allocs | not met |\n", what, us, allocs >>out; return }
-	d = (median(k) - median("Direct")) / 1000
+	d = (median(k) - median(base)) / 1000
 	ok = (d <= us && al[k] <= allocs) ? "**met**" : "not met"
 	printf "| memory: %s | +%.2f µs, %d allocs | <= %g µs, <= %d allocs | %s |\n", what, d, al[k], us, allocs, ok >>out
 }
 END {
-	row("DoFirstCall", "first call, runtime.Do", 1, 5)
-	row("WrapperFirstCall", "first call, generated wrapper", 1, 5)
-	row("DoReplay", "replay, runtime.Do", 0.5, 3)
-	row("WrapperReplay", "replay, generated wrapper", 0.5, 3)
+	row("DoFirstCall", "Direct", "first call, runtime.Do", 1, 5)
+	row("WrapperFirstCall", "WrapperDirect", "first call, generated wrapper", 1, 5)
+	row("DoReplay", "Direct", "replay, runtime.Do", 0.5, 3)
+	row("WrapperReplay", "WrapperDirect", "replay, generated wrapper", 0.5, 3)
 }' "$work/mem.txt"
+
+log "HTTP middleware: $count rounds"
+bench/http.sh -count "$count" -summary "$summary" | tee "$work/http.txt" >&2
 
 mem_rows=$(awk '/^BenchmarkMem/ {n=$1; sub(/-[0-9]+$/, "", n); ns[n]=ns[n] " " $3; al[n]=$7} END {for (k in ns) printf "| %s | %s | %s |\n", k, ns[k], al[k]}' "$work/mem.txt" | sort)
 
@@ -152,6 +155,15 @@ DOC
 	echo "| benchmark | ns/op (each run) | allocs/op |"
 	echo "|---|---|---|"
 	echo "$mem_rows"
+	echo
+	echo "## HTTP middleware"
+	echo
+	echo "\`bench/http.sh -count $count\` (its method is in docs/http.md, \"Benchmark\"): idemhttp on net/http and fiber v3's"
+	echo "idempotency middleware, each beside its framework without it, all six sides in one process in turns:"
+	echo
+	echo '```'
+	sed -n '/^median over/,$p' "$work/http.txt"
+	echo '```'
 	echo
 	echo "## Machine"
 	echo

@@ -11,7 +11,10 @@ import (
 
 // Codec encodes requests (for fingerprints and reconciliation) and responses
 // (for replay). It must be deterministic: the same value must always encode to
-// the same bytes, or identical requests would look like key reuse.
+// the same bytes, or identical requests would look like key reuse. It may
+// return a slice it shares with its argument and keep slices of what it
+// decodes: the runtime copies what Marshal returns before a store keeps it,
+// and hands Unmarshal a copy of the stored bytes.
 type Codec interface {
 	Marshal(v any) ([]byte, error)
 	Unmarshal(data []byte, v any) error
@@ -117,11 +120,19 @@ func jsonAddrSafe(t reflect.Type) bool {
 	case reflect.Pointer:
 		return true
 	}
-	if !t.Implements(jsonMarshalerType) && !t.Implements(textMarshalerType) {
-		pt := reflect.PointerTo(t)
-		if pt.Implements(jsonMarshalerType) || pt.Implements(textMarshalerType) {
-			return false
-		}
+	// json's order: MarshalJSON (on the value, else through an address),
+	// then MarshalText (likewise). A method the value has ends the walk,
+	// unless the pointer has one that json would pick before it.
+	pt := reflect.PointerTo(t)
+	switch {
+	case t.Implements(jsonMarshalerType):
+		return true
+	case pt.Implements(jsonMarshalerType):
+		return false
+	case t.Implements(textMarshalerType):
+		return true
+	case pt.Implements(textMarshalerType):
+		return false
 	}
 	switch t.Kind() {
 	case reflect.Struct:
@@ -148,6 +159,9 @@ func encodeRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []
 	if b, err = rt.cfg.codec.Marshal(*req); err != nil {
 		return nil, nil, err
 	}
+	// A Codec may hand back a slice its caller still owns (one that passes
+	// []byte through): the store keeps what it is given.
+	b = bytes.Clone(b)
 	if fingerprint == nil {
 		return Fingerprint(b), b, nil
 	}
@@ -159,13 +173,20 @@ func encodeResponse[Resp any](rt *Runtime, resp *Resp) ([]byte, error) {
 	if _, ok := rt.cfg.codec.(JSONCodec); ok {
 		return json.Marshal(jsonValue(rt, resp))
 	}
-	return rt.cfg.codec.Marshal(*resp)
+	b, err := rt.cfg.codec.Marshal(*resp)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(b), nil // as in encodeRequest
 }
 
 // decodeResponse decodes data into *resp with the runtime's codec.
 func decodeResponse[Resp any](rt *Runtime, data []byte, resp *Resp) error {
 	if _, ok := rt.cfg.codec.(JSONCodec); !ok {
-		return rt.cfg.codec.Unmarshal(data, resp)
+		// data may be the store's own record (memstore keeps one copy), and
+		// a Codec may keep slices of what it decodes (one that passes []byte
+		// through): it gets a copy, so the caller may change its result.
+		return rt.cfg.codec.Unmarshal(bytes.Clone(data), resp)
 	}
 	if rt.enc.decode(data, resp) {
 		return nil

@@ -146,6 +146,14 @@ func (p *ptrText) MarshalText() ([]byte, error) { return []byte("text"), nil }
 
 type valMarshaler struct{ N int }
 
+// textThenJSON has MarshalText on its value and MarshalJSON on its
+// pointer: json calls MarshalText on a value and MarshalJSON through a
+// pointer.
+type textThenJSON struct{ S string }
+
+func (v textThenJSON) MarshalText() ([]byte, error)  { return []byte("text:" + v.S), nil }
+func (p *textThenJSON) MarshalJSON() ([]byte, error) { return []byte(`"json:` + p.S + `"`), nil }
+
 func (v valMarshaler) MarshalJSON() ([]byte, error) { return []byte(`"value"`), nil }
 
 // TestEncodeRequestMatchesMarshal: the fast path encodes and fingerprints
@@ -171,6 +179,7 @@ func TestEncodeRequestMatchesMarshal(t *testing.T) {
 	type fieldText struct{ T [2]ptrText }
 	type deep struct{ In struct{ M ptrMarshaler } }
 	type withValue struct{ V valMarshaler }
+	type withTextThenJSON struct{ T textThenJSON }
 	tests := []struct {
 		name string
 		enc  func(*Runtime) (v any, fp, b []byte, err error)
@@ -181,6 +190,8 @@ func TestEncodeRequestMatchesMarshal(t *testing.T) {
 		{"array of pointer text marshalers", encodeCase(fieldText{})},
 		{"nested", encodeCase(deep{})},
 		{"value marshaler", encodeCase(withValue{})},
+		{"value text marshaler, pointer json marshaler", encodeCase(textThenJSON{S: "x"})},
+		{"field with a value text marshaler and a pointer json marshaler", encodeCase(withTextThenJSON{T: textThenJSON{S: "y"}})},
 		{"interface", encodeCase[any](ptrMarshaler{})},
 	}
 	for _, tc := range tests {

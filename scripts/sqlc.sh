@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 sum=runtime/pgstore/internal/db/sqlc.sum
 files() {
-	printf '%s\n' sqlc.yaml queries/schema.sql queries/records.sql tools/go.mod tools/go.sum
+	printf '%s\n' sqlc.yaml queries/schema.sql queries/records.sql queries/group.sql tools/go.mod tools/go.sum
 	find runtime/pgstore/internal/db -name '*.go' | sort
 }
 case "${1:-generate}" in

@@ -35,6 +35,9 @@ type writer struct {
 	mu       sync.Mutex
 	body     *[]byte // nil until the first byte, and once released
 	released bool
+	// done: the handler returned and its response was taken for the
+	// record; later writes fail, so the client gets what was recorded.
+	done bool
 }
 
 // bufPool holds the buffers of recorded bodies (*[]byte, so that Put does
@@ -44,7 +47,8 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }
 
 const maxPooled = 64 << 10
 
-// errReleased is what a write after the handler returned gets.
+// errReleased is what a write after the handler returned gets (from the
+// moment its response is taken for the record).
 var errReleased = errors.New("idemhttp: write to a ResponseWriter after its handler returned")
 
 // reset readies w for a handler answering the client's writer cw.
@@ -53,7 +57,7 @@ func (w *writer) reset(cw http.ResponseWriter) {
 	w.w, w.header, w.status, w.wroteHeader = cw, http.Header{}, http.StatusOK, false
 	w.streamed, w.hijacked = false, false
 	w.mu.Lock()
-	w.released = false
+	w.released, w.done = false, false
 	w.mu.Unlock()
 }
 
@@ -116,7 +120,7 @@ func (w *writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
-	case w.released:
+	case w.released || w.done:
 		return 0, errReleased
 	case len(p) == 0:
 		return 0, nil
@@ -229,11 +233,12 @@ func (w *writer) response(cfg *config) Response {
 		}
 	}
 	resp := Response{Status: w.status, Header: h, Streamed: w.streamed}
+	w.mu.Lock()
+	w.done = true
 	if !w.streamed {
-		w.mu.Lock()
 		resp.Body = w.bytes()
-		w.mu.Unlock()
 	}
+	w.mu.Unlock()
 	return resp
 }
 

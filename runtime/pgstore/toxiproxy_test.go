@@ -19,6 +19,19 @@ import (
 // replies at the claim and at the completion (see faulttest.Faults).
 func TestNetworkFaults(t *testing.T) {
 	direct := testPool(t)
+	proxy, proxied := proxiedPool(t)
+	faulttest.Run(t, faulttest.Target{
+		Proxied: pgstore.New(proxied),
+		Direct:  pgstore.New(direct),
+		Proxies: []*faulttest.Proxy{proxy},
+	}, faulttest.Config{})
+}
+
+// proxiedPool returns a pool whose connections go through an in-process
+// toxiproxy in front of the test server, and the proxy.
+func proxiedPool(t *testing.T) (*faulttest.Proxy, *pgxpool.Pool) {
+	t.Helper()
+	testPool(t) // migrated
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -36,9 +49,5 @@ func TestNetworkFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxied.Close)
-	faulttest.Run(t, faulttest.Target{
-		Proxied: pgstore.New(proxied),
-		Direct:  pgstore.New(direct),
-		Proxies: []*faulttest.Proxy{proxy},
-	}, faulttest.Config{})
+	return proxy, proxied
 }
