@@ -10,6 +10,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,5 +90,48 @@ func doTxThenDo[Req any](t *testing.T, req Req) {
 	got, err = pgstore.DoTx(ctx, rt, tx2, pgstore.TxCall[Req, string]{Operation: "R17.Tx", Key: "k2", Request: req, Effect: txEffect})
 	if err != nil || got != "ran" || runs.Load() != 2 {
 		t.Errorf("DoTx after Do: %q, %v (runs %d, ErrKeyReused: %v); want Do's outcome replayed", got, err, runs.Load(), errors.Is(err, runtime.ErrKeyReused))
+	}
+}
+
+// Promise (DoTx): a duplicate "waits (a DoTx duplicate up to rt's MaxWait,
+// then runtime.ErrInProgress) and replays the outcome"; nothing waits
+// without bound. Schedule: one transaction calls DoTx twice with one key
+// (an order with the same line twice, a retry loop inside the
+// transaction), without and with group commit; the context allows 5s,
+// MaxWait is 300ms.
+func TestReview17DoTxSameKeyTwiceInOneTx(t *testing.T) {
+	for _, group := range []bool{false, true} {
+		t.Run(fmt.Sprint("group=", group), func(t *testing.T) {
+			p := testPool(t)
+			var opts []pgstore.Option
+			if group {
+				opts = append(opts, pgstore.WithGroupCommit(0))
+			}
+			rt, err := runtime.New(pgstore.New(p, opts...), runtime.WithMaxWait(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(scopedCtx(t.Name()), 5*time.Second)
+			defer cancel()
+			tx, err := p.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			var runs atomic.Int32
+			call := pgstore.TxCall[plainTxReq, string]{Operation: "R17.Twice", Key: "k", Request: plainTxReq{Order: "o", Cents: 1},
+				Effect: func(context.Context, pgx.Tx, plainTxReq) (string, error) { runs.Add(1); return "done", nil }}
+			if got, err := pgstore.DoTx(ctx, rt, tx, call); err != nil || got != "done" {
+				t.Fatalf("first DoTx: %q %v", got, err)
+			}
+			start := time.Now()
+			got, err := pgstore.DoTx(ctx, rt, tx, call)
+			took := time.Since(start)
+			if took > 3*time.Second || runs.Load() != 1 {
+				t.Fatalf("second DoTx of the key in the same transaction: %q, %v after %v (effect ran %d times); want a replay or ErrInProgress within MaxWait",
+					got, err, took.Round(time.Millisecond), runs.Load())
+			}
+			t.Logf("second DoTx: %q, %v after %v", got, err, took.Round(time.Millisecond))
+		})
 	}
 }
