@@ -252,3 +252,85 @@ func TestReview17HeaderFormsReplay(t *testing.T) {
 		})
 	}
 }
+
+// Promise (writer.go): "a handler that keeps its writer ... past its
+// return gets errors, never another request's bytes". Schedule: the
+// handler streams (it flushes, so its response is passed through), keeps
+// its writer, and writes again once the client has the whole response,
+// i.e. after ServeHTTP returned: net/http has by then recycled the
+// connection's buffered writer, which the next response on any connection
+// may be using.
+func TestReview17LateWriteAfterStreaming(t *testing.T) {
+	rt, err := runtime.New(teststores.Memory(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := make(chan http.ResponseWriter, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /stream", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "part 1")
+		http.NewResponseController(w).Flush()
+		kept <- w
+	})
+	srv := httptest.NewServer(idemhttp.Middleware(rt, idemhttp.Logger(slog.New(slog.DiscardHandler)))(mux))
+	defer srv.Close()
+	first := reviewPost(t, srv.URL+"/stream", "", "k1", "{}")
+	if first.body != "part 1" {
+		t.Fatalf("first: %+v", first)
+	}
+	w := <-kept
+	time.Sleep(50 * time.Millisecond) // ServeHTTP has returned
+	if n, err := w.Write([]byte("LATE")); err == nil {
+		t.Errorf("a write after the streamed handler returned (and after ServeHTTP returned) succeeded (%d bytes): it went to net/http's recycled writer, not to errReleased", n)
+	}
+}
+
+// The consequence of the above: the late write lands in the next response
+// that took net/http's recycled writer, and that response's client gets
+// another request's bytes. Schedule: a streamed handler keeps its writer;
+// once its client has the response, a second request (another key, another
+// connection) blocks in its handler while the first handler's writer
+// writes "LEAK"; the second client's body is checked. Tried a few times
+// (the recycled writer is pooled).
+func TestReview17LateStreamWriteReachesAnotherClient(t *testing.T) {
+	rt, err := runtime.New(teststores.Memory(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := make(chan http.ResponseWriter, 1)
+	proceed := make(chan chan struct{}, 1)
+	inSecond := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /stream", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "part 1")
+		http.NewResponseController(w).Flush()
+		kept <- w
+	})
+	mux.HandleFunc("POST /other", func(w http.ResponseWriter, r *http.Request) {
+		goOn := <-proceed
+		inSecond <- struct{}{}
+		<-goOn
+		_, _ = io.WriteString(w, "second's own body")
+	})
+	srv := httptest.NewServer(idemhttp.Middleware(rt, idemhttp.Logger(slog.New(slog.DiscardHandler)))(mux))
+	defer srv.Close()
+	for try := range 20 {
+		first := reviewPost(t, srv.URL+"/stream", "", fmt.Sprint("s", try), "{}")
+		if first.body != "part 1" {
+			t.Fatalf("first: %+v", first)
+		}
+		w := <-kept
+		srv.CloseClientConnections()
+		goOn := make(chan struct{})
+		proceed <- goOn
+		done := make(chan reviewAnswer, 1)
+		go func() { done <- reviewPost(t, srv.URL+"/other", "", fmt.Sprint("o", try), "{}") }()
+		<-inSecond
+		_, _ = w.Write([]byte("LEAK"))
+		close(goOn)
+		second := <-done
+		if strings.Contains(second.body, "LEAK") {
+			t.Fatalf("try %d: the second client got %q: bytes of another request's handler", try, second.body)
+		}
+	}
+}
