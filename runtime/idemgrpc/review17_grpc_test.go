@@ -8,7 +8,6 @@ package idemgrpc_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,14 +15,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idemkit/idem/internal/teststores"
 	"github.com/idemkit/idem/runtime"
-	"github.com/idemkit/idem/runtime/idemgrpc"
 )
 
 func review17Server(t *testing.T, store runtime.Store, h func(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error)) *grpc.ClientConn {
@@ -32,31 +29,7 @@ func review17Server(t *testing.T, store runtime.Store, h func(ctx context.Contex
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(rt, idemgrpc.Required(true))))
-	srv.RegisterService(&grpc.ServiceDesc{
-		ServiceName: "idemtest.Payments",
-		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{{MethodName: "Charge", Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			in := &structpb.Struct{}
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			return ic(ctx, in, &grpc.UnaryServerInfo{FullMethod: method}, func(ctx context.Context, req any) (any, error) {
-				return h(ctx, req.(*structpb.Struct))
-			})
-		}}},
-	}, nil)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(); srv.Stop() })
-	return conn
+	return reviewServerOn(t, rt, h)
 }
 
 // Promise: one handler run per key; every duplicate, concurrent or later,

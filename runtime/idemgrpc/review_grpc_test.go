@@ -31,6 +31,12 @@ func reviewServer(t *testing.T, h func(ctx context.Context, in *structpb.Struct)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return reviewServerOn(t, rt, h, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor()))
+}
+
+// reviewServerOn is reviewServer on rt, the client dialled with opts.
+func reviewServerOn(t *testing.T, rt *runtime.Runtime, h func(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error), opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
 	srv := grpc.NewServer(grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(rt, idemgrpc.Required(true))))
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "idemtest.Payments",
@@ -50,8 +56,7 @@ func reviewServer(t *testing.T, h func(ctx context.Context, in *structpb.Struct)
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor()))
+	conn, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
