@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
 )
@@ -369,4 +371,105 @@ func TestReview17GroupDuplicatesCancelled(t *testing.T) {
 		}
 	}
 	requireBatched(t, s, 4*64)
+}
+
+// Promise (WithGroupCommit): "A caller whose context ends while its
+// statement is queued is withdrawn; once its batch is in flight, it waits
+// for the batch's outcome ... so that it is never told a write failed that
+// then commits." Schedule: two open transactions hold the rows of records
+// K0 and K3; a completion of K0 runs alone and blocks on the first; a
+// completion of K3 and two claims (K1, whose context ends while it is
+// still queued, and K4, whose context ends once its batch is in flight)
+// queue behind it; the first transaction commits (the batch leaves and
+// blocks on K3's row), then the second. Every caller's answer must agree
+// with what the store holds.
+func TestReview17GroupCallerGoneAgreesWithStore(t *testing.T) {
+	p := testPool(t)
+	s := pgstore.New(p, pgstore.WithGroupCommit(0))
+	ctx := context.Background()
+	scope := fmt.Sprintf("r17-gone/%d", time.Now().UnixNano())
+	id := func(k string) runtime.Identity { return runtime.Identity{Scope: scope, Operation: "R17.Gone", Key: k} }
+	versions := map[string]int64{}
+	for _, k := range []string{"K0", "K3"} {
+		res, err := s.Claim(ctx, runtime.ClaimParams{ID: id(k), Fingerprint: []byte("fp"), Owner: "w", Lease: time.Hour})
+		if err != nil || !res.Claimed {
+			t.Fatal(res, err)
+		}
+		versions[k] = res.Record.Version
+	}
+	lock := func(k string) pgx.Tx {
+		tx, err := p.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE idem_records SET note = 'locked' WHERE scope = $1 AND operation = 'R17.Gone' AND key = $2`, scope, k); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	t1, t2 := lock("K0"), lock("K3")
+	defer func() { _ = t1.Rollback(ctx); _ = t2.Rollback(ctx) }()
+	complete := func(k string) error {
+		_, err := s.Transition(ctx, runtime.TransitionParams{ID: id(k), From: runtime.StateProcessing, To: runtime.StateSuccess, Owner: "w",
+			Version: versions[k], Response: []byte(`"ok"`), TTL: time.Hour, Token: scope + k})
+		return err
+	}
+	var wg sync.WaitGroup
+	results := map[string]error{}
+	var mu sync.Mutex
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := f()
+			mu.Lock()
+			results[name] = err
+			mu.Unlock()
+		}()
+	}
+	run("K0", func() error { return complete("K0") })
+	time.Sleep(100 * time.Millisecond) // K0's statement is in flight, blocked
+	run("K3", func() error { return complete("K3") })
+	claimed := map[string]bool{}
+	claim := func(k string, timeout time.Duration) func() error {
+		return func() error {
+			c, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			res, err := s.Claim(c, runtime.ClaimParams{ID: id(k), Fingerprint: []byte("fp"), Owner: "claimer-" + k, Lease: time.Hour})
+			mu.Lock()
+			claimed[k] = err == nil && res.Claimed
+			mu.Unlock()
+			return err
+		}
+	}
+	run("K1", claim("K1", 200*time.Millisecond))
+	run("K4", claim("K4", 700*time.Millisecond))
+	time.Sleep(400 * time.Millisecond) // K1's context has ended while queued
+	if err := t1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(800 * time.Millisecond) // the batch (K3, K4) is in flight, blocked; K4's context ends
+	if err := t2.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for _, k := range []string{"K0", "K3"} {
+		rec, err := s.Get(ctx, id(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if applied := rec.State == runtime.StateSuccess; applied != (results[k] == nil) {
+			t.Errorf("completion of %s told %v; the record is %s", k, results[k], rec.State)
+		}
+	}
+	for _, k := range []string{"K1", "K4"} {
+		rec, err := s.Get(ctx, id(k))
+		exists := err == nil && rec.Owner == "claimer-"+k
+		if exists != claimed[k] {
+			t.Errorf("claim of %s told (claimed %v, %v); the store holds its record: %v", k, claimed[k], results[k], exists)
+		}
+		t.Logf("%s: claimed %v, err %v, record %v", k, claimed[k], results[k], exists)
+	}
+	_, _, failed := s.GroupCommitStats()
+	t.Logf("failed batches: %d", failed)
 }
