@@ -18,8 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/internal/teststores"
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/teststores"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
 )
