@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/teststores"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -302,4 +303,86 @@ func TestReview17EffectContextAfterReturn(t *testing.T) {
 			t.Errorf("cancelled effect: %v, want ErrOutcomeUnknown", err)
 		}
 	})
+}
+
+// Promise: one timer serves every call in flight: no call's renewal is
+// missed however many calls share it, come and go, or are due at once.
+// Schedule: on memstore (renewals answer at once), 300 calls with leases of
+// 150 to 450ms and effects of three leases start together on one runtime,
+// while a second runtime sends one duplicate of each key every 40ms. No
+// effect may be stopped for a lease it could not confirm, none may run
+// twice, every call succeeds.
+func TestReview17ManyCallsOneTimer(t *testing.T) {
+	store := teststores.Memory(t)
+	rt, err := runtime.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, err := runtime.New(store, runtime.WithMaxWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := reviewCtx()
+	const n = 300
+	var runs [n]atomic.Int32
+	var lost, failed atomic.Int32
+	call := func(i int) runtime.Call[reviewReq, string] {
+		lease := time.Duration(150+i%3*150) * time.Millisecond
+		return runtime.Call[reviewReq, string]{Operation: "R17.Many", Key: fmt.Sprint("k", i), Request: reviewReq{i}, Lease: lease,
+			Effect: func(ctx context.Context, _ reviewReq) (string, error) {
+				runs[i].Add(1)
+				select {
+				case <-ctx.Done():
+					return "", context.Cause(ctx)
+				case <-time.After(3 * lease):
+					return "ok", nil
+				}
+			}}
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := runtime.Do(ctx, rt, call(i)); err != nil {
+				if errors.Is(err, runtime.ErrLeaseLost) {
+					lost.Add(1)
+				} else {
+					failed.Add(1)
+				}
+				t.Logf("call %d: %v", i, err)
+			}
+		}()
+	}
+	var dups sync.WaitGroup
+	dups.Add(1)
+	go func() {
+		defer dups.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(40 * time.Millisecond):
+			}
+			for i := range n {
+				_, _ = runtime.Do(ctx, dup, call(i))
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	dups.Wait()
+	twice := 0
+	for i := range n {
+		if runs[i].Load() != 1 {
+			twice++
+		}
+	}
+	if lost.Load() != 0 || failed.Load() != 0 || twice != 0 {
+		t.Fatalf("%d calls lost their lease, %d failed otherwise, %d effects ran other than once", lost.Load(), failed.Load(), twice)
+	}
+	if c, at := runtime.RenewalsScheduled(rt); c != 0 {
+		t.Errorf("%d heartbeats left scheduled (timer at %v) after every call ended", c, at)
+	}
 }
