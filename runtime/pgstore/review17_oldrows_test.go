@@ -114,3 +114,87 @@ func TestReview17OldRowsReplay(t *testing.T) {
 		})
 	}
 }
+
+// Promise: Get and a refused claim return the row as PostgreSQL holds it,
+// every column (the replay path now reads with its own SELECT). Schedule:
+// rows in every state with every column set (a takeover count, reconcile
+// attempts, a token, a note, an omitted response), read back three ways:
+// a raw SELECT, Get, and a claim that is refused; with and without group
+// commit.
+func TestReview17ReadMatchesRow(t *testing.T) {
+	for _, group := range []bool{false, true} {
+		t.Run(fmt.Sprint("group=", group), func(t *testing.T) {
+			p := testPool(t)
+			var opts []pgstore.Option
+			if group {
+				opts = append(opts, pgstore.WithGroupCommit(0))
+			}
+			s := pgstore.New(p, opts...)
+			ctx := context.Background()
+			scope := fmt.Sprintf("r17-read/%d", time.Now().UnixNano())
+			rows := []struct {
+				key, state, owner, token, note string
+				lease, expires                 any
+				takeovers, attempts            int
+				response                       []byte
+				omitted                        bool
+			}{
+				{"p", "PROCESSING", "w1", "", "", time.Now().Add(time.Hour), nil, 3, 0, nil, false},
+				{"s", "SUCCESS", "", "tok-s", "", nil, time.Now().Add(time.Hour), 1, 0, []byte(`{"ok":1}`), false},
+				{"o", "SUCCESS", "", "tok-o", "response not stored: 2 MiB", nil, time.Now().Add(time.Hour), 0, 0, nil, true},
+				{"f", "FAILED", "", "tok-f", "", nil, time.Now().Add(time.Hour), 0, 2, []byte(`{"message":"no"}`), false},
+				{"u", "UNKNOWN", "", "tok-u", "timed out", nil, nil, 2, 5, nil, false},
+				{"h", "UNKNOWN", "rec", "", "", time.Now().Add(time.Hour), nil, 0, 1, nil, false},
+			}
+			for _, r := range rows {
+				if _, err := p.Exec(ctx, `INSERT INTO idem_records (scope, operation, key, fingerprint, state, owner, version, lease_expires_at, expires_at,
+					request, response, takeovers, attempts, created_at, updated_at, token, note, response_omitted)
+					VALUES ($1, 'R17.Read', $2, '\x0102', $3, $4, nextval('idem_records_version_seq'), $5, $6, '{"r":1}', $7, $8, $9,
+					clock_timestamp() - interval '1 minute', clock_timestamp(), $10, $11, $12)`,
+					scope, r.key, r.state, r.owner, r.lease, r.expires, r.response, r.takeovers, r.attempts, r.token, r.note, r.omitted); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, r := range rows {
+				id := runtime.Identity{Scope: scope, Operation: "R17.Read", Key: r.key}
+				var want runtime.Record
+				var lease, expires *time.Time
+				if err := p.QueryRow(ctx, `SELECT fingerprint, state, owner, version, lease_expires_at, expires_at, request, response, takeovers, attempts,
+					created_at, updated_at, token, note, response_omitted FROM idem_records WHERE scope = $1 AND operation = 'R17.Read' AND key = $2`, scope, r.key).Scan(
+					&want.Fingerprint, &want.State, &want.Owner, &want.Version, &lease, &expires, &want.Request, &want.Response, &want.Takeovers, &want.Attempts,
+					&want.CreatedAt, &want.UpdatedAt, &want.Token, &want.Note, &want.ResponseOmitted); err != nil {
+					t.Fatal(err)
+				}
+				want.ID = id
+				if lease != nil {
+					want.LeaseExpiresAt = *lease
+				}
+				if expires != nil {
+					want.ExpiresAt = *expires
+				}
+				got, err := s.Get(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("other"), Owner: "dup", Lease: time.Minute})
+				if err != nil || res.Claimed {
+					t.Fatalf("%s: refused claim: %+v %v", r.key, res, err)
+				}
+				for how, rec := range map[string]runtime.Record{"Get": got, "Claim": res.Record} {
+					if rec.StoreNow.IsZero() {
+						t.Errorf("%s via %s: no StoreNow", r.key, how)
+					}
+					rec.StoreNow = time.Time{}
+					for _, tm := range []*time.Time{&rec.LeaseExpiresAt, &rec.ExpiresAt, &rec.CreatedAt, &rec.UpdatedAt, &want.LeaseExpiresAt, &want.ExpiresAt, &want.CreatedAt, &want.UpdatedAt} {
+						if !tm.IsZero() {
+							*tm = tm.UTC()
+						}
+					}
+					if fmt.Sprintf("%+v", rec) != fmt.Sprintf("%+v", want) {
+						t.Errorf("%s via %s:\n got %+v\nwant %+v", r.key, how, rec, want)
+					}
+				}
+			}
+		})
+	}
+}
