@@ -334,3 +334,56 @@ func TestReview17LateStreamWriteReachesAnotherClient(t *testing.T) {
 		}
 	}
 }
+
+// Promise: the first client gets what was recorded (its duplicates get the
+// same answer), including a handler that keeps its writer past its return
+// (the fix of TestReview17LateWriteWhileRecording stops late writes of the
+// body). Schedule: as there, but the late goroutine sets a header through
+// the kept writer's Header map, which the record shares, while the outcome
+// is recorded.
+func TestReview17LateHeaderWhileRecording(t *testing.T) {
+	late := make(chan chan error, 1)
+	store := hookStore{Store: teststores.Memory(t)}
+	store.beforeTransition = func() {
+		select {
+		case res := <-late:
+			res <- nil
+			<-res
+		default:
+		}
+	}
+	rt, err := runtime.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /charges", func(w http.ResponseWriter, r *http.Request) {
+		res := make(chan error)
+		late <- res
+		h := w.Header()
+		go func() {
+			<-res
+			h.Set("X-Late", "1")
+			res <- nil
+		}()
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "charged")
+	})
+	srv := httptest.NewServer(idemhttp.Middleware(rt, idemhttp.Logger(slog.New(slog.DiscardHandler)))(mux))
+	defer srv.Close()
+	get := func() http.Header {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "k1")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.ReadAll(resp.Body)
+		return resp.Header
+	}
+	first, dup := get(), get()
+	if first.Get("X-Late") != dup.Get("X-Late") {
+		t.Errorf("the first client got X-Late %q, its duplicate %q: the first answer is not what was recorded", first.Get("X-Late"), dup.Get("X-Late"))
+	}
+}
