@@ -52,6 +52,42 @@ FROM idem_records e
 WHERE e.scope = @scope AND e.operation = @operation AND e.key = @key
   AND NOT EXISTS (SELECT 1 FROM ins);
 
+-- name: Read :one
+-- The record of an identity, without the identity: the first statement of a
+-- claim (a replay is this one SELECT by primary key, and takes no lock) and
+-- the poll of a caller waiting for a call in flight.
+SELECT fingerprint, state, owner, version,
+    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    created_at, updated_at, token, note, response_omitted,
+    clock_timestamp()::timestamptz AS store_now
+FROM idem_records
+WHERE scope = @scope AND operation = @operation AND key = @key;
+
+-- name: ClaimInsert :one
+-- Inserts a new PROCESSING record, and returns what the store chose (the
+-- record's other fields are the caller's). No row (pgx.ErrNoRows): the
+-- record exists, and the caller reads it. The NOT EXISTS guard, on the
+-- statement's snapshot, keeps an existing record from reaching the
+-- conflict arbiter, which would wait for a transaction holding its row (a
+-- DoTx that recorded SUCCESS and has not committed, maybe the caller's own)
+-- and would draw a version for nothing; ON CONFLICT still settles a race
+-- with a concurrent insert. The time is read once, in the clk subquery;
+-- created_at is the store's now.
+INSERT INTO idem_records AS r (
+    scope, operation, key, fingerprint, state, owner, version,
+    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    created_at, updated_at, token, note, response_omitted
+)
+SELECT @scope::text, @operation::text, @key::text, @fingerprint::bytea, 'PROCESSING', @owner::text,
+    nextval('idem_records_version_seq'),
+    clk.t + @lease::interval, NULL, @request::bytea, NULL, 0, 0,
+    clk.t, clk.t, '', '', false
+FROM (SELECT clock_timestamp() AS t) clk
+WHERE NOT EXISTS (SELECT 1 FROM idem_records x
+                  WHERE x.scope = @scope AND x.operation = @operation AND x.key = @key)
+ON CONFLICT (scope, operation, key) DO NOTHING
+RETURNING r.version, r.lease_expires_at, r.created_at;
+
 -- name: ClaimExisting :many
 -- Takes an existing record at the version the caller read, if it may still
 -- be taken: over an expired PROCESSING lease (same fingerprint), replacing a
@@ -125,6 +161,35 @@ SELECT e.version FROM idem_records e
 WHERE e.scope = @scope AND e.operation = @operation AND e.key = @key
   AND @token::text <> '' AND e.token = @token::text
   AND NOT EXISTS (SELECT 1 FROM upd);
+
+-- name: TransitionCAS :one
+-- Transition as a plain compare-and-set on (state, owner, version): the
+-- statement of the unbatched path. No row (pgx.ErrNoRows): the lease was
+-- lost, or an earlier try of this very write was applied and its reply
+-- lost; the caller then asks TransitionApplied.
+UPDATE idem_records r SET
+    state            = @to_state::text,
+    owner            = @new_owner::text,
+    version          = nextval('idem_records_version_seq'),
+    lease_expires_at = CASE WHEN @lease::interval > interval '0' THEN clk.t + @lease::interval END,
+    expires_at       = CASE WHEN @to_state::text IN ('SUCCESS', 'FAILED') THEN clk.t + @ttl::interval END,
+    response         = CASE WHEN @to_state::text IN ('SUCCESS', 'FAILED') THEN @response::bytea ELSE r.response END,
+    response_omitted = @response_omitted::boolean,
+    note             = @note::text,
+    token            = @token::text,
+    updated_at       = clk.t
+FROM (SELECT clock_timestamp() AS t) clk
+WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key
+  AND r.state = @from_state::text AND r.owner = @owner::text AND r.version = @version::bigint
+RETURNING r.version;
+
+-- name: TransitionApplied :one
+-- The version of the record while it still carries the token of a write
+-- (never ''): every other write changes or clears the token, so this is
+-- the version that write gave it.
+SELECT version FROM idem_records
+WHERE scope = @scope AND operation = @operation AND key = @key
+  AND @token::text <> '' AND token = @token::text;
 
 -- name: Renew :one
 UPDATE idem_records SET

@@ -387,7 +387,8 @@ func TestDoTxOutcomesOverTheRecordLimit(t *testing.T) {
 // TestDoTxRoundTrips: the cost of DoTx over its effect. First call: the
 // claim (committed on its own), the savepoint, the end of the claim's
 // lease, the SUCCESS compare-and-set and the savepoint's release; a
-// replay: the claim.
+// replay: the claim's read (after the insert, while the store's recent
+// claims inserted: see pgstore.Store.Claim).
 func TestDoTxRoundTrips(t *testing.T) {
 	testPool(t) // skips or fails like the others when there is no server
 	ctx := context.Background()
@@ -427,8 +428,11 @@ func TestDoTxRoundTrips(t *testing.T) {
 	if n := do("first"); n != 5 {
 		t.Errorf("first call: %d statements, want 5 (claim, savepoint, end of lease, complete, release)", n)
 	}
+	if n := do("first"); n != 2 {
+		t.Errorf("replay, the store inserting first: %d statements, want 2 (the insert finds the record, read)", n)
+	}
 	if n := do("first"); n != 1 {
-		t.Errorf("replay: %d statements, want 1 (claim)", n)
+		t.Errorf("replay, the store reading first: %d statements, want 1 (read)", n)
 	}
 }
 

@@ -377,6 +377,63 @@ func (q *Queries) ClaimExisting(ctx context.Context, arg ClaimExistingParams) ([
 	return items, nil
 }
 
+const claimInsert = `-- name: ClaimInsert :one
+INSERT INTO idem_records AS r (
+    scope, operation, key, fingerprint, state, owner, version,
+    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    created_at, updated_at, token, note, response_omitted
+)
+SELECT $1::text, $2::text, $3::text, $4::bytea, 'PROCESSING', $5::text,
+    nextval('idem_records_version_seq'),
+    clk.t + $6::interval, NULL, $7::bytea, NULL, 0, 0,
+    clk.t, clk.t, '', '', false
+FROM (SELECT clock_timestamp() AS t) clk
+WHERE NOT EXISTS (SELECT 1 FROM idem_records x
+                  WHERE x.scope = $1 AND x.operation = $2 AND x.key = $3)
+ON CONFLICT (scope, operation, key) DO NOTHING
+RETURNING r.version, r.lease_expires_at, r.created_at
+`
+
+type ClaimInsertParams struct {
+	Scope       string
+	Operation   string
+	Key         string
+	Fingerprint []byte
+	Owner       string
+	Lease       pgtype.Interval
+	Request     []byte
+}
+
+type ClaimInsertRow struct {
+	Version        int64
+	LeaseExpiresAt pgtype.Timestamptz
+	CreatedAt      pgtype.Timestamptz
+}
+
+// Inserts a new PROCESSING record, and returns what the store chose (the
+// record's other fields are the caller's). No row (pgx.ErrNoRows): the
+// record exists, and the caller reads it. The NOT EXISTS guard, on the
+// statement's snapshot, keeps an existing record from reaching the
+// conflict arbiter, which would wait for a transaction holding its row (a
+// DoTx that recorded SUCCESS and has not committed, maybe the caller's own)
+// and would draw a version for nothing; ON CONFLICT still settles a race
+// with a concurrent insert. The time is read once, in the clk subquery;
+// created_at is the store's now.
+func (q *Queries) ClaimInsert(ctx context.Context, arg ClaimInsertParams) (ClaimInsertRow, error) {
+	row := q.db.QueryRow(ctx, claimInsert,
+		arg.Scope,
+		arg.Operation,
+		arg.Key,
+		arg.Fingerprint,
+		arg.Owner,
+		arg.Lease,
+		arg.Request,
+	)
+	var i ClaimInsertRow
+	err := row.Scan(&i.Version, &i.LeaseExpiresAt, &i.CreatedAt)
+	return i, err
+}
+
 const get = `-- name: Get :one
 SELECT scope, operation, key, fingerprint, state, owner, version,
     lease_expires_at, expires_at, request, response, takeovers, attempts,
@@ -546,6 +603,67 @@ func (q *Queries) List(ctx context.Context, arg ListParams) ([]ListRow, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const read = `-- name: Read :one
+SELECT fingerprint, state, owner, version,
+    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    created_at, updated_at, token, note, response_omitted,
+    clock_timestamp()::timestamptz AS store_now
+FROM idem_records
+WHERE scope = $1 AND operation = $2 AND key = $3
+`
+
+type ReadParams struct {
+	Scope     string
+	Operation string
+	Key       string
+}
+
+type ReadRow struct {
+	Fingerprint     []byte
+	State           string
+	Owner           string
+	Version         int64
+	LeaseExpiresAt  pgtype.Timestamptz
+	ExpiresAt       pgtype.Timestamptz
+	Request         []byte
+	Response        []byte
+	Takeovers       int32
+	Attempts        int32
+	CreatedAt       pgtype.Timestamptz
+	UpdatedAt       pgtype.Timestamptz
+	Token           string
+	Note            string
+	ResponseOmitted bool
+	StoreNow        pgtype.Timestamptz
+}
+
+// The record of an identity, without the identity: the first statement of a
+// claim (a replay is this one SELECT by primary key, and takes no lock) and
+// the poll of a caller waiting for a call in flight.
+func (q *Queries) Read(ctx context.Context, arg ReadParams) (ReadRow, error) {
+	row := q.db.QueryRow(ctx, read, arg.Scope, arg.Operation, arg.Key)
+	var i ReadRow
+	err := row.Scan(
+		&i.Fingerprint,
+		&i.State,
+		&i.Owner,
+		&i.Version,
+		&i.LeaseExpiresAt,
+		&i.ExpiresAt,
+		&i.Request,
+		&i.Response,
+		&i.Takeovers,
+		&i.Attempts,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Token,
+		&i.Note,
+		&i.ResponseOmitted,
+		&i.StoreNow,
+	)
+	return i, err
 }
 
 const release = `-- name: Release :execrows
@@ -718,4 +836,93 @@ func (q *Queries) Transition(ctx context.Context, arg TransitionParams) ([]int64
 		return nil, err
 	}
 	return items, nil
+}
+
+const transitionApplied = `-- name: TransitionApplied :one
+SELECT version FROM idem_records
+WHERE scope = $1 AND operation = $2 AND key = $3
+  AND $4::text <> '' AND token = $4::text
+`
+
+type TransitionAppliedParams struct {
+	Scope     string
+	Operation string
+	Key       string
+	Token     string
+}
+
+// The version of the record while it still carries the token of a write
+// (never ”): every other write changes or clears the token, so this is
+// the version that write gave it.
+func (q *Queries) TransitionApplied(ctx context.Context, arg TransitionAppliedParams) (int64, error) {
+	row := q.db.QueryRow(ctx, transitionApplied,
+		arg.Scope,
+		arg.Operation,
+		arg.Key,
+		arg.Token,
+	)
+	var version int64
+	err := row.Scan(&version)
+	return version, err
+}
+
+const transitionCAS = `-- name: TransitionCAS :one
+UPDATE idem_records r SET
+    state            = $1::text,
+    owner            = $2::text,
+    version          = nextval('idem_records_version_seq'),
+    lease_expires_at = CASE WHEN $3::interval > interval '0' THEN clk.t + $3::interval END,
+    expires_at       = CASE WHEN $1::text IN ('SUCCESS', 'FAILED') THEN clk.t + $4::interval END,
+    response         = CASE WHEN $1::text IN ('SUCCESS', 'FAILED') THEN $5::bytea ELSE r.response END,
+    response_omitted = $6::boolean,
+    note             = $7::text,
+    token            = $8::text,
+    updated_at       = clk.t
+FROM (SELECT clock_timestamp() AS t) clk
+WHERE r.scope = $9 AND r.operation = $10 AND r.key = $11
+  AND r.state = $12::text AND r.owner = $13::text AND r.version = $14::bigint
+RETURNING r.version
+`
+
+type TransitionCASParams struct {
+	ToState         string
+	NewOwner        string
+	Lease           pgtype.Interval
+	Ttl             pgtype.Interval
+	Response        []byte
+	ResponseOmitted bool
+	Note            string
+	Token           string
+	Scope           string
+	Operation       string
+	Key             string
+	FromState       string
+	Owner           string
+	Version         int64
+}
+
+// Transition as a plain compare-and-set on (state, owner, version): the
+// statement of the unbatched path. No row (pgx.ErrNoRows): the lease was
+// lost, or an earlier try of this very write was applied and its reply
+// lost; the caller then asks TransitionApplied.
+func (q *Queries) TransitionCAS(ctx context.Context, arg TransitionCASParams) (int64, error) {
+	row := q.db.QueryRow(ctx, transitionCAS,
+		arg.ToState,
+		arg.NewOwner,
+		arg.Lease,
+		arg.Ttl,
+		arg.Response,
+		arg.ResponseOmitted,
+		arg.Note,
+		arg.Token,
+		arg.Scope,
+		arg.Operation,
+		arg.Key,
+		arg.FromState,
+		arg.Owner,
+		arg.Version,
+	)
+	var version int64
+	err := row.Scan(&version)
+	return version, err
 }
