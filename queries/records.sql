@@ -67,12 +67,14 @@ WHERE scope = @scope AND operation = @operation AND key = @key;
 -- Inserts a new PROCESSING record, and returns what the store chose (the
 -- record's other fields are the caller's). No row (pgx.ErrNoRows): the
 -- record exists, and the caller reads it. The NOT EXISTS guard, on the
--- statement's snapshot, keeps an existing record from reaching the
--- conflict arbiter, which would wait for a transaction holding its row (a
--- DoTx that recorded SUCCESS and has not committed, maybe the caller's own)
--- and would draw a version for nothing; ON CONFLICT still settles a race
--- with a concurrent insert. The time is read once, in the clk subquery;
--- created_at is the store's now.
+-- statement's snapshot, keeps an existing record from reaching the unique
+-- index, which would wait for a transaction holding its row (a DoTx that
+-- recorded SUCCESS and has not committed, maybe the caller's own) and would
+-- draw a version for nothing. A concurrent insert of the same identity
+-- fails this one with unique_violation (23505), the caller's cue to read:
+-- cheaper on the path that inserts than ON CONFLICT DO NOTHING, whose
+-- speculative insertion writes twice. The time is read once, in the clk
+-- subquery; created_at is the store's now.
 INSERT INTO idem_records AS r (
     scope, operation, key, fingerprint, state, owner, version,
     lease_expires_at, expires_at, request, response, takeovers, attempts,
@@ -85,7 +87,6 @@ SELECT @scope::text, @operation::text, @key::text, @fingerprint::bytea, 'PROCESS
 FROM (SELECT clock_timestamp() AS t) clk
 WHERE NOT EXISTS (SELECT 1 FROM idem_records x
                   WHERE x.scope = @scope AND x.operation = @operation AND x.key = @key)
-ON CONFLICT (scope, operation, key) DO NOTHING
 RETURNING r.version, r.lease_expires_at, r.created_at;
 
 -- name: ClaimExisting :many
@@ -94,7 +95,15 @@ RETURNING r.version, r.lease_expires_at, r.created_at;
 -- finished record past its TTL (a new life), or (acquire_unknown) acquiring
 -- a free UNKNOWN record (same fingerprint; Attempts, the reconciler's count,
 -- is kept). No row: someone else changed it first; the caller claims again.
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t)
+-- With nowait, a row another transaction holds is not waited for: the
+-- statement fails with lock_not_available (55P03) at once. The row lock is
+-- taken in the held CTE, which only nowait runs (the OR short-circuits).
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+held AS MATERIALIZED (
+    SELECT 1 AS one FROM idem_records l
+    WHERE l.scope = @scope AND l.operation = @operation AND l.key = @key
+    FOR NO KEY UPDATE NOWAIT
+)
 UPDATE idem_records r SET
     fingerprint      = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN @fingerprint::bytea ELSE r.fingerprint END,
     state            = CASE WHEN r.state = 'UNKNOWN' THEN 'UNKNOWN' ELSE 'PROCESSING' END,
@@ -119,6 +128,7 @@ WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key AND r.versi
     OR (@acquire_unknown::boolean AND r.state = 'UNKNOWN'
         AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= clk.t)
         AND r.fingerprint = @fingerprint::bytea))
+  AND (NOT @nowait::boolean OR EXISTS (SELECT 1 FROM held))
 RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
     r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
     r.created_at, r.updated_at, r.token, r.note, r.response_omitted,

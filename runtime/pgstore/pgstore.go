@@ -1,10 +1,11 @@
 // Package pgstore is a PostgreSQL [runtime.Store] on pgx/v5.
 //
 // Records live in one table, idem_records (see [Migrate] and the SQL in
-// the queries package, compiled by sqlc). Every operation is one statement
-// that runs in its own implicit transaction: a claim commits PROCESSING
+// the queries package, compiled by sqlc). Every statement runs in its own
+// implicit transaction and is atomic on its own: a claim commits PROCESSING
 // before the effect runs, and no transaction is ever held open across the
-// effect. Leases and expiry are compared with the database's now().
+// effect. Leases and expiry are compared with the database's clock
+// (clock_timestamp()).
 //
 // Round trips: the happy path of [runtime.Do] is two statements (an INSERT,
 // the completion's UPDATE) and a replay is one (a SELECT by primary key):
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -143,6 +145,12 @@ func (s *Store) checkSize(what string, b []byte) error {
 // guessed from the store's recent claims: while some found a record it
 // reads first, otherwise it inserts first; a wrong guess costs one more
 // statement.
+//
+// A takeover of an expired PROCESSING record does not wait for a
+// transaction that holds the record's row (a [DoTx] that recorded the
+// outcome in its caller's transaction, not yet committed): the claim
+// reports the record in progress, not claimed, with a lease of 50 ms from
+// the store's clock, so the caller polls it and waits at most its MaxWait.
 func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	if err := s.checkSize("request", p.Request); err != nil {
 		return runtime.ClaimResult{}, err
@@ -150,15 +158,10 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 	return s.claim(ctx, s.q, p)
 }
 
-// claim runs the claim on q (the pool, or a transaction); see [Store.Claim].
-func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.ClaimResult, error) {
-	return s.claimWith(ctx, q, p, q.ClaimExisting)
-}
-
-// claimWith is claim with take running the takeover statement.
+// claim runs the claim on q (the pool, or a transaction).
 //
 // A claim is at most three steps, each atomic on its own: the insert of an
-// absent record (INSERT .. ON CONFLICT DO NOTHING: one winner), the read of
+// absent record (an INSERT: the primary key lets one win), the read of
 // an existing one (a SELECT by primary key, no lock), and the takeover of a
 // record that may be taken (see [takeable]), by compare-and-set on the
 // version read. Which of the insert and the read runs first is a guess (see
@@ -166,8 +169,7 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 // and a wrong guess costs one more statement, never a wrong answer. In
 // group-commit mode the batched claim statement, which inserts or returns
 // the existing record, comes first.
-func (s *Store) claimWith(ctx context.Context, q *db.Queries, p runtime.ClaimParams,
-	take func(context.Context, db.ClaimExistingParams) ([]db.ClaimExistingRow, error)) (runtime.ClaimResult, error) {
+func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	grouped := s.group != nil && q == s.q
 	readFirst := !grouped && s.order.readFirst()
 	// Each step that finds nothing to do lost a race: the insert to a
@@ -210,11 +212,19 @@ func (s *Store) claimWith(ctx context.Context, q *db.Queries, p runtime.ClaimPar
 		if !takeable(&rec, p) {
 			return runtime.ClaimResult{Record: rec}, nil
 		}
-		taken, err := take(ctx, db.ClaimExistingParams{
+		taken, err := q.ClaimExisting(ctx, db.ClaimExistingParams{
 			Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: interval(p.Lease), Request: p.Request,
 			Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key, Version: rec.Version,
-			AcquireUnknown: p.AcquireUnknown,
+			AcquireUnknown: p.AcquireUnknown, Nowait: rec.State == runtime.StateProcessing,
 		})
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
+			// The expired PROCESSING record's row is held by an open
+			// transaction: a DoTx that recorded the outcome and has not
+			// committed. The call is in progress: the caller waits
+			// (bounded by its MaxWait) and polls.
+			rec.LeaseExpiresAt = rec.StoreNow.Add(heldLease)
+			return runtime.ClaimResult{Record: rec}, nil
+		}
 		if err != nil {
 			return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: taking over: %w", err)
 		}
@@ -294,6 +304,17 @@ func (s *Store) read(ctx context.Context, q *db.Queries, id runtime.Identity) (r
 	}, nil
 }
 
+// SQLSTATEs the claim handles.
+const (
+	uniqueViolation  = "23505"
+	lockNotAvailable = "55P03"
+)
+
+// heldLease is the lease a claim reports on an expired PROCESSING record
+// whose row an open transaction holds (see [Store.Claim]): the caller
+// polls the record again after about this long, until its MaxWait.
+const heldLease = 50 * time.Millisecond
+
 // insert inserts a new PROCESSING record for p. ok is false when a record
 // exists (it was inserted first by a concurrent claim, or long before):
 // the caller reads it. In group-commit mode the batched statement returns
@@ -322,6 +343,9 @@ func (s *Store) insert(ctx context.Context, q *db.Queries, p runtime.ClaimParams
 	r, err := q.ClaimInsert(ctx, db.ClaimInsertParams(arg))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return res, false, nil
+	}
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == uniqueViolation {
+		return res, false, nil // a concurrent claim inserted it first
 	}
 	if err != nil {
 		return res, false, err

@@ -257,7 +257,12 @@ func (q *Queries) Claim(ctx context.Context, arg ClaimParams) ([]ClaimRow, error
 }
 
 const claimExisting = `-- name: ClaimExisting :many
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t)
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+held AS MATERIALIZED (
+    SELECT 1 AS one FROM idem_records l
+    WHERE l.scope = $5 AND l.operation = $6 AND l.key = $7
+    FOR NO KEY UPDATE NOWAIT
+)
 UPDATE idem_records r SET
     fingerprint      = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN $1::bytea ELSE r.fingerprint END,
     state            = CASE WHEN r.state = 'UNKNOWN' THEN 'UNKNOWN' ELSE 'PROCESSING' END,
@@ -282,6 +287,7 @@ WHERE r.scope = $5 AND r.operation = $6 AND r.key = $7 AND r.version = $8
     OR ($9::boolean AND r.state = 'UNKNOWN'
         AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= clk.t)
         AND r.fingerprint = $1::bytea))
+  AND (NOT $10::boolean OR EXISTS (SELECT 1 FROM held))
 RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
     r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
     r.created_at, r.updated_at, r.token, r.note, r.response_omitted,
@@ -298,6 +304,7 @@ type ClaimExistingParams struct {
 	Key            string
 	Version        int64
 	AcquireUnknown bool
+	Nowait         bool
 }
 
 type ClaimExistingRow struct {
@@ -327,6 +334,9 @@ type ClaimExistingRow struct {
 // finished record past its TTL (a new life), or (acquire_unknown) acquiring
 // a free UNKNOWN record (same fingerprint; Attempts, the reconciler's count,
 // is kept). No row: someone else changed it first; the caller claims again.
+// With nowait, a row another transaction holds is not waited for: the
+// statement fails with lock_not_available (55P03) at once. The row lock is
+// taken in the held CTE, which only nowait runs (the OR short-circuits).
 func (q *Queries) ClaimExisting(ctx context.Context, arg ClaimExistingParams) ([]ClaimExistingRow, error) {
 	rows, err := q.db.Query(ctx, claimExisting,
 		arg.Fingerprint,
@@ -338,6 +348,7 @@ func (q *Queries) ClaimExisting(ctx context.Context, arg ClaimExistingParams) ([
 		arg.Key,
 		arg.Version,
 		arg.AcquireUnknown,
+		arg.Nowait,
 	)
 	if err != nil {
 		return nil, err
@@ -390,7 +401,6 @@ SELECT $1::text, $2::text, $3::text, $4::bytea, 'PROCESSING', $5::text,
 FROM (SELECT clock_timestamp() AS t) clk
 WHERE NOT EXISTS (SELECT 1 FROM idem_records x
                   WHERE x.scope = $1 AND x.operation = $2 AND x.key = $3)
-ON CONFLICT (scope, operation, key) DO NOTHING
 RETURNING r.version, r.lease_expires_at, r.created_at
 `
 
@@ -413,12 +423,14 @@ type ClaimInsertRow struct {
 // Inserts a new PROCESSING record, and returns what the store chose (the
 // record's other fields are the caller's). No row (pgx.ErrNoRows): the
 // record exists, and the caller reads it. The NOT EXISTS guard, on the
-// statement's snapshot, keeps an existing record from reaching the
-// conflict arbiter, which would wait for a transaction holding its row (a
-// DoTx that recorded SUCCESS and has not committed, maybe the caller's own)
-// and would draw a version for nothing; ON CONFLICT still settles a race
-// with a concurrent insert. The time is read once, in the clk subquery;
-// created_at is the store's now.
+// statement's snapshot, keeps an existing record from reaching the unique
+// index, which would wait for a transaction holding its row (a DoTx that
+// recorded SUCCESS and has not committed, maybe the caller's own) and would
+// draw a version for nothing. A concurrent insert of the same identity
+// fails this one with unique_violation (23505), the caller's cue to read:
+// cheaper on the path that inserts than ON CONFLICT DO NOTHING, whose
+// speculative insertion writes twice. The time is read once, in the clk
+// subquery; created_at is the store's now.
 func (q *Queries) ClaimInsert(ctx context.Context, arg ClaimInsertParams) (ClaimInsertRow, error) {
 	row := q.db.QueryRow(ctx, claimInsert,
 		arg.Scope,
