@@ -146,11 +146,12 @@ func (s *Store) checkSize(what string, b []byte) error {
 // reads first, otherwise it inserts first; a wrong guess costs one more
 // statement.
 //
-// A takeover of an expired PROCESSING record does not wait for a
-// transaction that holds the record's row (a [DoTx] that recorded the
-// outcome in its caller's transaction, not yet committed): the claim
-// reports the record in progress, not claimed, with a lease of 50 ms from
-// the store's clock, so the caller polls it and waits at most its MaxWait.
+// A takeover of an expired PROCESSING record does not wait on a lock of
+// the record's row: it reads the record again after a pause (5 ms,
+// doubling, up to 100 ms), and when another transaction still holds the
+// row after the last of ten tries (about half a second: a [DoTx] that
+// recorded the outcome in its caller's transaction, not yet committed), the
+// claim fails with [runtime.ErrInProgress].
 func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	if err := s.checkSize("request", p.Request); err != nil {
 		return runtime.ClaimResult{}, err
@@ -175,6 +176,7 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 	// Each step that finds nothing to do lost a race: the insert to a
 	// concurrent claim, the compare-and-set to another writer, the read to
 	// a release. The next round sees what they did.
+	held := 0 // tries in a row that found the record's row held
 	for try := range 10 {
 		var rec runtime.Record
 		if try > 0 || readFirst {
@@ -218,19 +220,28 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 			AcquireUnknown: p.AcquireUnknown, Nowait: rec.State == runtime.StateProcessing,
 		})
 		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
-			// The expired PROCESSING record's row is held by an open
-			// transaction: a DoTx that recorded the outcome and has not
-			// committed. The call is in progress: the caller waits
-			// (bounded by its MaxWait) and polls.
-			rec.LeaseExpiresAt = rec.StoreNow.Add(heldLease)
-			return runtime.ClaimResult{Record: rec}, nil
+			// Another transaction holds the expired PROCESSING record's
+			// row: for a moment (a takeover, a renewal, a reconciler), or
+			// for as long as it stays open (a DoTx that recorded the
+			// outcome and has not committed). Read it again after a pause;
+			// past the last try, the call is in progress.
+			held++
+			if err := sleepCtx(ctx, min(heldPause<<(held-1), 100*time.Millisecond)); err != nil {
+				return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
+			}
+			continue
 		}
+		held = 0
 		if err != nil {
 			return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: taking over: %w", err)
 		}
 		if len(taken) == 1 {
 			return runtime.ClaimResult{Claimed: true, Record: toRecord(db.GetRow(taken[0]))}, nil
 		}
+	}
+	if held > 0 {
+		return runtime.ClaimResult{}, fmt.Errorf("%w: pgstore: claim: %s %q: another transaction holds the record (a DoTx not yet committed?)",
+			runtime.ErrInProgress, p.ID.Operation, p.ID.Key)
 	}
 	return runtime.ClaimResult{}, errors.New("pgstore: claim: the record changed under every one of 10 tries")
 }
@@ -310,10 +321,20 @@ const (
 	lockNotAvailable = "55P03"
 )
 
-// heldLease is the lease a claim reports on an expired PROCESSING record
-// whose row an open transaction holds (see [Store.Claim]): the caller
-// polls the record again after about this long, until its MaxWait.
-const heldLease = 50 * time.Millisecond
+// heldPause is the first pause of a claim that found the record's row held
+// by another transaction (see [Store.Claim]); it doubles, up to 100 ms.
+const heldPause = 5 * time.Millisecond
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
 
 // insert inserts a new PROCESSING record for p. ok is false when a record
 // exists (it was inserted first by a concurrent claim, or long before):

@@ -44,14 +44,15 @@ var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled ba
 // The claim itself is committed first, on its own (PROCESSING, with the
 // runtime's lease, renewed while the effect runs), so that a duplicate
 // (DoTx in another transaction, or [runtime.Do]) never runs the effect while
-// this call's transaction is open: it waits (up to its runtime's MaxWait,
-// then [runtime.ErrInProgress]) and replays the outcome, whatever it turns
-// out to be. The effect runs inside a savepoint; SUCCESS is a
+// this call's transaction is open: it waits (up to its runtime's MaxWait
+// while this call's lease is live, then about half a second while tx holds
+// the record's row: see [Store.Claim]; then [runtime.ErrInProgress]) and
+// replays the outcome, whatever it turns out to be. The effect runs inside a savepoint; SUCCESS is a
 // compare-and-set from the claim, inside tx, so it commits with the effect's
 // writes, and a worker that lost its lease meanwhile commits nothing. Just
 // before it the claim's lease is ended: from then on the record's row,
-// locked by tx, holds duplicates off until tx ends (their claims report the
-// call in progress rather than wait on the lock: see [Store.Claim]).
+// locked by tx, holds duplicates off until tx ends (their claims do not wait
+// on the lock: see [Store.Claim]).
 //
 // When the effect fails, DoTx rolls back to its savepoint (the effect's
 // writes are gone; the caller's transaction stays usable) and returns the
@@ -182,8 +183,8 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	// The claim's lease ends now, committed: should the caller roll back,
 	// a duplicate takes the claim over at once. From the compare-and-set
 	// below until the caller's transaction ends, the record's row is locked:
-	// a takeover finds the call in progress, and polls until it finds
-	// SUCCESS (or, after a rollback, the claim to take). A duplicate that takes the claim in between wins,
+	// a takeover reads the record again until it finds SUCCESS (or, after
+	// a rollback, the claim to take), or gives up with ErrInProgress. A duplicate that takes the claim in between wins,
 	// and this call, finding the record changed, commits nothing.
 	if _, rerr := s.Renew(ctx, runtime.RenewParams{ID: id, State: runtime.StateProcessing, Owner: rt.Owner(), Version: rec.Version}); errors.Is(rerr, runtime.ErrLeaseLost) {
 		done = true
@@ -225,8 +226,8 @@ type txCall struct {
 
 // claim claims the record, committed on its own, or returns the record to
 // replay after waiting, like [runtime.Do], for a call in flight, at most
-// MaxWait: a record whose row the open transaction of another DoTx holds
-// (it recorded its outcome and has not yet committed) is such a call.
+// MaxWait (a record whose row the open transaction of another DoTx holds:
+// see [Store.Claim]).
 func (x *txCall) claim(ctx context.Context, p runtime.ClaimParams) (rec runtime.Record, claimed bool, err error) {
 	id := x.id
 	var waitUntil time.Time
