@@ -84,6 +84,28 @@ END {
 	row("WrapperReplay", "WrapperDirect", "replay, generated wrapper", 0.5, 3)
 }' "$work/mem.txt"
 
+log "memory store: CPU profiles of a first call and a replay"
+# Where a call's CPU goes, each sample counted once, in this order: JSON
+# (encoding/json), SHA-256 (the fingerprint), the memory store, allocation
+# and GC, the idem runtime, and the rest (the benchmark's loop).
+profile_row() { # benchmark label
+	"$work/rt.test" -test.run '^$' -test.bench "^$1\$" -test.benchtime 1000000x -test.cpuprofile "$work/$1.prof" >/dev/null
+	share() {
+		go tool pprof -top -nodecount=100000 -nodefraction=0 ${1:+-focus="$1"} ${2:+-ignore="$2"} "$work/rt.test" "$work/$bench.prof" 2>/dev/null |
+			awk '/^Showing nodes accounting for/ {gsub(/,/, ""); v=$6} END {print (v == "" ? "0%" : v)}'
+	}
+	local bench=$1 gc='mallocgc|gcBgMarkWorker|gcAssist|bgsweep|scanobject|gcDrain'
+	local j s m g r
+	j=$(share 'encoding/json')
+	s=$(share 'sha256' 'encoding/json')
+	m=$(share 'memstore' 'encoding/json|sha256')
+	g=$(share "$gc" 'encoding/json|sha256|memstore')
+	r=$(share 'idemkit/idem/runtime\.' "encoding/json|sha256|memstore|$gc")
+	echo "| $2 | $j | $s | $m | $g | $r |"
+}
+profile_rows="$(profile_row BenchmarkMemDoFirstCall 'first call, runtime.Do')
+$(profile_row BenchmarkMemDoReplay 'replay, runtime.Do')"
+
 log "HTTP middleware: $count rounds"
 bench/http.sh -count "$count" -summary "$summary" | tee "$work/http.txt" >&2
 
@@ -155,6 +177,13 @@ DOC
 	echo "| benchmark | ns/op (each run) | allocs/op |"
 	echo "|---|---|---|"
 	echo "$mem_rows"
+	echo
+	echo "Where the CPU of a call goes (\`go tool pprof\` of 1,000,000 calls each, every sample counted once, in the"
+	echo "order of the columns; the rest is the benchmark's loop):"
+	echo
+	echo "| call | encoding/json | SHA-256 | memstore | allocation and GC | idem runtime |"
+	echo "|---|---|---|---|---|---|"
+	echo "$profile_rows"
 	echo
 	echo "## HTTP middleware"
 	echo

@@ -52,13 +52,58 @@ FROM idem_records e
 WHERE e.scope = @scope AND e.operation = @operation AND e.key = @key
   AND NOT EXISTS (SELECT 1 FROM ins);
 
+-- name: Read :one
+-- The record of an identity, without the identity: the first statement of a
+-- claim (a replay is this one SELECT by primary key, and takes no lock) and
+-- the poll of a caller waiting for a call in flight.
+SELECT fingerprint, state, owner, version,
+    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    created_at, updated_at, token, note, response_omitted,
+    clock_timestamp()::timestamptz AS store_now
+FROM idem_records
+WHERE scope = @scope AND operation = @operation AND key = @key;
+
+-- name: ClaimInsert :one
+-- Inserts a new PROCESSING record, and returns what the store chose (the
+-- record's other fields are the caller's). No row (pgx.ErrNoRows): the
+-- record exists, and the caller reads it. The NOT EXISTS guard, on the
+-- statement's snapshot, keeps an existing record from reaching the unique
+-- index, which would wait for a transaction holding its row (a DoTx that
+-- recorded SUCCESS and has not committed, maybe the caller's own) and would
+-- draw a version for nothing. A concurrent insert of the same identity
+-- fails this one with unique_violation (23505), the caller's cue to read:
+-- cheaper on the path that inserts than ON CONFLICT DO NOTHING, whose
+-- speculative insertion writes twice. The time is read once, in the clk
+-- subquery; created_at is the store's now.
+INSERT INTO idem_records AS r (
+    scope, operation, key, fingerprint, state, owner, version,
+    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    created_at, updated_at, token, note, response_omitted
+)
+SELECT @scope::text, @operation::text, @key::text, @fingerprint::bytea, 'PROCESSING', @owner::text,
+    nextval('idem_records_version_seq'),
+    clk.t + @lease::interval, NULL, @request::bytea, NULL, 0, 0,
+    clk.t, clk.t, '', '', false
+FROM (SELECT clock_timestamp() AS t) clk
+WHERE NOT EXISTS (SELECT 1 FROM idem_records x
+                  WHERE x.scope = @scope AND x.operation = @operation AND x.key = @key)
+RETURNING r.version, r.lease_expires_at, r.created_at;
+
 -- name: ClaimExisting :many
 -- Takes an existing record at the version the caller read, if it may still
 -- be taken: over an expired PROCESSING lease (same fingerprint), replacing a
 -- finished record past its TTL (a new life), or (acquire_unknown) acquiring
 -- a free UNKNOWN record (same fingerprint; Attempts, the reconciler's count,
 -- is kept). No row: someone else changed it first; the caller claims again.
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t)
+-- With nowait, a row another transaction holds is not waited for: the
+-- statement fails with lock_not_available (55P03) at once. The row lock is
+-- taken in the held CTE, which only nowait runs (the OR short-circuits).
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+held AS MATERIALIZED (
+    SELECT 1 AS one FROM idem_records l
+    WHERE l.scope = @scope AND l.operation = @operation AND l.key = @key
+    FOR NO KEY UPDATE NOWAIT
+)
 UPDATE idem_records r SET
     fingerprint      = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN @fingerprint::bytea ELSE r.fingerprint END,
     state            = CASE WHEN r.state = 'UNKNOWN' THEN 'UNKNOWN' ELSE 'PROCESSING' END,
@@ -83,6 +128,7 @@ WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key AND r.versi
     OR (@acquire_unknown::boolean AND r.state = 'UNKNOWN'
         AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= clk.t)
         AND r.fingerprint = @fingerprint::bytea))
+  AND (NOT @nowait::boolean OR EXISTS (SELECT 1 FROM held))
 RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
     r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
     r.created_at, r.updated_at, r.token, r.note, r.response_omitted,
@@ -125,6 +171,35 @@ SELECT e.version FROM idem_records e
 WHERE e.scope = @scope AND e.operation = @operation AND e.key = @key
   AND @token::text <> '' AND e.token = @token::text
   AND NOT EXISTS (SELECT 1 FROM upd);
+
+-- name: TransitionCAS :one
+-- Transition as a plain compare-and-set on (state, owner, version): the
+-- statement of the unbatched path. No row (pgx.ErrNoRows): the lease was
+-- lost, or an earlier try of this very write was applied and its reply
+-- lost; the caller then asks TransitionApplied.
+UPDATE idem_records r SET
+    state            = @to_state::text,
+    owner            = @new_owner::text,
+    version          = nextval('idem_records_version_seq'),
+    lease_expires_at = CASE WHEN @lease::interval > interval '0' THEN clk.t + @lease::interval END,
+    expires_at       = CASE WHEN @to_state::text IN ('SUCCESS', 'FAILED') THEN clk.t + @ttl::interval END,
+    response         = CASE WHEN @to_state::text IN ('SUCCESS', 'FAILED') THEN @response::bytea ELSE r.response END,
+    response_omitted = @response_omitted::boolean,
+    note             = @note::text,
+    token            = @token::text,
+    updated_at       = clk.t
+FROM (SELECT clock_timestamp() AS t) clk
+WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key
+  AND r.state = @from_state::text AND r.owner = @owner::text AND r.version = @version::bigint
+RETURNING r.version;
+
+-- name: TransitionApplied :one
+-- The version of the record while it still carries the token of a write
+-- (never ''): every other write changes or clears the token, so this is
+-- the version that write gave it.
+SELECT version FROM idem_records
+WHERE scope = @scope AND operation = @operation AND key = @key
+  AND @token::text <> '' AND token = @token::text;
 
 -- name: Renew :one
 UPDATE idem_records SET

@@ -184,7 +184,7 @@ func (w workerTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 	switch {
 	case strings.HasPrefix(d.SQL, chargeMarker):
 		w.at(atEffectSent, false)
-	case strings.HasPrefix(d.SQL, "-- name: Transition "):
+	case strings.HasPrefix(d.SQL, "-- name: Transition "), strings.HasPrefix(d.SQL, "-- name: TransitionCAS "):
 		w.at(atCompleteSent, false)
 		return context.WithValue(ctx, traceKey{}, true)
 	}

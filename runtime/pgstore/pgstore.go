@@ -1,13 +1,16 @@
 // Package pgstore is a PostgreSQL [runtime.Store] on pgx/v5.
 //
 // Records live in one table, idem_records (see [Migrate] and the SQL in
-// the queries package, compiled by sqlc). Every operation is one statement
-// that runs in its own implicit transaction: a claim commits PROCESSING
+// the queries package, compiled by sqlc). Every statement runs in its own
+// implicit transaction and is atomic on its own: a claim commits PROCESSING
 // before the effect runs, and no transaction is ever held open across the
-// effect. Leases and expiry are compared with the database's now().
+// effect. Leases and expiry are compared with the database's clock
+// (clock_timestamp()).
 //
-// Round trips: the happy path of [runtime.Do] is two statements (claim,
-// complete) and a replay is one (the claim returns the finished record).
+// Round trips: the happy path of [runtime.Do] is two statements (an INSERT,
+// the completion's UPDATE) and a replay is one (a SELECT by primary key):
+// a store reads first while its recent claims found records, and inserts
+// first otherwise (see [Store.Claim]).
 package pgstore
 
 import (
@@ -15,9 +18,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -35,6 +40,7 @@ type Store struct {
 	q        *db.Queries
 	maxBytes int
 	group    *groupCommit // nil unless WithGroupCommit
+	order    claimOrder
 }
 
 // Option configures a [Store].
@@ -132,7 +138,20 @@ func (s *Store) checkSize(what string, b []byte) error {
 	return nil
 }
 
-// Claim implements [runtime.Store] in one statement.
+// Claim implements [runtime.Store]. A first call is one INSERT, a replay one
+// SELECT by primary key (which takes no lock), a takeover one more
+// compare-and-set; each statement is atomic, and none holds a transaction
+// open between them. Which of the INSERT and the SELECT goes first is
+// guessed from the store's recent claims: while some found a record it
+// reads first, otherwise it inserts first; a wrong guess costs one more
+// statement.
+//
+// A takeover of an expired PROCESSING record does not wait on a lock of
+// the record's row: it reads the record again after a pause (5 ms,
+// doubling, up to 100 ms), and when another transaction still holds the
+// row after the last of ten tries (about half a second: a [DoTx] that
+// recorded the outcome in its caller's transaction, not yet committed), the
+// claim fails with [runtime.ErrInProgress].
 func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	if err := s.checkSize("request", p.Request); err != nil {
 		return runtime.ClaimResult{}, err
@@ -140,49 +159,79 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 	return s.claim(ctx, s.q, p)
 }
 
-// claim runs the claim on q (the pool, or a transaction). The claim
-// statement inserts or returns the existing record without locking it; only
-// when that record may be taken (see [takeable]) does a second statement
-// take it by compare-and-set on the version read.
+// claim runs the claim on q (the pool, or a transaction).
+//
+// A claim is at most three steps, each atomic on its own: the insert of an
+// absent record (an INSERT: the primary key lets one win), the read of
+// an existing one (a SELECT by primary key, no lock), and the takeover of a
+// record that may be taken (see [takeable]), by compare-and-set on the
+// version read. Which of the insert and the read runs first is a guess (see
+// [claimOrder]): a first call inserts at once and a replay is one SELECT,
+// and a wrong guess costs one more statement, never a wrong answer. In
+// group-commit mode the batched claim statement, which inserts or returns
+// the existing record, comes first.
 func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.ClaimResult, error) {
-	return s.claimWith(ctx, q, p, q.ClaimExisting)
-}
-
-// claimWith is claim with take running the takeover statement.
-func (s *Store) claimWith(ctx context.Context, q *db.Queries, p runtime.ClaimParams,
-	take func(context.Context, db.ClaimExistingParams) ([]db.ClaimExistingRow, error)) (runtime.ClaimResult, error) {
-	arg := db.ClaimParams{
-		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
-		Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: interval(p.Lease), Request: p.Request,
-	}
-	// No row comes back only when a concurrent claim committed between the
-	// snapshot of the statement and its insert, and the compare-and-set
-	// finds nothing when another writer moved the record first: the next
-	// run sees what they did.
-	for range 10 {
-		rows, err := s.claimRows(ctx, q, arg)
-		if err != nil {
-			return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
+	grouped := s.group != nil && q == s.q
+	readFirst := !grouped && s.order.readFirst()
+	// Each step that finds nothing to do lost a race: the insert to a
+	// concurrent claim, the compare-and-set to another writer, the read to
+	// a release. The next round sees what they did.
+	held := 0 // tries in a row that found the record's row held
+	for try := range 10 {
+		var rec runtime.Record
+		if try > 0 || readFirst {
+			var err error
+			rec, err = s.read(ctx, q, p.ID)
+			if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
+			}
+			if err != nil {
+				res, ok, err := s.insert(ctx, q, p)
+				if err != nil {
+					return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
+				}
+				if ok {
+					s.order.inserted()
+					return res, nil
+				}
+				continue
+			}
+		} else {
+			res, ok, err := s.insert(ctx, q, p)
+			if err != nil {
+				return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
+			}
+			if ok && res.Claimed {
+				s.order.inserted()
+				return res, nil
+			}
+			if !ok {
+				continue // read it
+			}
+			rec = res.Record // the batched statement returned the existing record
 		}
-		if len(rows) == 0 {
-			continue
+		s.order.found()
+		if !takeable(&rec, p) {
+			return runtime.ClaimResult{Record: rec}, nil
 		}
-		r := rows[0]
-		rec := toRecord(db.GetRow{
-			Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
-			State: r.State, Owner: r.Owner, Version: r.Version, LeaseExpiresAt: r.LeaseExpiresAt,
-			ExpiresAt: r.ExpiresAt, Request: r.Request, Response: r.Response, Takeovers: r.Takeovers,
-			Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Token: r.Token,
-			Note: r.Note, ResponseOmitted: r.ResponseOmitted, StoreNow: r.StoreNow,
-		})
-		if r.Claimed || !takeable(&rec, p) {
-			return runtime.ClaimResult{Claimed: r.Claimed, Record: rec}, nil
-		}
-		taken, err := take(ctx, db.ClaimExistingParams{
+		taken, err := q.ClaimExisting(ctx, db.ClaimExistingParams{
 			Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: interval(p.Lease), Request: p.Request,
 			Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key, Version: rec.Version,
-			AcquireUnknown: p.AcquireUnknown,
+			AcquireUnknown: p.AcquireUnknown, Nowait: rec.State == runtime.StateProcessing,
 		})
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
+			// Another transaction holds the expired PROCESSING record's
+			// row: for a moment (a takeover, a renewal, a reconciler), or
+			// for as long as it stays open (a DoTx that recorded the
+			// outcome and has not committed). Read it again after a pause;
+			// past the last try, the call is in progress.
+			held++
+			if err := sleepCtx(ctx, min(heldPause<<(held-1), 100*time.Millisecond)); err != nil {
+				return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
+			}
+			continue
+		}
+		held = 0
 		if err != nil {
 			return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: taking over: %w", err)
 		}
@@ -190,7 +239,144 @@ func (s *Store) claimWith(ctx context.Context, q *db.Queries, p runtime.ClaimPar
 			return runtime.ClaimResult{Claimed: true, Record: toRecord(db.GetRow(taken[0]))}, nil
 		}
 	}
+	if held > 0 {
+		return runtime.ClaimResult{}, fmt.Errorf("%w: pgstore: claim: %s %q: another transaction holds the record (a DoTx not yet committed?)",
+			runtime.ErrInProgress, p.ID.Operation, p.ID.Key)
+	}
 	return runtime.ClaimResult{}, errors.New("pgstore: claim: the record changed under every one of 10 tries")
+}
+
+// claimOrder guesses, from the claims this store made lately, whether the
+// next claim finds a record (a replay, a duplicate in flight) or inserts
+// one (a first call), and so which statement to send first. A found record
+// adds foundWeight to the score, up to maxScore; an insert takes one off;
+// claims read first while the score is positive, that is once more than
+// about one claim in foundWeight+1 found a record: reading first costs a
+// first call one SELECT, inserting first costs a replay an insert attempt
+// (planning, the arbiter index, a version drawn for nothing), about twice
+// as much. A burst of duplicates (a retry storm) turns reads on at its first
+// replay; maxScore first calls in a row turn them off.
+type claimOrder struct {
+	score atomic.Int32
+	fixed int // tests: > 0 always reads first, < 0 always inserts first
+}
+
+const (
+	foundWeight = 2
+	maxScore    = 64
+)
+
+func (o *claimOrder) readFirst() bool {
+	if o.fixed != 0 {
+		return o.fixed > 0
+	}
+	return o.score.Load() > 0
+}
+
+func (o *claimOrder) found() {
+	if v := o.score.Load(); v < maxScore {
+		o.score.CompareAndSwap(v, min(v+foundWeight, maxScore))
+	}
+}
+
+func (o *claimOrder) inserted() {
+	if v := o.score.Load(); v > 0 {
+		o.score.CompareAndSwap(v, v-1)
+	}
+}
+
+// read returns the record of id, or [runtime.ErrNotFound].
+func (s *Store) read(ctx context.Context, q *db.Queries, id runtime.Identity) (runtime.Record, error) {
+	r, err := q.Read(ctx, db.ReadParams{Scope: id.Scope, Operation: id.Operation, Key: id.Key})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return runtime.Record{}, runtime.ErrNotFound
+	}
+	if err != nil {
+		return runtime.Record{}, err
+	}
+	return runtime.Record{
+		ID:              id,
+		Fingerprint:     r.Fingerprint,
+		State:           runtime.State(r.State),
+		Owner:           r.Owner,
+		Version:         r.Version,
+		LeaseExpiresAt:  ts(r.LeaseExpiresAt),
+		ExpiresAt:       ts(r.ExpiresAt),
+		Request:         r.Request,
+		Response:        r.Response,
+		ResponseOmitted: r.ResponseOmitted,
+		Note:            r.Note,
+		Token:           r.Token,
+		Takeovers:       r.Takeovers,
+		Attempts:        r.Attempts,
+		CreatedAt:       ts(r.CreatedAt),
+		UpdatedAt:       ts(r.UpdatedAt),
+		StoreNow:        ts(r.StoreNow),
+	}, nil
+}
+
+// SQLSTATEs the claim handles.
+const (
+	uniqueViolation  = "23505"
+	lockNotAvailable = "55P03"
+)
+
+// heldPause is the first pause of a claim that found the record's row held
+// by another transaction (see [Store.Claim]); it doubles, up to 100 ms.
+const heldPause = 5 * time.Millisecond
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// insert inserts a new PROCESSING record for p. ok is false when a record
+// exists (it was inserted first by a concurrent claim, or long before):
+// the caller reads it. In group-commit mode the batched statement returns
+// the existing record instead (ok, not Claimed).
+func (s *Store) insert(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (res runtime.ClaimResult, ok bool, err error) {
+	arg := db.ClaimParams{
+		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
+		Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: interval(p.Lease), Request: p.Request,
+	}
+	if s.group != nil && q == s.q {
+		// No row: a concurrent claim committed after the statement's
+		// snapshot.
+		rows, err := s.claimRows(ctx, q, arg)
+		if err != nil || len(rows) == 0 {
+			return res, false, err
+		}
+		r := rows[0]
+		return runtime.ClaimResult{Claimed: r.Claimed, Record: toRecord(db.GetRow{
+			Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
+			State: r.State, Owner: r.Owner, Version: r.Version, LeaseExpiresAt: r.LeaseExpiresAt,
+			ExpiresAt: r.ExpiresAt, Request: r.Request, Response: r.Response, Takeovers: r.Takeovers,
+			Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Token: r.Token,
+			Note: r.Note, ResponseOmitted: r.ResponseOmitted, StoreNow: r.StoreNow,
+		})}, true, nil
+	}
+	r, err := q.ClaimInsert(ctx, db.ClaimInsertParams(arg))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, false, nil
+	}
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == uniqueViolation {
+		return res, false, nil // a concurrent claim inserted it first
+	}
+	if err != nil {
+		return res, false, err
+	}
+	now := ts(r.CreatedAt)
+	return runtime.ClaimResult{Claimed: true, Record: runtime.Record{
+		ID: p.ID, Fingerprint: p.Fingerprint, State: runtime.StateProcessing, Owner: p.Owner, Version: r.Version,
+		LeaseExpiresAt: ts(r.LeaseExpiresAt), Request: p.Request,
+		CreatedAt: now, UpdatedAt: now, StoreNow: now,
+	}}, true, nil
 }
 
 // takeable reports whether a claim may take the existing record rec, read
@@ -211,14 +397,11 @@ func takeable(rec *runtime.Record, p runtime.ClaimParams) bool {
 
 // Get implements [runtime.Store].
 func (s *Store) Get(ctx context.Context, id runtime.Identity) (runtime.Record, error) {
-	r, err := s.q.Get(ctx, db.GetParams{Scope: id.Scope, Operation: id.Operation, Key: id.Key})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return runtime.Record{}, runtime.ErrNotFound
-	}
-	if err != nil {
+	rec, err := s.read(ctx, s.q, id)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return runtime.Record{}, fmt.Errorf("pgstore: get: %w", err)
 	}
-	return toRecord(r), nil
+	return rec, err
 }
 
 // Transition implements [runtime.Store].
@@ -231,19 +414,34 @@ func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int
 
 // transition runs a Transition on q (the pool, or a transaction).
 func (s *Store) transition(ctx context.Context, q *db.Queries, p runtime.TransitionParams) (int64, error) {
-	vs, err := s.transitionRows(ctx, q, db.TransitionParams{
+	arg := db.TransitionParams{
 		ToState: string(p.To), NewOwner: p.NewOwner, Lease: interval(p.Lease), Ttl: interval(p.TTL),
 		Response: p.Response, ResponseOmitted: p.ResponseOmitted, Note: p.Note, Token: p.Token,
 		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
 		FromState: string(p.From), Owner: p.Owner, Version: p.Version,
-	})
+	}
+	if s.group != nil && q == s.q {
+		vs, err := s.transitionRows(ctx, q, arg)
+		if err != nil {
+			return 0, fmt.Errorf("pgstore: transition to %s: %w", p.To, err)
+		}
+		if len(vs) == 0 {
+			return 0, runtime.ErrLeaseLost
+		}
+		return vs[0], nil
+	}
+	v, err := q.TransitionCAS(ctx, db.TransitionCASParams(arg))
+	if errors.Is(err, pgx.ErrNoRows) && p.Token != "" {
+		// Not applied now: applied by an earlier try whose reply was lost?
+		v, err = q.TransitionApplied(ctx, db.TransitionAppliedParams{Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key, Token: p.Token})
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, runtime.ErrLeaseLost
+	}
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: transition to %s: %w", p.To, err)
 	}
-	if len(vs) == 0 {
-		return 0, runtime.ErrLeaseLost
-	}
-	return vs[0], nil
+	return v, nil
 }
 
 // Renew implements [runtime.Store].

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,9 +48,22 @@ func testPool(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// TestConformance runs the suite on each order of a claim's statements:
+// as the store guesses it, always reading first, always inserting first.
 func TestConformance(t *testing.T) {
 	p := testPool(t)
-	storetest.Run(t, func(t *testing.T) runtime.Store { return pgstore.New(p) })
+	for _, tc := range []struct {
+		name  string
+		order int
+	}{{"guessed", 0}, {"read-first", 1}, {"insert-first", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) runtime.Store {
+				s := pgstore.New(p)
+				pgstore.SetClaimOrder(s, tc.order)
+				return s
+			})
+		})
+	}
 }
 
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
@@ -110,15 +124,32 @@ func TestRoundTrips(t *testing.T) {
 		}
 	}
 	do("warm-up") // prepares the statements on the connection
-	tracer.n.Store(0)
-	do("first")
-	if n := tracer.n.Load(); n != 2 {
-		t.Errorf("happy path: %d statements, want 2 (claim, complete)", n)
+	do("warm-up")
+	for range 64 { // a store's guess of the claim's first statement starts at "insert"
+		do(fmt.Sprint("warm-up-", time.Now().UnixNano()))
 	}
-	tracer.n.Store(0)
-	do("first")
-	if n := tracer.n.Load(); n != 1 {
-		t.Errorf("replay: %d statements, want 1 (claim)", n)
+	// The statements sent, in order, when the store guesses "insert first"
+	// (a new store, or one whose recent claims inserted) and "read first"
+	// (one whose recent claims found records).
+	for _, step := range []struct {
+		what, key string
+		want      int
+	}{
+		{"first call, inserting first: insert, complete", "a", 2},
+		{"replay, inserting first: the insert finds the record, read", "a", 2},
+		{"replay, reading first: read", "a", 1},
+		// Two replays, worth two first calls each, turn reads on for four.
+		{"first call, reading first: read, insert, complete", "b", 3},
+		{"first call, reading first: read, insert, complete", "c", 3},
+		{"first call, reading first: read, insert, complete", "d", 3},
+		{"first call, reading first: read, insert, complete", "e", 3},
+		{"first call, inserting first again: insert, complete", "f", 2},
+	} {
+		tracer.n.Store(0)
+		do(step.key)
+		if n := tracer.n.Load(); int(n) != step.want {
+			t.Errorf("%s: %d statements, want %d", step.what, n, step.want)
+		}
 	}
 }
 

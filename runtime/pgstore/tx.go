@@ -5,16 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/runtime"
-	"github.com/idemkit/idem/runtime/pgstore/internal/db"
 )
 
 // TxCall is a call whose effect is writes in the same PostgreSQL database as
@@ -47,13 +44,15 @@ var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled ba
 // The claim itself is committed first, on its own (PROCESSING, with the
 // runtime's lease, renewed while the effect runs), so that a duplicate
 // (DoTx in another transaction, or [runtime.Do]) never runs the effect while
-// this call's transaction is open: it waits (a DoTx duplicate up to rt's
-// MaxWait, then [runtime.ErrInProgress]) and replays the outcome, whatever
-// it turns out to be. The effect runs inside a savepoint; SUCCESS is a
+// this call's transaction is open: it waits (up to its runtime's MaxWait
+// while this call's lease is live, then about half a second while tx holds
+// the record's row: see [Store.Claim]; then [runtime.ErrInProgress]) and
+// replays the outcome, whatever it turns out to be. The effect runs inside a savepoint; SUCCESS is a
 // compare-and-set from the claim, inside tx, so it commits with the effect's
 // writes, and a worker that lost its lease meanwhile commits nothing. Just
 // before it the claim's lease is ended: from then on the record's row,
-// locked by tx, holds duplicates off until tx ends.
+// locked by tx, holds duplicates off until tx ends (their claims do not wait
+// on the lock: see [Store.Claim]).
 //
 // When the effect fails, DoTx rolls back to its savepoint (the effect's
 // writes are gone; the caller's transaction stays usable) and returns the
@@ -184,8 +183,8 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	// The claim's lease ends now, committed: should the caller roll back,
 	// a duplicate takes the claim over at once. From the compare-and-set
 	// below until the caller's transaction ends, the record's row is locked:
-	// a takeover waits for it, then finds SUCCESS (or, after a rollback,
-	// the claim to take). A duplicate that takes the claim in between wins,
+	// a takeover reads the record again until it finds SUCCESS (or, after
+	// a rollback, the claim to take), or gives up with ErrInProgress. A duplicate that takes the claim in between wins,
 	// and this call, finding the record changed, commits nothing.
 	if _, rerr := s.Renew(ctx, runtime.RenewParams{ID: id, State: runtime.StateProcessing, Owner: rt.Owner(), Version: rec.Version}); errors.Is(rerr, runtime.ErrLeaseLost) {
 		done = true
@@ -226,15 +225,15 @@ type txCall struct {
 }
 
 // claim claims the record, committed on its own, or returns the record to
-// replay after waiting, like [runtime.Do], for a call in flight. A takeover
-// of an expired lease waits at most MaxWait (lock_timeout) for the
-// transaction of a DoTx that recorded its outcome and has not yet committed.
+// replay after waiting, like [runtime.Do], for a call in flight, at most
+// MaxWait (a record whose row the open transaction of another DoTx holds:
+// see [Store.Claim]).
 func (x *txCall) claim(ctx context.Context, p runtime.ClaimParams) (rec runtime.Record, claimed bool, err error) {
 	id := x.id
 	var waitUntil time.Time
 	backoff := 5 * time.Millisecond
 	for range 1000 {
-		res, err := x.s.claimWith(ctx, x.s.q, p, x.takeWithLockTimeout)
+		res, err := x.s.claim(ctx, x.s.q, p)
 		if err != nil {
 			return rec, false, fmt.Errorf("pgstore: %s %q: claim: %w", id.Operation, id.Key, err)
 		}
@@ -276,27 +275,6 @@ func (x *txCall) claim(ctx context.Context, p runtime.ClaimParams) (rec runtime.
 		}
 	}
 	return rec, false, fmt.Errorf("pgstore: %s %q: the store neither grants nor refuses the claim", id.Operation, id.Key)
-}
-
-// takeWithLockTimeout takes an expired record over in a short transaction
-// with lock_timeout set to MaxWait: the record may be locked by the open
-// transaction of a DoTx that recorded SUCCESS in it.
-func (x *txCall) takeWithLockTimeout(ctx context.Context, arg db.ClaimExistingParams) ([]db.ClaimExistingRow, error) {
-	var rows []db.ClaimExistingRow
-	err := pgx.BeginFunc(ctx, x.s.pool, func(tx pgx.Tx) error {
-		ms := max(x.rt.MaxWait().Milliseconds(), 1)
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(ms, 10)+"ms"); err != nil {
-			return fmt.Errorf("setting lock_timeout: %w", err)
-		}
-		var err error
-		rows, err = x.s.q.WithTx(tx).ClaimExisting(ctx, arg)
-		return err
-	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-		return nil, fmt.Errorf("%w: %s %q: another transaction holds it (waited %v)", runtime.ErrInProgress, x.id.Operation, x.id.Key, x.rt.MaxWait())
-	}
-	return rows, err
 }
 
 // heartbeat renews the claim's lease every third of it while the effect

@@ -18,8 +18,8 @@ import (
 	"github.com/idemkit/idem/runtime/pgstore"
 )
 
-// claimWatch is a pgx tracer that tells when a claim statement has been
-// sent (and on which backend) and when one has returned, so that a test
+// claimWatch is a pgx tracer that tells when a claim statement (the read
+// a claim starts with, or a claim proper) has been sent (and on which backend) and when one has returned, so that a test
 // can order two transactions by what the server is doing, not by sleeps.
 type claimWatch struct {
 	mu      sync.Mutex
@@ -30,7 +30,7 @@ type claimWatch struct {
 type claimKey struct{}
 
 func (w *claimWatch) TraceQueryStart(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, "-- name: Claim :many") {
+	if strings.Contains(d.SQL, "-- name: Claim") || strings.Contains(d.SQL, "-- name: Read :one") {
 		w.mu.Lock()
 		w.started = append(w.started, conn.PgConn().PID())
 		w.mu.Unlock()

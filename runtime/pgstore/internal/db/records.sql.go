@@ -257,7 +257,12 @@ func (q *Queries) Claim(ctx context.Context, arg ClaimParams) ([]ClaimRow, error
 }
 
 const claimExisting = `-- name: ClaimExisting :many
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t)
+WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+held AS MATERIALIZED (
+    SELECT 1 AS one FROM idem_records l
+    WHERE l.scope = $5 AND l.operation = $6 AND l.key = $7
+    FOR NO KEY UPDATE NOWAIT
+)
 UPDATE idem_records r SET
     fingerprint      = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN $1::bytea ELSE r.fingerprint END,
     state            = CASE WHEN r.state = 'UNKNOWN' THEN 'UNKNOWN' ELSE 'PROCESSING' END,
@@ -282,6 +287,7 @@ WHERE r.scope = $5 AND r.operation = $6 AND r.key = $7 AND r.version = $8
     OR ($9::boolean AND r.state = 'UNKNOWN'
         AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= clk.t)
         AND r.fingerprint = $1::bytea))
+  AND (NOT $10::boolean OR EXISTS (SELECT 1 FROM held))
 RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
     r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
     r.created_at, r.updated_at, r.token, r.note, r.response_omitted,
@@ -298,6 +304,7 @@ type ClaimExistingParams struct {
 	Key            string
 	Version        int64
 	AcquireUnknown bool
+	Nowait         bool
 }
 
 type ClaimExistingRow struct {
@@ -327,6 +334,9 @@ type ClaimExistingRow struct {
 // finished record past its TTL (a new life), or (acquire_unknown) acquiring
 // a free UNKNOWN record (same fingerprint; Attempts, the reconciler's count,
 // is kept). No row: someone else changed it first; the caller claims again.
+// With nowait, a row another transaction holds is not waited for: the
+// statement fails with lock_not_available (55P03) at once. The row lock is
+// taken in the held CTE, which only nowait runs (the OR short-circuits).
 func (q *Queries) ClaimExisting(ctx context.Context, arg ClaimExistingParams) ([]ClaimExistingRow, error) {
 	rows, err := q.db.Query(ctx, claimExisting,
 		arg.Fingerprint,
@@ -338,6 +348,7 @@ func (q *Queries) ClaimExisting(ctx context.Context, arg ClaimExistingParams) ([
 		arg.Key,
 		arg.Version,
 		arg.AcquireUnknown,
+		arg.Nowait,
 	)
 	if err != nil {
 		return nil, err
@@ -375,6 +386,64 @@ func (q *Queries) ClaimExisting(ctx context.Context, arg ClaimExistingParams) ([
 		return nil, err
 	}
 	return items, nil
+}
+
+const claimInsert = `-- name: ClaimInsert :one
+INSERT INTO idem_records AS r (
+    scope, operation, key, fingerprint, state, owner, version,
+    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    created_at, updated_at, token, note, response_omitted
+)
+SELECT $1::text, $2::text, $3::text, $4::bytea, 'PROCESSING', $5::text,
+    nextval('idem_records_version_seq'),
+    clk.t + $6::interval, NULL, $7::bytea, NULL, 0, 0,
+    clk.t, clk.t, '', '', false
+FROM (SELECT clock_timestamp() AS t) clk
+WHERE NOT EXISTS (SELECT 1 FROM idem_records x
+                  WHERE x.scope = $1 AND x.operation = $2 AND x.key = $3)
+RETURNING r.version, r.lease_expires_at, r.created_at
+`
+
+type ClaimInsertParams struct {
+	Scope       string
+	Operation   string
+	Key         string
+	Fingerprint []byte
+	Owner       string
+	Lease       pgtype.Interval
+	Request     []byte
+}
+
+type ClaimInsertRow struct {
+	Version        int64
+	LeaseExpiresAt pgtype.Timestamptz
+	CreatedAt      pgtype.Timestamptz
+}
+
+// Inserts a new PROCESSING record, and returns what the store chose (the
+// record's other fields are the caller's). No row (pgx.ErrNoRows): the
+// record exists, and the caller reads it. The NOT EXISTS guard, on the
+// statement's snapshot, keeps an existing record from reaching the unique
+// index, which would wait for a transaction holding its row (a DoTx that
+// recorded SUCCESS and has not committed, maybe the caller's own) and would
+// draw a version for nothing. A concurrent insert of the same identity
+// fails this one with unique_violation (23505), the caller's cue to read:
+// cheaper on the path that inserts than ON CONFLICT DO NOTHING, whose
+// speculative insertion writes twice. The time is read once, in the clk
+// subquery; created_at is the store's now.
+func (q *Queries) ClaimInsert(ctx context.Context, arg ClaimInsertParams) (ClaimInsertRow, error) {
+	row := q.db.QueryRow(ctx, claimInsert,
+		arg.Scope,
+		arg.Operation,
+		arg.Key,
+		arg.Fingerprint,
+		arg.Owner,
+		arg.Lease,
+		arg.Request,
+	)
+	var i ClaimInsertRow
+	err := row.Scan(&i.Version, &i.LeaseExpiresAt, &i.CreatedAt)
+	return i, err
 }
 
 const get = `-- name: Get :one
@@ -548,6 +617,67 @@ func (q *Queries) List(ctx context.Context, arg ListParams) ([]ListRow, error) {
 	return items, nil
 }
 
+const read = `-- name: Read :one
+SELECT fingerprint, state, owner, version,
+    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    created_at, updated_at, token, note, response_omitted,
+    clock_timestamp()::timestamptz AS store_now
+FROM idem_records
+WHERE scope = $1 AND operation = $2 AND key = $3
+`
+
+type ReadParams struct {
+	Scope     string
+	Operation string
+	Key       string
+}
+
+type ReadRow struct {
+	Fingerprint     []byte
+	State           string
+	Owner           string
+	Version         int64
+	LeaseExpiresAt  pgtype.Timestamptz
+	ExpiresAt       pgtype.Timestamptz
+	Request         []byte
+	Response        []byte
+	Takeovers       int32
+	Attempts        int32
+	CreatedAt       pgtype.Timestamptz
+	UpdatedAt       pgtype.Timestamptz
+	Token           string
+	Note            string
+	ResponseOmitted bool
+	StoreNow        pgtype.Timestamptz
+}
+
+// The record of an identity, without the identity: the first statement of a
+// claim (a replay is this one SELECT by primary key, and takes no lock) and
+// the poll of a caller waiting for a call in flight.
+func (q *Queries) Read(ctx context.Context, arg ReadParams) (ReadRow, error) {
+	row := q.db.QueryRow(ctx, read, arg.Scope, arg.Operation, arg.Key)
+	var i ReadRow
+	err := row.Scan(
+		&i.Fingerprint,
+		&i.State,
+		&i.Owner,
+		&i.Version,
+		&i.LeaseExpiresAt,
+		&i.ExpiresAt,
+		&i.Request,
+		&i.Response,
+		&i.Takeovers,
+		&i.Attempts,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Token,
+		&i.Note,
+		&i.ResponseOmitted,
+		&i.StoreNow,
+	)
+	return i, err
+}
+
 const release = `-- name: Release :execrows
 DELETE FROM idem_records
 WHERE scope = $1 AND operation = $2 AND key = $3
@@ -718,4 +848,93 @@ func (q *Queries) Transition(ctx context.Context, arg TransitionParams) ([]int64
 		return nil, err
 	}
 	return items, nil
+}
+
+const transitionApplied = `-- name: TransitionApplied :one
+SELECT version FROM idem_records
+WHERE scope = $1 AND operation = $2 AND key = $3
+  AND $4::text <> '' AND token = $4::text
+`
+
+type TransitionAppliedParams struct {
+	Scope     string
+	Operation string
+	Key       string
+	Token     string
+}
+
+// The version of the record while it still carries the token of a write
+// (never ”): every other write changes or clears the token, so this is
+// the version that write gave it.
+func (q *Queries) TransitionApplied(ctx context.Context, arg TransitionAppliedParams) (int64, error) {
+	row := q.db.QueryRow(ctx, transitionApplied,
+		arg.Scope,
+		arg.Operation,
+		arg.Key,
+		arg.Token,
+	)
+	var version int64
+	err := row.Scan(&version)
+	return version, err
+}
+
+const transitionCAS = `-- name: TransitionCAS :one
+UPDATE idem_records r SET
+    state            = $1::text,
+    owner            = $2::text,
+    version          = nextval('idem_records_version_seq'),
+    lease_expires_at = CASE WHEN $3::interval > interval '0' THEN clk.t + $3::interval END,
+    expires_at       = CASE WHEN $1::text IN ('SUCCESS', 'FAILED') THEN clk.t + $4::interval END,
+    response         = CASE WHEN $1::text IN ('SUCCESS', 'FAILED') THEN $5::bytea ELSE r.response END,
+    response_omitted = $6::boolean,
+    note             = $7::text,
+    token            = $8::text,
+    updated_at       = clk.t
+FROM (SELECT clock_timestamp() AS t) clk
+WHERE r.scope = $9 AND r.operation = $10 AND r.key = $11
+  AND r.state = $12::text AND r.owner = $13::text AND r.version = $14::bigint
+RETURNING r.version
+`
+
+type TransitionCASParams struct {
+	ToState         string
+	NewOwner        string
+	Lease           pgtype.Interval
+	Ttl             pgtype.Interval
+	Response        []byte
+	ResponseOmitted bool
+	Note            string
+	Token           string
+	Scope           string
+	Operation       string
+	Key             string
+	FromState       string
+	Owner           string
+	Version         int64
+}
+
+// Transition as a plain compare-and-set on (state, owner, version): the
+// statement of the unbatched path. No row (pgx.ErrNoRows): the lease was
+// lost, or an earlier try of this very write was applied and its reply
+// lost; the caller then asks TransitionApplied.
+func (q *Queries) TransitionCAS(ctx context.Context, arg TransitionCASParams) (int64, error) {
+	row := q.db.QueryRow(ctx, transitionCAS,
+		arg.ToState,
+		arg.NewOwner,
+		arg.Lease,
+		arg.Ttl,
+		arg.Response,
+		arg.ResponseOmitted,
+		arg.Note,
+		arg.Token,
+		arg.Scope,
+		arg.Operation,
+		arg.Key,
+		arg.FromState,
+		arg.Owner,
+		arg.Version,
+	)
+	var version int64
+	err := row.Scan(&version)
+	return version, err
 }

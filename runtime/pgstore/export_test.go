@@ -1,0 +1,5 @@
+package pgstore
+
+// SetClaimOrder fixes the order of s's claims: > 0 reads first, < 0
+// inserts first, 0 guesses (the default).
+func SetClaimOrder(s *Store, order int) { s.order.fixed = order }
