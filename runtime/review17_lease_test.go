@@ -178,7 +178,7 @@ func (s slowRenew) Renew(ctx context.Context, p runtime.RenewParams) (time.Time,
 // second ran: never both at once, never two completions.
 func TestReview17SlowRenewalsNoOverlap(t *testing.T) {
 	reviewEach(t, func(t *testing.T, store runtime.Store) {
-		const lease = 200 * time.Millisecond
+		const lease = 400 * time.Millisecond // a 40ms margin: the effect must see its stop within it
 		slow, err := runtime.New(slowRenew{store, lease * 6 / 10}, runtime.WithMaxWait(0))
 		if err != nil {
 			t.Fatal(err)
@@ -188,8 +188,8 @@ func TestReview17SlowRenewalsNoOverlap(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := reviewCtx()
-		for round := range 3 {
-			eff := &overlapEffect{d: 1200 * time.Millisecond}
+		for round := range 2 {
+			eff := &overlapEffect{d: 2400 * time.Millisecond}
 			call := runtime.Call[reviewReq, string]{Operation: "R17.Slow", Key: fmt.Sprintf("k%d", round), Request: reviewReq{1}, Lease: lease, Effect: eff.run}
 			first := make(chan error, 1)
 			go func() { _, err := runtime.Do(ctx, slow, call); first <- err }()

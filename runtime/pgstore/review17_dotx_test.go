@@ -97,8 +97,9 @@ func doTxThenDo[Req any](t *testing.T, req Req) {
 // then runtime.ErrInProgress) and replays the outcome"; nothing waits
 // without bound. Schedule: one transaction calls DoTx twice with one key
 // (an order with the same line twice, a retry loop inside the
-// transaction), without and with group commit; the context allows 5s,
-// MaxWait is 300ms.
+// transaction), without and with group commit; the context allows 30s,
+// MaxWait is 300ms. (README: the claim gives up after ten tries, about
+// half a second, whatever MaxWait; 8s allows for a loaded machine.)
 func TestReview17DoTxSameKeyTwiceInOneTx(t *testing.T) {
 	for _, group := range []bool{false, true} {
 		t.Run(fmt.Sprint("group=", group), func(t *testing.T) {
@@ -111,7 +112,7 @@ func TestReview17DoTxSameKeyTwiceInOneTx(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(scopedCtx(t.Name()), 5*time.Second)
+			ctx, cancel := context.WithTimeout(scopedCtx(t.Name()), 30*time.Second)
 			defer cancel()
 			tx, err := p.Begin(ctx)
 			if err != nil {
@@ -127,8 +128,8 @@ func TestReview17DoTxSameKeyTwiceInOneTx(t *testing.T) {
 			start := time.Now()
 			got, err := pgstore.DoTx(ctx, rt, tx, call)
 			took := time.Since(start)
-			if took > 3*time.Second || runs.Load() != 1 {
-				t.Fatalf("second DoTx of the key in the same transaction: %q, %v after %v (effect ran %d times); want a replay or ErrInProgress within MaxWait",
+			if took > 8*time.Second || runs.Load() != 1 {
+				t.Fatalf("second DoTx of the key in the same transaction: %q, %v after %v (effect ran %d times); want ErrInProgress after about half a second",
 					got, err, took.Round(time.Millisecond), runs.Load())
 			}
 			t.Logf("second DoTx: %q, %v after %v", got, err, took.Round(time.Millisecond))
