@@ -370,3 +370,35 @@ func TestReview17MemstoreCustomCodecAliasing(t *testing.T) {
 		t.Errorf("duplicate: %q, %v (effect ran %d times); want the first response %q replayed", again, err, runs.Load(), "receipt:ch_1")
 	}
 }
+
+// Promise: memstore keeps the slices it is given "as the runtime.Store
+// contract allows ... a caller never modifies the slices it passed", and
+// the runtime keeps that rule for what it hands over. runtime.Resolve
+// hands the store the operator's Response slice: an admin handler of a
+// single-process service that resolves from a buffer it reuses (a pooled
+// request body) must not rewrite the resolved record. Schedule: a record
+// left UNKNOWN; Resolve to success from a buffer; the buffer is reused;
+// a retry replays.
+func TestReview17ResolveKeepsItsBytes(t *testing.T) {
+	store := memstore.New()
+	rt, err := runtime.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := runtime.WithScope(context.Background(), "r17")
+	call := runtime.Call[plainReq, plainResp]{Operation: "R17.Resolve", Key: "k", Request: plainReq{Amount: 1},
+		Effect: func(context.Context, plainReq) (plainResp, error) { return plainResp{}, errors.New("gateway timeout") }}
+	if _, err := runtime.Do(ctx, rt, call); !errors.Is(err, runtime.ErrOutcomeUnknown) {
+		t.Fatalf("setup: %v, want UNKNOWN", err)
+	}
+	buf := []byte(`{"id":"ch_resolved"}`)
+	if _, err := runtime.Resolve(ctx, store, runtime.Resolution{ID: runtime.Identity{Scope: "r17", Operation: "R17.Resolve", Key: "k"},
+		To: runtime.ResolveSuccess, Response: buf, Reason: "checked the gateway", Owner: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, `{"id":"ch_XXXXXXXX"}`) // the admin handler's buffer serves the next request
+	got, err := runtime.Do(ctx, rt, call)
+	if err != nil || got.ID != "ch_resolved" {
+		t.Fatalf("retry after the resolution: %+v, %v; want the resolved response ch_resolved", got, err)
+	}
+}
