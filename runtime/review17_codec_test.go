@@ -402,3 +402,93 @@ func TestReview17ResolveKeepsItsBytes(t *testing.T) {
 		t.Fatalf("retry after the resolution: %+v, %v; want the resolved response ch_resolved", got, err)
 	}
 }
+
+// sharingCodec passes []byte through both ways: Marshal returns its
+// argument, Unmarshal into a *[]byte keeps the slice it is given. The
+// runtime.Codec doc (since the fix of TestReview17MemstoreCustomCodecAliasing)
+// allows both: "It may return a slice it shares with its argument and keep
+// slices of what it decodes: the runtime copies what Marshal returns before
+// a store keeps it, and hands Unmarshal a copy of the stored bytes."
+type sharingCodec struct{}
+
+func (sharingCodec) Marshal(v any) ([]byte, error) {
+	if b, ok := v.([]byte); ok {
+		return b, nil
+	}
+	return json.Marshal(v)
+}
+
+func (sharingCodec) Unmarshal(data []byte, v any) error {
+	if p, ok := v.(*[]byte); ok {
+		*p = data
+		return nil
+	}
+	return json.Unmarshal(data, v)
+}
+
+// Promise: as above, on the paths that converge an UNKNOWN record: the
+// inline query of a retry, and the reconciler's registered query. The
+// query's answer is stored, then the query's owner reuses its buffer; the
+// reconciler's query gets the stored request, decoded, and normalises it
+// in place (the inline query gets the caller's own request and leaves it).
+// Schedule: per path, an effect that fails unclassified (UNKNOWN), then
+// the convergence, then the buffers are reused, then a duplicate replays
+// and the stored request is read back.
+func TestReview17CodecAliasingOnConvergence(t *testing.T) {
+	for _, path := range []string{"inline query", "reconciler"} {
+		t.Run(path, func(t *testing.T) {
+			store := memstore.New()
+			rt, err := runtime.New(store, runtime.WithCodec(sharingCodec{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := runtime.WithScope(context.Background(), "r17")
+			answer := []byte("receipt:ch_1")
+			query := func(_ context.Context, req []byte) ([]byte, runtime.Outcome, error) {
+				if path == "reconciler" {
+					// The request the reconciler decoded: the query's own
+					// copy, the Codec doc says.
+					copy(req, "NORMALISED")
+				}
+				return answer, runtime.OutcomeSucceeded, nil
+			}
+			call := runtime.Call[[]byte, []byte]{Operation: "R17.Conv", Key: "k", Request: []byte("charge:100"),
+				Effect: func(context.Context, []byte) ([]byte, error) { return nil, errors.New("gateway: connection reset") }}
+			if _, err := runtime.Do(ctx, rt, call); !errors.Is(err, runtime.ErrOutcomeUnknown) {
+				t.Fatalf("setup: %v, want UNKNOWN", err)
+			}
+			switch path {
+			case "inline query":
+				call.Query = query
+				got, err := runtime.Do(ctx, rt, call)
+				if err != nil || string(got) != "receipt:ch_1" {
+					t.Fatalf("converging retry: %q %v", got, err)
+				}
+			case "reconciler":
+				if err := runtime.Register(rt, "R17.Conv", query, runtime.QueryOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				r, err := runtime.NewReconciler(rt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := r.RunOnce(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			copy(answer, "receipt:ch_2") // the query's client reuses its buffer
+			rec, err := store.Get(ctx, runtime.Identity{Scope: "r17", Operation: "R17.Conv", Key: "k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.State != runtime.StateSuccess || string(rec.Response) != "receipt:ch_1" || string(rec.Request) != "charge:100" {
+				t.Errorf("record after convergence and the query's buffers reused: %s response %q request %q; want SUCCESS %q %q",
+					rec.State, rec.Response, rec.Request, "receipt:ch_1", "charge:100")
+			}
+			call.Query = nil
+			if got, err := runtime.Do(ctx, rt, call); err != nil || string(got) != "receipt:ch_1" {
+				t.Errorf("replay: %q, %v; want receipt:ch_1", got, err)
+			}
+		})
+	}
+}
