@@ -47,11 +47,14 @@ pgb() { # script clients -> tps
 	"$PG_BIN/pgbench" -n -M prepared -c "$2" -j 2 -T 5 -f "bench/sql/$1.sql" "$IDEM_TEST_POSTGRES_URL" 2>/dev/null |
 		awk '/^tps/ {printf "%.0f", $3}'
 }
+"$PG_BIN/psql" "$IDEM_TEST_POSTGRES_URL" -q -f bench/sql/replay-seed.sql >/dev/null
 pgbench_rows=""
-for c in 1 8 32; do
-	i=$(pgb first-idem "$c"); f=$(pgb first-floor "$c")
-	i2=$(pgb first-idem "$c"); f2=$(pgb first-floor "$c")
-	pgbench_rows+="| $c | $i, $i2 | $f, $f2 | $(awk -v a="$i" -v b="$i2" -v c="$f" -v d="$f2" 'BEGIN{printf "%.2fx", (a+b)/(c+d)}') |"$'\n'
+for what in first replay; do
+	for c in 1 8 32; do
+		i=$(pgb "$what-idem" "$c"); f=$(pgb "$what-floor" "$c")
+		i2=$(pgb "$what-idem" "$c"); f2=$(pgb "$what-floor" "$c")
+		pgbench_rows+="| $what | $c | $i, $i2 | $f, $f2 | $(awk -v a="$i" -v b="$i2" -v c="$f" -v d="$f2" 'BEGIN{printf "%.2fx", (a+b)/(c+d)}') |"$'\n'
+	done
 done
 
 summary="$work/summary.md"
@@ -159,10 +162,12 @@ DOC
 	cat "$work/pg.md"
 	echo "![PostgreSQL ratios](perf/postgres.svg)"
 	echo
-	echo "pgbench on the same SQL (no Go client), transactions/s of a claim+complete pair vs INSERT+UPDATE, two 5 s runs each:"
+	echo "pgbench on the same SQL (no Go client), transactions/s, two 5 s runs of each side, alternated: a first"
+	echo "call's statements (bench/sql/first-idem.sql) beside an INSERT and an UPDATE, and a replay's SELECT"
+	echo "(replay-idem.sql) beside the floor's (replay-floor.sql):"
 	echo
-	echo "| clients | idem SQL tps | floor SQL tps | ratio |"
-	echo "|---|---|---|---|"
+	echo "| call | clients | idem SQL tps | floor SQL tps | ratio |"
+	echo "|---|---|---|---|---|"
 	printf "%s" "$pgbench_rows"
 	echo
 	echo "## Redis"

@@ -105,6 +105,26 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		start := time.Now()
 		res, err := rt.store.Claim(ctx, claim)
 		rt.phase(ctx, id.Operation, PhaseClaim, start)
+		if errors.Is(err, ErrInProgress) {
+			// The store saw the call in flight but could not read its
+			// lease (a row another transaction holds): wait as for a live
+			// lease, up to MaxWait, then claim again.
+			if waitUntil.IsZero() {
+				waitStart = time.Now()
+				waitUntil = waitStart.Add(rt.cfg.maxWait)
+			}
+			if left := time.Until(waitUntil); left > 0 {
+				if err := sleepCtx(ctx, min(backoff, left)); err != nil {
+					return zero, fmt.Errorf("idem: %s %q: waiting for the call in flight: %w", id.Operation, id.Key, err)
+				}
+				backoff = min(backoff*2, 250*time.Millisecond)
+				continue
+			}
+			rt.phase(ctx, id.Operation, PhaseWait, waitStart)
+			err = fmt.Errorf("idem: %s %q: %w", id.Operation, id.Key, err)
+			rt.emit(ctx, Event{Kind: EventInProgress, Operation: id.Operation, State: StateProcessing, Err: err})
+			return zero, err
+		}
 		if err != nil {
 			return zero, fmt.Errorf("idem: %s %q: claim: %w", id.Operation, id.Key, err)
 		}

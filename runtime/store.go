@@ -207,7 +207,11 @@ type Store interface {
 	// Claim atomically inserts a PROCESSING record, or takes over a
 	// PROCESSING record with the same fingerprint whose lease expired, or
 	// replaces a finished record whose TTL passed; otherwise it returns the
-	// existing record unchanged. Never get-then-set.
+	// existing record unchanged. Never get-then-set. A store that finds the
+	// record held where it can neither read its lease nor take it (a row
+	// an open transaction locks) may return an error wrapping
+	// [ErrInProgress]: the runtime then waits, up to MaxWait, as for a
+	// live lease, and claims again.
 	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
 	// Get returns the record or [ErrNotFound].
 	Get(ctx context.Context, id Identity) (Record, error)

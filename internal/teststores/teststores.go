@@ -1,8 +1,10 @@
 // Package teststores gives adapter tests (idemhttp, idemgrpc) the stores to
 // run their scenarios on: memory always, PostgreSQL and Redis from the
 // servers scripts/test.sh starts (see internal/testenv: skipped locally
-// when unset, failed under CI). Each PostgreSQL or Redis store is isolated
-// by the caller's unique scopes; the Redis one also by a unique key prefix.
+// when unset, failed under CI). Each PostgreSQL store has a schema of its
+// own (so that no other test's sweeper or reconciler, in this package or
+// another running at the same time, touches its records); each Redis store
+// a unique key prefix.
 package teststores
 
 import (
@@ -35,16 +37,37 @@ func All() []Store {
 // Memory returns a new memory store.
 func Memory(testing.TB) runtime.Store { return memstore.New() }
 
-// Postgres returns a store on the test server, its table migrated.
+// Postgres returns a store on the test server, in a schema of its own
+// (dropped when the test ends), its table migrated.
 func Postgres(t testing.TB) runtime.Store {
 	t.Helper()
 	dsn := testenv.PostgresURL(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("%s: %v", testenv.PostgresURLVar, err)
 	}
-	t.Cleanup(pool.Close)
+	schema := "idemtest_" + Unique()
+	admin, err := pgxpool.NewWithConfig(ctx, cfg.Copy())
+	if err != nil {
+		t.Fatalf("%s: %v", testenv.PostgresURLVar, err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("creating schema %s: %v", schema, err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("%s: %v", testenv.PostgresURLVar, err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		if admin, err := pgxpool.NewWithConfig(context.Background(), cfg.Copy()); err == nil {
+			_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+			admin.Close()
+		}
+	})
 	if err := pgstore.Migrate(ctx, pool); err != nil {
 		t.Fatalf("migrating: %v", err)
 	}

@@ -305,6 +305,52 @@ func TestDoTxDuplicateWaitIsBounded(t *testing.T) {
 	}
 }
 
+// TestDoTxDuplicateWaitsForCommit: a runtime.Do duplicate of a DoTx whose
+// transaction is still open waits (up to MaxWait) while the row is held,
+// and replays the outcome once the transaction commits, instead of being
+// told "in progress" when the store's own short retries run out.
+func TestDoTxDuplicateWaitsForCommit(t *testing.T) {
+	p := testPool(t)
+	table := ordersTable(t, p)
+	rt, err := runtime.New(pgstore.New(p), runtime.WithMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := scopedCtx(t.Name())
+	var runs atomic.Int32
+	call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5}, Effect: insertOrder(table, &runs)}
+	holding := make(chan struct{})
+	done := make(chan error, 1)
+	var first order
+	go func() {
+		done <- pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			o, err := pgstore.DoTx(ctx, rt, tx, call)
+			first = o
+			if err != nil {
+				return err
+			}
+			close(holding)
+			time.Sleep(1500 * time.Millisecond) // past the store's own retries of a held row
+			return nil
+		})
+	}()
+	<-holding
+	got, err := runtime.Do(ctx, rt, runtime.Call[orderReq, order]{Operation: call.Operation, Key: call.Key, Request: call.Request,
+		Effect: func(context.Context, orderReq) (order, error) {
+			runs.Add(1)
+			return order{}, nil
+		}})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || got != first {
+		t.Fatalf("duplicate: %+v, %v; want the committed outcome %+v replayed", got, err, first)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("effect ran %d times", runs.Load())
+	}
+}
+
 func TestDoTxNeedsPgStore(t *testing.T) {
 	rt, err := runtime.New(memstore.New())
 	if err != nil {
