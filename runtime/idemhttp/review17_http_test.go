@@ -387,3 +387,62 @@ func TestReview17LateHeaderWhileRecording(t *testing.T) {
 		t.Errorf("the first client got X-Late %q, its duplicate %q: the first answer is not what was recorded", first.Get("X-Late"), dup.Get("X-Late"))
 	}
 }
+
+// Promise: MaxBody bounds the body read for the fingerprint: a body of
+// exactly the limit is accepted and fingerprinted whole, one byte more is
+// 413 and never reaches the handler, whether or not the client declares
+// the length (the body is now read into a pooled buffer sized from
+// Content-Length, up to 64 KiB ahead). Schedule: limits around the
+// 512-byte pool start and the 64 KiB read-ahead, bodies of limit-1, limit
+// and limit+1 bytes, sent with and without Content-Length; the same key
+// then resent with the last byte changed must be 422 (the whole body is
+// fingerprinted).
+func TestReview17MaxBodyBoundary(t *testing.T) {
+	for _, limit := range []int{1, 511, 512, 513, 65535, 65536, 65537, 100000} {
+		rt, err := runtime.New(teststores.Memory(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /up", func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			b, _ := io.ReadAll(r.Body)
+			fmt.Fprintf(w, "%d", len(b))
+		})
+		srv := httptest.NewServer(idemhttp.Middleware(rt, idemhttp.MaxBody(int64(limit)), idemhttp.Logger(slog.New(slog.DiscardHandler)))(mux))
+		for _, n := range []int{limit - 1, limit, limit + 1} {
+			for _, declared := range []bool{true, false} {
+				body := strings.Repeat("a", n)
+				send := func(b string) (int, string) {
+					var rd io.Reader = strings.NewReader(b)
+					if !declared {
+						rd = io.MultiReader(rd)
+					}
+					req, _ := http.NewRequest(http.MethodPost, srv.URL+"/up", rd)
+					req.Header.Set("Idempotency-Key", fmt.Sprintf("k-%d-%v", n, declared))
+					resp, err := srv.Client().Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer resp.Body.Close()
+					got, _ := io.ReadAll(resp.Body)
+					return resp.StatusCode, string(got)
+				}
+				before := runs.Load()
+				status, got := send(body)
+				switch {
+				case n > limit && (status != http.StatusRequestEntityTooLarge || runs.Load() != before):
+					t.Errorf("limit %d, %d bytes (declared %v): %d %q, handler ran %d; want 413, not run", limit, n, declared, status, got, runs.Load()-before)
+				case n <= limit && (status != http.StatusOK || got != fmt.Sprint(n)):
+					t.Errorf("limit %d, %d bytes (declared %v): %d %q; want 200 %d", limit, n, declared, status, got, n)
+				case n <= limit && n > 0:
+					if status, _ := send(body[:n-1] + "b"); status != http.StatusUnprocessableEntity {
+						t.Errorf("limit %d, %d bytes (declared %v): the last byte changed under the same key: %d; want 422", limit, n, declared, status)
+					}
+				}
+			}
+		}
+		srv.Close()
+	}
+}
