@@ -446,3 +446,41 @@ func TestReview17MaxBodyBoundary(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// Promise: as for TestReview17LateHeaderWhileRecording, for the status: a
+// handler that returned without writing (an empty 200, recorded as such)
+// and whose kept writer sets a status while the outcome is recorded must
+// not tell its client something else than what its duplicates replay.
+func TestReview17LateStatusWhileRecording(t *testing.T) {
+	late := make(chan chan error, 1)
+	store := hookStore{Store: teststores.Memory(t)}
+	store.beforeTransition = func() {
+		select {
+		case res := <-late:
+			res <- nil
+			<-res
+		default:
+		}
+	}
+	rt, err := runtime.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /charges", func(w http.ResponseWriter, r *http.Request) {
+		res := make(chan error)
+		late <- res
+		go func() {
+			<-res
+			w.WriteHeader(http.StatusInternalServerError)
+			res <- nil
+		}()
+	})
+	srv := httptest.NewServer(idemhttp.Middleware(rt, idemhttp.Logger(slog.New(slog.DiscardHandler)))(mux))
+	defer srv.Close()
+	first := reviewPost(t, srv.URL+"/charges", "", "k1", "{}")
+	dup := reviewPost(t, srv.URL+"/charges", "", "k1", "{}")
+	if first.status != dup.status {
+		t.Errorf("the first client was told %d, its duplicate %d (replayed %v): the first answer is not what was recorded", first.status, dup.status, dup.replayed)
+	}
+}
