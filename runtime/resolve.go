@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -215,7 +216,7 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 			tp.TTL = DefaultTTL
 		}
 		if r.To == ResolveSuccess {
-			tp.To, tp.Response = StateSuccess, r.Response
+			tp.To, tp.Response = StateSuccess, bytes.Clone(r.Response) // the caller keeps its slice
 		} else {
 			tp.To, tp.Response = StateFailed, EncodeFailure(r.Failure)
 		}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -243,8 +244,11 @@ func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req,
 	}
 	codec := rt.cfg.codec
 	rq := registeredQuery{opts: opts, run: func(ctx context.Context, request []byte) ([]byte, Outcome, error) {
+		// The stored request, and the encoded answer, may be a store's own
+		// record (memstore keeps one copy) and a Codec may share slices
+		// with them: each side gets its own copy (see [Codec]).
 		var req Req
-		if err := codec.Unmarshal(request, &req); err != nil {
+		if err := codec.Unmarshal(bytes.Clone(request), &req); err != nil {
 			return nil, OutcomeUnknown, fmt.Errorf("idem: %s: decoding stored request: %w", operation, err)
 		}
 		resp, o, err := query(ctx, req)
@@ -255,7 +259,7 @@ func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req,
 		if merr != nil {
 			return nil, OutcomeUnknown, fmt.Errorf("idem: %s: encoding response: %w", operation, merr)
 		}
-		return b, o, nil
+		return bytes.Clone(b), o, nil
 	}}
 	rt.mu.Lock()
 	rt.queries[operation] = rq
