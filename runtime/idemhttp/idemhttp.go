@@ -406,7 +406,9 @@ func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
 	r2 := x.r.WithContext(ctx)
 	x.reader.rewind(x.body)
 	r2.Body = &x.reader
-	if x.panic = serveRecovering(x.m.next, &x.rw, r2); x.panic != nil {
+	x.panic = serveRecovering(x.m.next, &x.rw, r2)
+	x.rw.finish() // the handler returned: its writer changes nothing more
+	if x.panic != nil {
 		return Response{}, runtime.Retryable(handlerPanicked{})
 	}
 	return cfg.outcome(ctx, x.rw.response(cfg))

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // writer is the ResponseWriter the handler gets. It buffers the response for
@@ -35,9 +36,13 @@ type writer struct {
 	mu       sync.Mutex
 	body     *[]byte // nil until the first byte, and once released
 	released bool
-	// done: the handler returned and its response was taken for the
-	// record; later writes fail, so the client gets what was recorded.
-	done bool
+	// done: the handler returned (set before its response is taken for
+	// the record). From then on the writer's methods change nothing, so
+	// the client gets what was recorded and a handler that kept its writer
+	// never reaches the client's (which net/http recycles) nor another
+	// request's: writes, flushes and hijacks fail with errReleased, a
+	// status is ignored, and Header returns a map of its own.
+	done atomic.Bool
 }
 
 // bufPool holds the buffers of recorded bodies (*[]byte, so that Put does
@@ -57,9 +62,13 @@ func (w *writer) reset(cw http.ResponseWriter) {
 	w.w, w.header, w.status, w.wroteHeader = cw, http.Header{}, http.StatusOK, false
 	w.streamed, w.hijacked = false, false
 	w.mu.Lock()
-	w.released, w.done = false, false
+	w.released = false
+	w.done.Store(false)
 	w.mu.Unlock()
 }
+
+// finish marks the handler returned (see done).
+func (w *writer) finish() { w.done.Store(true) }
 
 // bytes returns the body buffered so far; nil when there is none. The
 // caller holds mu, or the handler has returned.
@@ -88,9 +97,21 @@ func putBuf(bp *[]byte) {
 	}
 }
 
-func (w *writer) Header() http.Header { return w.header }
+func (w *writer) Header() http.Header {
+	if w.done.Load() {
+		return http.Header{}
+	}
+	return w.header
+}
 
 func (w *writer) WriteHeader(code int) {
+	if w.done.Load() {
+		return
+	}
+	w.writeHeader(code)
+}
+
+func (w *writer) writeHeader(code int) {
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code)) // as net/http does
 	}
@@ -106,8 +127,11 @@ func (w *writer) WriteHeader(code int) {
 }
 
 func (w *writer) Write(p []byte) (int, error) {
+	if w.done.Load() {
+		return 0, errReleased
+	}
 	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
+		w.writeHeader(http.StatusOK)
 	}
 	switch {
 	case w.hijacked:
@@ -120,7 +144,7 @@ func (w *writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
-	case w.released || w.done:
+	case w.released || w.done.Load(): // again under mu: response takes the body under it
 		return 0, errReleased
 	case len(p) == 0:
 		return 0, nil
@@ -134,6 +158,9 @@ func (w *writer) Write(p []byte) (int, error) {
 // FlushError starts streaming: what was buffered goes to the client, and so
 // does everything written after.
 func (w *writer) FlushError() error {
+	if w.done.Load() {
+		return errReleased
+	}
 	if w.hijacked {
 		return http.ErrHijacked
 	}
@@ -149,6 +176,9 @@ func (w *writer) Flush() { _ = w.FlushError() }
 // Hijack hands the connection to the handler; the response counts as
 // streamed.
 func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.done.Load() {
+		return nil, nil, errReleased
+	}
 	c, b, err := http.NewResponseController(w.w).Hijack()
 	if err == nil {
 		w.hijacked, w.streamed, w.wroteHeader = true, true, true
@@ -164,7 +194,7 @@ func (w *writer) stream() error {
 		return nil
 	}
 	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
+		w.writeHeader(http.StatusOK)
 	}
 	w.streamed = true
 	copyHeader(w.w.Header(), w.header)
@@ -201,7 +231,7 @@ func (w *writer) commit() {
 		return
 	}
 	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
+		w.writeHeader(http.StatusOK)
 	}
 	copyHeader(w.w.Header(), w.header)
 	w.w.WriteHeader(w.status)
@@ -234,7 +264,7 @@ func (w *writer) response(cfg *config) Response {
 	}
 	resp := Response{Status: w.status, Header: h, Streamed: w.streamed}
 	w.mu.Lock()
-	w.done = true
+	w.finish()
 	if !w.streamed {
 		resp.Body = w.bytes()
 	}
