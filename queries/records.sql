@@ -53,10 +53,11 @@ WHERE e.scope = @scope AND e.operation = @operation AND e.key = @key
   AND NOT EXISTS (SELECT 1 FROM ins);
 
 -- name: Read :one
--- The record of an identity, without the identity: the first statement of a
--- claim (a replay is this one SELECT by primary key, and takes no lock) and
--- the poll of a caller waiting for a call in flight.
-SELECT fingerprint, state, owner, version,
+-- The record of an identity: the first statement of a claim (a replay is
+-- this one SELECT by primary key, and takes no lock) and the poll of a
+-- caller waiting for a call in flight. The identity comes back too, and
+-- the store checks it: a record is never answered for another identity.
+SELECT scope, operation, key, fingerprint, state, owner, version,
     lease_expires_at, expires_at, request, response, takeovers, attempts,
     created_at, updated_at, token, note, response_omitted,
     clock_timestamp()::timestamptz AS store_now

@@ -128,6 +128,10 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		if err != nil {
 			return zero, fmt.Errorf("idem: %s %q: claim: %w", id.Operation, id.Key, err)
 		}
+		if res.Record.ID != id {
+			// Never answer one caller with another identity's record.
+			return zero, fmt.Errorf("idem: %s %q: claim: the store returned the record of %s", id.Operation, id.Key, idText(res.Record.ID))
+		}
 		if res.Claimed {
 			ex.granted = start
 			if ex.run == nil {
@@ -199,6 +203,9 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 			}
 			if err != nil {
 				return zero, fmt.Errorf("idem: %s %q: get: %w", id.Operation, id.Key, err)
+			}
+			if rec.ID != id {
+				return zero, fmt.Errorf("idem: %s %q: get: the store returned the record of %s", id.Operation, id.Key, idText(rec.ID))
 			}
 		}
 	}

@@ -82,6 +82,13 @@ func WithGroupCommit(maxBatch int) Option {
 // own, since it serves callers with different contexts.
 const batchTimeout = 30 * time.Second
 
+// stuckAfter is how long a caller waits in the queue behind a batch in
+// flight before it withdraws and runs its own statement: a batch whose
+// reply is held (a stalled connection, a lock) must not stall every
+// caller of the store until batchTimeout. A healthy batch takes a commit's
+// flush, far less.
+const stuckAfter = 200 * time.Millisecond
+
 // groupCommit queues the claims and the completions of callers and sends
 // them, one batch at a time, as one statement (GroupSet).
 type groupCommit struct {
@@ -153,8 +160,19 @@ func submit[A, R any](ctx context.Context, s *Store, queue *[]*batchItem[A, R], 
 	if lead {
 		go g.flush(s)
 	}
+	stuck := time.NewTimer(stuckAfter)
+	defer stuck.Stop()
 	select {
 	case <-it.done:
+	case <-stuck.C:
+		if withdraw(g, queue, it) {
+			// Never sent, and the batch ahead is stuck: run alone, beside it.
+			g.batches.Add(1)
+			g.statements.Add(1)
+			res, err = one(ctx, arg)
+			return res, false, err
+		}
+		<-it.done // sent meanwhile
 	case <-ctx.Done():
 		if withdraw(g, queue, it) {
 			// Never sent: nothing of it can commit.

@@ -294,6 +294,10 @@ func (s *Store) read(ctx context.Context, q *db.Queries, id runtime.Identity) (r
 	if err != nil {
 		return runtime.Record{}, err
 	}
+	if got := (runtime.Identity{Scope: r.Scope, Operation: r.Operation, Key: r.Key}); got != id {
+		return runtime.Record{}, fmt.Errorf("read %s %q: the server answered with the record of %s %q (scope %q): a connection out of step",
+			id.Operation, id.Key, got.Operation, got.Key, got.Scope)
+	}
 	return runtime.Record{
 		ID:              id,
 		Fingerprint:     r.Fingerprint,

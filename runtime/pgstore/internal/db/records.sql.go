@@ -618,7 +618,7 @@ func (q *Queries) List(ctx context.Context, arg ListParams) ([]ListRow, error) {
 }
 
 const read = `-- name: Read :one
-SELECT fingerprint, state, owner, version,
+SELECT scope, operation, key, fingerprint, state, owner, version,
     lease_expires_at, expires_at, request, response, takeovers, attempts,
     created_at, updated_at, token, note, response_omitted,
     clock_timestamp()::timestamptz AS store_now
@@ -633,6 +633,9 @@ type ReadParams struct {
 }
 
 type ReadRow struct {
+	Scope           string
+	Operation       string
+	Key             string
 	Fingerprint     []byte
 	State           string
 	Owner           string
@@ -651,13 +654,17 @@ type ReadRow struct {
 	StoreNow        pgtype.Timestamptz
 }
 
-// The record of an identity, without the identity: the first statement of a
-// claim (a replay is this one SELECT by primary key, and takes no lock) and
-// the poll of a caller waiting for a call in flight.
+// The record of an identity: the first statement of a claim (a replay is
+// this one SELECT by primary key, and takes no lock) and the poll of a
+// caller waiting for a call in flight. The identity comes back too, and
+// the store checks it: a record is never answered for another identity.
 func (q *Queries) Read(ctx context.Context, arg ReadParams) (ReadRow, error) {
 	row := q.db.QueryRow(ctx, read, arg.Scope, arg.Operation, arg.Key)
 	var i ReadRow
 	err := row.Scan(
+		&i.Scope,
+		&i.Operation,
+		&i.Key,
 		&i.Fingerprint,
 		&i.State,
 		&i.Owner,
