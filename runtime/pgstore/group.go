@@ -87,7 +87,7 @@ const batchTimeout = 30 * time.Second
 // reply is held (a stalled connection, a lock) must not stall every
 // caller of the store until batchTimeout. A healthy batch takes a commit's
 // flush, far less.
-const stuckAfter = 200 * time.Millisecond
+const stuckAfter = 500 * time.Millisecond
 
 // groupCommit queues the claims and the completions of callers and sends
 // them, one batch at a time, as one statement (GroupSet).
@@ -167,6 +167,10 @@ func submit[A, R any](ctx context.Context, s *Store, queue *[]*batchItem[A, R], 
 	case <-stuck.C:
 		if withdraw(g, queue, it) {
 			// Never sent, and the batch ahead is stuck: run alone, beside it.
+			if err := context.Cause(ctx); err != nil {
+				var zero R
+				return zero, false, err
+			}
 			g.batches.Add(1)
 			g.statements.Add(1)
 			res, err = one(ctx, arg)
