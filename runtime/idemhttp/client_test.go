@@ -502,7 +502,11 @@ func TestClientConcurrentKeys(t *testing.T) {
 					t.Errorf("request %d: key %q repeated or empty", i, res.Key)
 				}
 				seen[res.Key] = true
-				if b.keys[ids[i]] != res.Key || res.Attempts != 2 || !res.Replayed {
+				// Attempts is 2, or 1 when net/http's own Transport resent the
+				// request on a reused connection that dropped (it resends a
+				// request that carries an Idempotency-Key): either way one key,
+				// one charge, and the answer a replay.
+				if b.keys[ids[i]] != res.Key || res.Attempts < 1 || res.Attempts > 2 || !res.Replayed {
 					t.Errorf("request %d: the server saw %q, the client %+v", i, b.keys[ids[i]], res)
 				}
 				if e := b.effectsOf(ids[i]); e != 1 {
