@@ -52,18 +52,6 @@ FROM idem_records e
 WHERE e.scope = @scope AND e.operation = @operation AND e.key = @key
   AND NOT EXISTS (SELECT 1 FROM ins);
 
--- name: Read :one
--- The record of an identity: the first statement of a claim (a replay is
--- this one SELECT by primary key, and takes no lock) and the poll of a
--- caller waiting for a call in flight. The identity comes back too, and
--- the store checks it: a record is never answered for another identity.
-SELECT scope, operation, key, fingerprint, state, owner, version,
-    lease_expires_at, expires_at, request, response, takeovers, attempts,
-    created_at, updated_at, token, note, response_omitted,
-    clock_timestamp()::timestamptz AS store_now
-FROM idem_records
-WHERE scope = @scope AND operation = @operation AND key = @key;
-
 -- name: ClaimInsert :one
 -- Inserts a new PROCESSING record, and returns what the store chose (the
 -- record's other fields are the caller's). No row (pgx.ErrNoRows): the
@@ -136,6 +124,10 @@ RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.versio
     clk.t::timestamptz AS store_now;
 
 -- name: Get :one
+-- The record of an identity: the first statement of a claim (a replay is
+-- this one SELECT by primary key, and takes no lock), the poll of a caller
+-- waiting for a call in flight, and Store.Get. The identity comes back too,
+-- and the store checks it: a record is never answered for another identity.
 SELECT scope, operation, key, fingerprint, state, owner, version,
     lease_expires_at, expires_at, request, response, takeovers, attempts,
     created_at, updated_at, token, note, response_omitted,

@@ -287,36 +287,19 @@ func (o *claimOrder) inserted() {
 
 // read returns the record of id, or [runtime.ErrNotFound].
 func (s *Store) read(ctx context.Context, q *db.Queries, id runtime.Identity) (runtime.Record, error) {
-	r, err := q.Read(ctx, db.ReadParams{Scope: id.Scope, Operation: id.Operation, Key: id.Key})
+	r, err := q.Get(ctx, db.GetParams{Scope: id.Scope, Operation: id.Operation, Key: id.Key})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return runtime.Record{}, runtime.ErrNotFound
 	}
 	if err != nil {
 		return runtime.Record{}, err
 	}
-	if got := (runtime.Identity{Scope: r.Scope, Operation: r.Operation, Key: r.Key}); got != id {
+	rec := toRecord(r)
+	if rec.ID != id {
 		return runtime.Record{}, fmt.Errorf("read %s %q: the server answered with the record of %s %q (scope %q): a connection out of step",
-			id.Operation, id.Key, got.Operation, got.Key, got.Scope)
+			id.Operation, id.Key, rec.ID.Operation, rec.ID.Key, rec.ID.Scope)
 	}
-	return runtime.Record{
-		ID:              id,
-		Fingerprint:     r.Fingerprint,
-		State:           runtime.State(r.State),
-		Owner:           r.Owner,
-		Version:         r.Version,
-		LeaseExpiresAt:  ts(r.LeaseExpiresAt),
-		ExpiresAt:       ts(r.ExpiresAt),
-		Request:         r.Request,
-		Response:        r.Response,
-		ResponseOmitted: r.ResponseOmitted,
-		Note:            r.Note,
-		Token:           r.Token,
-		Takeovers:       r.Takeovers,
-		Attempts:        r.Attempts,
-		CreatedAt:       ts(r.CreatedAt),
-		UpdatedAt:       ts(r.UpdatedAt),
-		StoreNow:        ts(r.StoreNow),
-	}, nil
+	return rec, nil
 }
 
 // SQLSTATEs the claim handles.

@@ -483,6 +483,10 @@ type GetRow struct {
 	StoreNow        pgtype.Timestamptz
 }
 
+// The record of an identity: the first statement of a claim (a replay is
+// this one SELECT by primary key, and takes no lock), the poll of a caller
+// waiting for a call in flight, and Store.Get. The identity comes back too,
+// and the store checks it: a record is never answered for another identity.
 func (q *Queries) Get(ctx context.Context, arg GetParams) (GetRow, error) {
 	row := q.db.QueryRow(ctx, get, arg.Scope, arg.Operation, arg.Key)
 	var i GetRow
@@ -615,74 +619,6 @@ func (q *Queries) List(ctx context.Context, arg ListParams) ([]ListRow, error) {
 		return nil, err
 	}
 	return items, nil
-}
-
-const read = `-- name: Read :one
-SELECT scope, operation, key, fingerprint, state, owner, version,
-    lease_expires_at, expires_at, request, response, takeovers, attempts,
-    created_at, updated_at, token, note, response_omitted,
-    clock_timestamp()::timestamptz AS store_now
-FROM idem_records
-WHERE scope = $1 AND operation = $2 AND key = $3
-`
-
-type ReadParams struct {
-	Scope     string
-	Operation string
-	Key       string
-}
-
-type ReadRow struct {
-	Scope           string
-	Operation       string
-	Key             string
-	Fingerprint     []byte
-	State           string
-	Owner           string
-	Version         int64
-	LeaseExpiresAt  pgtype.Timestamptz
-	ExpiresAt       pgtype.Timestamptz
-	Request         []byte
-	Response        []byte
-	Takeovers       int32
-	Attempts        int32
-	CreatedAt       pgtype.Timestamptz
-	UpdatedAt       pgtype.Timestamptz
-	Token           string
-	Note            string
-	ResponseOmitted bool
-	StoreNow        pgtype.Timestamptz
-}
-
-// The record of an identity: the first statement of a claim (a replay is
-// this one SELECT by primary key, and takes no lock) and the poll of a
-// caller waiting for a call in flight. The identity comes back too, and
-// the store checks it: a record is never answered for another identity.
-func (q *Queries) Read(ctx context.Context, arg ReadParams) (ReadRow, error) {
-	row := q.db.QueryRow(ctx, read, arg.Scope, arg.Operation, arg.Key)
-	var i ReadRow
-	err := row.Scan(
-		&i.Scope,
-		&i.Operation,
-		&i.Key,
-		&i.Fingerprint,
-		&i.State,
-		&i.Owner,
-		&i.Version,
-		&i.LeaseExpiresAt,
-		&i.ExpiresAt,
-		&i.Request,
-		&i.Response,
-		&i.Takeovers,
-		&i.Attempts,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.Token,
-		&i.Note,
-		&i.ResponseOmitted,
-		&i.StoreNow,
-	)
-	return i, err
 }
 
 const release = `-- name: Release :execrows
