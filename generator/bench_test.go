@@ -3,12 +3,9 @@ package generator_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemkit/idem/generator"
 )
@@ -112,45 +109,5 @@ func BenchmarkCheckEmit200(b *testing.B) {
 		if err := generator.GeneratePackages(pkgs, res); err != nil {
 			b.Fatal(err)
 		}
-	}
-}
-
-// TestLoadDominates checks that on 200 methods idemgen's own work (checks
-// and rendering) stays well below the cost of loading the package. It runs
-// the idemgen command, built normally, so that the measurement does not
-// depend on how this test binary is built (the race detector slows the
-// in-process phases tenfold but not the go command that loading runs).
-func TestLoadDominates(t *testing.T) {
-	dir, env := benchPackage(t, 10, 20)
-	bin := filepath.Join(t.TempDir(), "idemgen")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/idemgen")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building idemgen: %v\n%s", err, out)
-	}
-	var tm generator.Timing
-	for i := range 2 { // the first run warms the build cache of the scratch module
-		cmd := exec.Command(bin, "-v")
-		cmd.Dir, cmd.Env = dir, env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("idemgen: %v\n%s", err, out)
-		}
-		m := regexp.MustCompile(`idemgen: 10 services; load (\S+), check (\S+), emit (\S+)`).FindStringSubmatch(string(out))
-		if m == nil {
-			t.Fatalf("no timing in the output of idemgen -v:\n%s", out)
-		}
-		if i == 0 {
-			continue
-		}
-		for j, d := range []*time.Duration{&tm.Load, &tm.Check, &tm.Emit} {
-			if *d, err = time.ParseDuration(m[j+1]); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	t.Logf("200 methods: load %v, check %v, emit %v", tm.Load, tm.Check, tm.Emit)
-	if own := tm.Check + tm.Emit; own > tm.Load/2 {
-		t.Errorf("check+emit took %v against %v of loading; idemgen must stay dominated by package loading", own, tm.Load)
 	}
 }
