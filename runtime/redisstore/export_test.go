@@ -153,3 +153,7 @@ func BucketOf(s *Store, id runtime.Identity) string {
 func AcquireWithNonce(ctx context.Context, s *Store, p runtime.AcquireParams, nonce string) ([]runtime.Record, error) {
 	return s.acquirePending(ctx, p, func(b int) string { return nonce + ":" + strconv.Itoa(b) })
 }
+
+// SetClaimOrder fixes the order of a claim's steps: order > 0 always reads
+// first, order < 0 always runs the claim script first, 0 guesses.
+func SetClaimOrder(s *Store, order int) { s.order.Fix(order) }

@@ -41,7 +41,21 @@
 // # Round trips
 //
 // The happy path of [runtime.Do] is two scripts (claim, complete); a replay
-// is one (the claim returns the finished record). [Store.AcquirePending]
+// is one round trip. A claim that finds a record the claim script would
+// leave alone (a replay, a duplicate in flight, a key reused with another
+// request) needs no script: the store reads the record and Redis's clock in
+// one pipeline (HGETALL, then TIME, on the node that holds the record) and
+// answers from them, deciding leases and expiry with that clock exactly as
+// the script would. Anything else (no record, an expired lease or TTL, a
+// record to acquire) goes to the claim script, which decides again
+// atomically. Which of the read and the script comes first is a guess from
+// the store's recent claims (see internal/claimorder): a first call runs the
+// script at once, a replay reads; a wrong guess costs one more round trip,
+// never a wrong answer. The read needs a client that talks to one node per
+// key: a *redis.Client (standalone, Sentinel) or a *redis.ClusterClient
+// (the read goes through the master's node client, so hooks registered
+// with OnNewNode see it); with any other client every claim runs the
+// script. [Store.AcquirePending]
 // and [Store.Sweep] pipeline one small counting script over every bucket
 // (one round trip per master, in parallel on Cluster) and then run their
 // script on the buckets that have due entries only.
@@ -72,6 +86,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idem/internal/claimorder"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -102,6 +117,7 @@ type Store struct {
 	noncePrefix string
 	nonce       atomic.Uint64
 	tags        []bucketKeys // per bucket, built once
+	order       claimorder.Guess
 }
 
 // bucketKeys are the key prefix of a bucket's records, its index keys and
@@ -262,15 +278,101 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 	return s.claim(ctx, p, s.newNonce())
 }
 
-// claim runs the claim script. The nonce names this call: when the client
-// resends the script (go-redis retries a command whose connection broke,
-// not knowing whether Redis ran it), the script recognizes the claim it made
-// and reports it as claimed instead of as a live record held by another.
+// claim claims by a read of the record or by the claim script, in the
+// order the store guesses (see the package documentation, Round trips).
+//
+// The nonce names this call: when the client resends the script (go-redis
+// retries a command whose connection broke, not knowing whether Redis ran
+// it), the script recognizes the claim it made and reports it as claimed
+// instead of as a live record held by another.
 func (s *Store) claim(ctx context.Context, p runtime.ClaimParams, nonce string) (runtime.ClaimResult, error) {
 	if err := s.checkSize("request", p.Request); err != nil {
 		return runtime.ClaimResult{}, err
 	}
 	k := s.keysOf(p.ID)
+	if s.order.ReadFirst() {
+		res, answered, err := s.claimByRead(ctx, k.rec, p, nonce)
+		if err != nil {
+			return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		}
+		if answered {
+			s.order.Found()
+			return res, nil
+		}
+	}
+	res, err := s.runClaim(ctx, k, p, nonce)
+	if err != nil {
+		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	if res.Claimed {
+		s.order.Created()
+	} else {
+		s.order.Found()
+	}
+	return res, nil
+}
+
+// claimByRead answers a claim from one read of the record and the store's
+// clock when the claim script, run at that moment, would have written
+// nothing and returned the record unclaimed. It reports answered false when
+// the script must decide: no record, one it may create or take over by
+// that clock, one carrying this call's nonce, or a read that failed for a
+// reason other than the caller's context (a slot that moved, a client that
+// cannot read from one node): the script then runs with go-redis's own
+// routing and retries.
+func (s *Store) claimByRead(ctx context.Context, key string, p runtime.ClaimParams, nonce string) (runtime.ClaimResult, bool, error) {
+	f, now, err := s.read(ctx, key)
+	if err != nil {
+		if ctx.Err() != nil {
+			return runtime.ClaimResult{}, false, err
+		}
+		return runtime.ClaimResult{}, false, nil
+	}
+	if takeable(f, p, nonce, now.UnixMicro()) {
+		return runtime.ClaimResult{}, false, nil
+	}
+	rec, err := recordOf(f, now, p.ID)
+	if err != nil {
+		return runtime.ClaimResult{}, false, err
+	}
+	return runtime.ClaimResult{Record: rec}, true, nil
+}
+
+// takeable mirrors the claim script's choice for the record with fields f
+// at store time now (microseconds): true when the script would create it
+// (absent, or finished past its ExpiresAt), take it over (PROCESSING with
+// an expired lease and the same fingerprint), acquire it (UNKNOWN with a
+// free lease, the same fingerprint and AcquireUnknown), or recognize this
+// call's own claim by its nonce. Every false answer holds at the moment of
+// the read too: the read comes before the clock, so a lease or TTL live at
+// now was live when the record was read.
+func takeable(f map[string]string, p runtime.ClaimParams, nonce string, now int64) bool {
+	st, ok := f["st"]
+	if !ok {
+		return true
+	}
+	le, _ := strconv.ParseInt(f["le"], 10, 64)
+	ex, _ := strconv.ParseInt(f["ex"], 10, 64)
+	sameFP := f["fp"] == string(p.Fingerprint)
+	switch runtime.State(st) {
+	case runtime.StateSuccess, runtime.StateFailed:
+		return ex > 0 && ex <= now
+	case runtime.StateProcessing:
+		if le > 0 && le <= now && sameFP {
+			return true
+		}
+	case runtime.StateUnknown:
+		if p.AcquireUnknown && le <= now && sameFP {
+			return true
+		}
+	default:
+		return false
+	}
+	return f["cn"] == nonce && f["ow"] == p.Owner
+}
+
+// runClaim runs the claim script.
+func (s *Store) runClaim(ctx context.Context, k keys, p runtime.ClaimParams, nonce string) (runtime.ClaimResult, error) {
 	acq := "0"
 	if p.AcquireUnknown {
 		acq = "1"
@@ -278,25 +380,87 @@ func (s *Store) claim(ctx context.Context, p runtime.ClaimParams, nonce string) 
 	vals, err := claimScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry, k.ver},
 		p.Fingerprint, p.Owner, us(p.Lease), p.Request, acq, p.ID.Scope, p.ID.Operation, p.ID.Key, nonce, us(s.grace)).Slice()
 	if err != nil {
-		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		return runtime.ClaimResult{}, err
 	}
 	if len(vals) < 2 {
-		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: unexpected reply of %d values", len(vals))
+		return runtime.ClaimResult{}, fmt.Errorf("unexpected reply of %d values", len(vals))
 	}
 	now, err := timeVal(vals[1])
 	if err != nil {
-		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		return runtime.ClaimResult{}, err
 	}
 	rec, err := parseRecord(vals[2:], now)
 	if err != nil {
-		return runtime.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		return runtime.ClaimResult{}, err
 	}
 	return runtime.ClaimResult{Claimed: intVal(vals[0]) == 1, Record: rec}, nil
 }
 
-// Get implements [runtime.Store].
+// read reads the record at key and then Redis's clock, in one pipeline on
+// the node that holds the key. It fails with errNoNode when the client is
+// neither a *redis.Client nor a *redis.ClusterClient. On Cluster the node
+// is the master of the key's slot as the client last learned it; a slot
+// that moved since answers MOVED or ASK, an error like any other.
+func (s *Store) read(ctx context.Context, key string) (map[string]string, time.Time, error) {
+	var node *redis.Client
+	switch c := s.c.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		node = n
+	default:
+		return nil, time.Time{}, errNoNode
+	}
+	pipe := node.Pipeline()
+	rec := pipe.HGetAll(ctx, key)
+	now := pipe.Time(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	return rec.Val(), now.Val(), nil
+}
+
+var errNoNode = errors.New("the client cannot send a pipeline to the node of one key")
+
+// recordOf decodes a record read with HGETALL and checks that it is the
+// record of id (the key names the identity; another one means a reply out
+// of step with its command).
+func recordOf(f map[string]string, now time.Time, id runtime.Identity) (runtime.Record, error) {
+	rec, err := parseFields(func(i int) string { return f[recordFields[i]] }, now)
+	if err != nil {
+		return runtime.Record{}, err
+	}
+	if rec.ID != id {
+		return runtime.Record{}, fmt.Errorf("read %s %q: the server answered with the record of %s %q (scope %q)",
+			id.Operation, id.Key, rec.ID.Operation, rec.ID.Key, rec.ID.Scope)
+	}
+	return rec, nil
+}
+
+// Get implements [runtime.Store] with the claim's read (see the package
+// documentation, Round trips), or the get script when the read fails for
+// another reason than the caller's context.
 func (s *Store) Get(ctx context.Context, id runtime.Identity) (runtime.Record, error) {
-	vals, err := getScript.Run(ctx, s.c, []string{s.keysOf(id).rec}).Slice()
+	key := s.keysOf(id).rec
+	f, now, err := s.read(ctx, key)
+	if err == nil {
+		if len(f) == 0 {
+			return runtime.Record{}, runtime.ErrNotFound
+		}
+		rec, err := recordOf(f, now, id)
+		if err != nil {
+			return runtime.Record{}, fmt.Errorf("redisstore: get: %w", err)
+		}
+		return rec, nil
+	}
+	if ctx.Err() != nil {
+		return runtime.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	vals, err := getScript.Run(ctx, s.c, []string{key}).Slice()
 	if err != nil {
 		return runtime.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
@@ -306,7 +470,7 @@ func (s *Store) Get(ctx context.Context, id runtime.Identity) (runtime.Record, e
 	if intVal(vals[0]) != 1 {
 		return runtime.Record{}, runtime.ErrNotFound
 	}
-	now, err := timeVal(vals[1])
+	now, err = timeVal(vals[1])
 	if err != nil {
 		return runtime.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
@@ -545,7 +709,12 @@ func parseRecord(v []any, now time.Time) (runtime.Record, error) {
 	if len(v) < nFields {
 		return runtime.Record{}, fmt.Errorf("record reply has %d fields, want %d", len(v), nFields)
 	}
-	str := func(i int) string { s, _ := v[i].(string); return s }
+	return parseFields(func(i int) string { s, _ := v[i].(string); return s }, now)
+}
+
+// parseFields decodes a record whose field i (in the order of recordFields)
+// is str(i), "" when absent.
+func parseFields(str func(int) string, now time.Time) (runtime.Record, error) {
 	bytesOf := func(i int) []byte {
 		if s := str(i); s != "" {
 			return []byte(s)

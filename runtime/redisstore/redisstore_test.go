@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,9 +83,29 @@ func testPrefix(t testing.TB) string {
 
 var prefixSeq atomic.Int64
 
+// claimOrders are the orders of a claim's steps the conformance suite runs
+// in: as the store guesses it, always reading the record first, always
+// running the claim script first.
+var claimOrders = []struct {
+	name  string
+	order int
+}{{"guessed", 0}, {"read-first", 1}, {"script-first", -1}}
+
+// conformance runs the suite on c in every claim order.
+func conformance(t *testing.T, c redis.UniversalClient) {
+	for _, tc := range claimOrders {
+		t.Run(tc.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) runtime.Store {
+				s := newStore(t, c, redisstore.WithPrefix(testPrefix(t)))
+				redisstore.SetClaimOrder(s, tc.order)
+				return s
+			})
+		})
+	}
+}
+
 func TestConformance(t *testing.T) {
-	c := standaloneClient(t)
-	storetest.Run(t, func(t *testing.T) runtime.Store { return newStore(t, c, redisstore.WithPrefix(testPrefix(t))) })
+	conformance(t, standaloneClient(t))
 }
 
 func TestConformanceCluster(t *testing.T) {
@@ -99,7 +120,7 @@ func TestConformanceCluster(t *testing.T) {
 	if n := masters.Load(); n < 3 {
 		t.Fatalf("cluster has %d masters, want at least 3", n)
 	}
-	storetest.Run(t, func(t *testing.T) runtime.Store { return newStore(t, c, redisstore.WithPrefix(testPrefix(t))) })
+	conformance(t, c)
 }
 
 // TestClusterSlots checks on a real cluster that a record and the indexes of
@@ -192,63 +213,126 @@ func TestTooLarge(t *testing.T) {
 	}
 }
 
-// countingHook counts the commands and pipelines sent to Redis: each is one
-// round trip.
-type countingHook struct{ n atomic.Int32 }
+// tripHook records the commands of each round trip to Redis: a single
+// command or a pipeline.
+type tripHook struct {
+	mu    sync.Mutex
+	trips []string // each: the commands' names, space-separated
+}
 
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
+		h.add(cmd)
 		return next(ctx, cmd)
 	}
 }
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
+		h.add(cmds...)
 		return next(ctx, cmds)
 	}
 }
 
+// add records one round trip; a new connection's handshake (HELLO, CLIENT
+// SETINFO) belongs to no step of a call and is left out.
+func (h *tripHook) add(cmds ...redis.Cmder) {
+	names := make([]string, len(cmds))
+	for i, c := range cmds {
+		names[i] = c.Name()
+	}
+	if names[0] == "hello" || names[0] == "client" {
+		return
+	}
+	h.mu.Lock()
+	h.trips = append(h.trips, strings.Join(names, " "))
+	h.mu.Unlock()
+}
+
+func (h *tripHook) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.trips
+	h.trips = nil
+	return t
+}
+
+// TestRoundTrips checks what each step of runtime.Do sends to Redis, on a
+// single server and on Cluster (there the hook sits on every node's client,
+// so it sees what goes on the wire, whichever way the store routes it). A
+// first call is two scripts (claim, complete). A replay is one round trip:
+// the claim script while the store expects first calls, and once it has
+// seen a replay, a pipeline of HGETALL and TIME with no script at all. A
+// first call that comes while the store expects replays pays that read
+// once more before its two scripts.
 func TestRoundTrips(t *testing.T) {
-	opt, err := redis.ParseURL(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	defer c.Close()
-	hook := &countingHook{}
-	c.AddHook(hook)
-	s := newStore(t, c)
-	ctx := context.Background()
-	if err := s.LoadScripts(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rt, err := runtime.New(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx = runtime.WithScope(ctx, "roundtrips/"+time.Now().Format(time.RFC3339Nano))
-	var runs atomic.Int32
-	do := func(key string) {
-		t.Helper()
-		got, err := runtime.Do(ctx, rt, runtime.Call[string, string]{Operation: "T.RoundTrips", Key: key, Request: "req",
-			Effect: func(context.Context, string) (string, error) { runs.Add(1); return "resp", nil }})
-		if err != nil || got != "resp" {
-			t.Fatalf("Do = %q, %v", got, err)
-		}
-	}
-	hook.n.Store(0)
-	do("first")
-	if n := hook.n.Load(); n != 2 {
-		t.Errorf("happy path: %d round trips, want 2 (claim, complete)", n)
-	}
-	hook.n.Store(0)
-	do("first")
-	if n := hook.n.Load(); n != 1 {
-		t.Errorf("replay: %d round trips, want 1 (claim)", n)
-	}
-	if runs.Load() != 1 {
-		t.Errorf("effect ran %d times, want 1", runs.Load())
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T, h *tripHook) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T, h *tripHook) redis.UniversalClient {
+			opt, err := redis.ParseURL(testenv.RedisURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := redis.NewClient(opt)
+			c.AddHook(h)
+			return c
+		}},
+		{"cluster", func(t *testing.T, h *tripHook) redis.UniversalClient {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(t)})
+			c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+			return c
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hook := &tripHook{}
+			c := tc.client(t, hook)
+			defer c.Close()
+			s := newStore(t, c, redisstore.WithPrefix(testPrefix(t)))
+			ctx := context.Background()
+			if err := s.LoadScripts(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rt, err := runtime.New(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int32
+			do := func(key string) {
+				t.Helper()
+				got, err := runtime.Do(ctx, rt, runtime.Call[string, string]{Operation: "T.RoundTrips", Key: key, Request: "req",
+					Effect: func(context.Context, string) (string, error) { runs.Add(1); return "resp", nil }})
+				if err != nil || got != "resp" {
+					t.Fatalf("Do = %q, %v", got, err)
+				}
+			}
+			keys := int32(2)
+			if tc.name == "cluster" { // the client learns the slots: not a step of a call
+				do("warm-up")
+				keys++
+			}
+			const script, read = "evalsha", "hgetall time"
+			for _, step := range []struct {
+				name, key string
+				want      []string
+			}{
+				{"first call on a new store", "first", []string{script, script}},
+				{"first replay", "first", []string{script}},
+				{"replay", "first", []string{read}},
+				{"replay again", "first", []string{read}},
+				{"first call among replays", "second", []string{read, script, script}},
+				{"its replay", "second", []string{read}},
+			} {
+				hook.take()
+				do(step.key)
+				if got := hook.take(); !slices.Equal(got, step.want) {
+					t.Errorf("%s: round trips %q, want %q", step.name, got, step.want)
+				}
+			}
+			if n := runs.Load(); n != keys {
+				t.Errorf("effect ran %d times, want once per key", n)
+			}
+		})
 	}
 }
