@@ -157,3 +157,8 @@ func AcquireWithNonce(ctx context.Context, s *Store, p runtime.AcquireParams, no
 // SetClaimOrder fixes the order of a claim's steps: order > 0 always reads
 // first, order < 0 always runs the claim script first, 0 guesses.
 func SetClaimOrder(s *Store, order int) { s.order.Fix(order) }
+
+// ClaimByScript runs the claim script alone, with no read first.
+func ClaimByScript(ctx context.Context, s *Store, p runtime.ClaimParams, nonce string) (runtime.ClaimResult, error) {
+	return s.runClaim(ctx, s.keysOf(p.ID), p, nonce)
+}
