@@ -121,15 +121,6 @@ func recText(rec runtime.Record) string {
 	return fmt.Sprintf("%+v", rec)
 }
 
-func mustGet(t *testing.T, s runtime.Store, id runtime.Identity) runtime.Record {
-	t.Helper()
-	rec, err := s.Get(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec
-}
-
 func mustGetOrNone(t *testing.T, s runtime.Store, id runtime.Identity) runtime.Record {
 	t.Helper()
 	rec, err := s.Get(context.Background(), id)
