@@ -273,18 +273,20 @@ func (s *Store) checkSize(what string, b []byte) error {
 
 func us(d time.Duration) int64 { return d.Microseconds() }
 
-// Claim implements [runtime.Store] in one script.
+// Claim implements [runtime.Store]: one script, or one read for a record
+// the script would leave alone.
 func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
-	return s.claim(ctx, p, s.newNonce())
+	return s.claim(ctx, p, "")
 }
 
 // claim claims by a read of the record or by the claim script, in the
 // order the store guesses (see the package documentation, Round trips).
 //
-// The nonce names this call: when the client resends the script (go-redis
-// retries a command whose connection broke, not knowing whether Redis ran
-// it), the script recognizes the claim it made and reports it as claimed
-// instead of as a live record held by another.
+// The nonce names this call ("": a new one, drawn when the script runs):
+// when the client resends the script (go-redis retries a command whose
+// connection broke, not knowing whether Redis ran it), the script
+// recognizes the claim it made and reports it as claimed instead of as a
+// live record held by another.
 func (s *Store) claim(ctx context.Context, p runtime.ClaimParams, nonce string) (runtime.ClaimResult, error) {
 	if err := s.checkSize("request", p.Request); err != nil {
 		return runtime.ClaimResult{}, err
@@ -343,9 +345,10 @@ func (s *Store) claimByRead(ctx context.Context, key string, p runtime.ClaimPara
 // (absent, or finished past its ExpiresAt), take it over (PROCESSING with
 // an expired lease and the same fingerprint), acquire it (UNKNOWN with a
 // free lease, the same fingerprint and AcquireUnknown), or recognize this
-// call's own claim by its nonce. Every false answer holds at the moment of
-// the read too: the read comes before the clock, so a lease or TTL live at
-// now was live when the record was read.
+// call's own claim by its nonce (Claim draws its nonce only when it runs
+// the script; before that it has none, which matches nothing). Every false
+// answer holds at the moment of the read too: the read comes before the
+// clock, so a lease or TTL live at now was live when the record was read.
 func takeable(f map[string]string, p runtime.ClaimParams, nonce string, now int64) bool {
 	st, ok := f["st"]
 	if !ok {
@@ -368,11 +371,14 @@ func takeable(f map[string]string, p runtime.ClaimParams, nonce string, now int6
 	default:
 		return false
 	}
-	return f["cn"] == nonce && f["ow"] == p.Owner
+	return nonce != "" && f["cn"] == nonce && f["ow"] == p.Owner
 }
 
-// runClaim runs the claim script.
+// runClaim runs the claim script with nonce, or a new one when it is "".
 func (s *Store) runClaim(ctx context.Context, k keys, p runtime.ClaimParams, nonce string) (runtime.ClaimResult, error) {
+	if nonce == "" {
+		nonce = s.newNonce()
+	}
 	acq := "0"
 	if p.AcquireUnknown {
 		acq = "1"
