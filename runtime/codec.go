@@ -24,6 +24,16 @@ type Codec interface {
 
 // JSONCodec is the default [Codec], built on encoding/json (which sorts map
 // keys and so is deterministic).
+//
+// A runtime with JSONCodec encodes and decodes a type made only of strings,
+// bools, integers, structs of these (no embedded fields), pointers and
+// slices of them (not []byte), with no method encoding/json would call,
+// without encoding/json's reflection: it writes json.Marshal's bytes to
+// the byte, and reads a stored response that way only when it is exactly
+// those bytes (anything else, such as a record an older version, another
+// codec or a hand edit wrote, is decoded by json.Unmarshal). Fingerprints
+// and stored records are the same either way. Another Codec, including one
+// that wraps JSONCodec, is called through Marshal and Unmarshal.
 type JSONCodec struct{}
 
 // Marshal implements [Codec].
