@@ -88,7 +88,7 @@ func For[T any](c *Cache) *Plan {
 
 // Build returns the plan for t, or nil when t is not in the subset.
 func Build(t reflect.Type) *Plan {
-	n := build(t, map[reflect.Type]bool{})
+	n := (&builder{visiting: map[reflect.Type]bool{}, built: map[reflect.Type]*node{}}).build(t)
 	if n == nil {
 		return nil
 	}
@@ -136,15 +136,31 @@ func special(t reflect.Type) bool {
 	return false
 }
 
-// build returns the node for t, or nil when t is not in the subset;
-// visiting holds the types being built (a type that holds itself is not
-// in the subset).
-func build(t reflect.Type, visiting map[reflect.Type]bool) *node {
-	if special(t) || visiting[t] {
+// builder builds the nodes of one plan.
+type builder struct {
+	visiting map[reflect.Type]bool  // the types being built: one that holds itself is not in the subset
+	built    map[reflect.Type]*node // the nodes built (nil: not in the subset), shared where a type recurs
+}
+
+// build returns the node for t, or nil when t is not in the subset.
+func (b *builder) build(t reflect.Type) *node {
+	if n, ok := b.built[t]; ok {
+		return n
+	}
+	if b.visiting[t] {
 		return nil
 	}
-	visiting[t] = true
-	defer delete(visiting, t)
+	b.visiting[t] = true
+	n := b.node(t)
+	delete(b.visiting, t)
+	b.built[t] = n
+	return n
+}
+
+func (b *builder) node(t reflect.Type) *node {
+	if special(t) {
+		return nil
+	}
 	switch t.Kind() {
 	case reflect.String:
 		return &node{kind: kString}
@@ -155,18 +171,18 @@ func build(t reflect.Type, visiting map[reflect.Type]bool) *node {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		return &node{kind: intKind(kUint8, t.Size())}
 	case reflect.Pointer:
-		if e := build(t.Elem(), visiting); e != nil {
+		if e := b.build(t.Elem()); e != nil {
 			return &node{kind: kPointer, typ: t.Elem(), elem: e}
 		}
 	case reflect.Slice:
 		if t.Elem().Kind() == reflect.Uint8 {
 			return nil // base64, or an array of numbers: json decides by methods of the element
 		}
-		if e := build(t.Elem(), visiting); e != nil {
+		if e := b.build(t.Elem()); e != nil {
 			return &node{kind: kSlice, typ: t, elem: e, size: t.Elem().Size()}
 		}
 	case reflect.Struct:
-		return buildStruct(t, visiting)
+		return b.structNode(t)
 	}
 	return nil
 }
@@ -185,7 +201,7 @@ func intKind(base kind, size uintptr) kind {
 	return base + 3
 }
 
-func buildStruct(t reflect.Type, visiting map[reflect.Type]bool) *node {
+func (b *builder) structNode(t reflect.Type) *node {
 	n := &node{kind: kStruct}
 	names := map[string]bool{}
 	for i := range t.NumField() {
@@ -217,7 +233,7 @@ func buildStruct(t reflect.Type, visiting map[reflect.Type]bool) *node {
 			return nil // json drops both fields
 		}
 		names[name] = true
-		fn := build(sf.Type, visiting)
+		fn := b.build(sf.Type)
 		if fn == nil {
 			return nil
 		}
