@@ -9,6 +9,7 @@ import (
 	"math"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -475,15 +476,65 @@ func TestDecodeCanonicalOnly(t *testing.T) {
 	}
 }
 
+// TestCacheFor: For returns one plan per type, and nil for a type outside
+// the subset, past Cache.recent's room too, from goroutines at once.
 func TestCacheFor(t *testing.T) {
 	var c Cache
-	if p := For[Small](&c); p == nil || p != For[Small](&c) || p.Type() != reflect.TypeFor[Small]() {
-		t.Errorf("For[Small]: %v, then %v", p, For[Small](&c))
+	lookups := []func() (*Plan, reflect.Type){
+		cacheCase[Small](&c), cacheCase[Ints](&c), cacheCase[Omit](&c), cacheCase[Names](&c), cacheCase[Nested](&c),
+		cacheCase[Deep](&c), cacheCase[Empty](&c), cacheCase[string](&c), cacheCase[[]int64](&c), cacheCase[*Small](&c),
+		cacheCase[[]*Ints](&c), cacheCase[bool](&c), cacheCase[int8](&c), cacheCase[int16](&c), cacheCase[map[string]int](&c),
+		cacheCase[uint](&c), cacheCase[[]string](&c), cacheCase[*Ints](&c), cacheCase[any](&c), cacheCase[int32](&c),
 	}
-	if p := For[map[string]int](&c); p != nil || For[map[string]int](&c) != nil {
-		t.Errorf("For[map]: %v", p)
+	if len(lookups) <= maxRecent {
+		t.Fatalf("%d types do not fill Cache.recent (%d)", len(lookups), maxRecent)
+	}
+	first := make([]*Plan, len(lookups))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for round := range 3 {
+				for k := range lookups {
+					i := (k + g*5) % len(lookups)
+					p, typ := lookups[i]()
+					if (p != nil) != (Build(typ) != nil) || p != nil && p.Type() != typ {
+						t.Errorf("For[%v] = %v", typ, p)
+					}
+					if g == 0 && round == 0 {
+						first[i] = p
+					} else if g == 0 && p != first[i] {
+						t.Errorf("For[%v]: another plan on round %d", typ, round)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if r := c.recent.Load(); r == nil || len(*r) != maxRecent {
+		t.Errorf("Cache.recent holds %v", r)
 	}
 	if !strings.Contains(Build(reflect.TypeFor[Names]()).root.fields[0].key, `\u003ca\u0026b\u003e`) {
 		t.Errorf("key %s", Build(reflect.TypeFor[Names]()).root.fields[0].key)
+	}
+}
+
+func cacheCase[T any](c *Cache) func() (*Plan, reflect.Type) {
+	return func() (*Plan, reflect.Type) { return For[T](c), reflect.TypeFor[T]() }
+}
+
+// TestBuildSharesNodes: a type that recurs in a plan is built once (a
+// plan's size stays linear in the types, not in the paths to them).
+func TestBuildSharesNodes(t *testing.T) {
+	type leaf struct{ A, B, C string }
+	type l1 struct{ A, B, C, D leaf }
+	type l2 struct{ A, B, C, D l1 }
+	type l3 struct{ A, B, C, D []l2 }
+	p := Build(reflect.TypeFor[l3]())
+	if p == nil {
+		t.Fatal("no plan")
+	}
+	l2n := p.root.fields[0].node.elem
+	if p.root.fields[3].node.elem != l2n || l2n.fields[0].node != l2n.fields[3].node {
+		t.Error("a type that recurs has a node per use")
 	}
 }

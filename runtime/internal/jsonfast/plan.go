@@ -21,8 +21,10 @@ import (
 	"encoding"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unsafe"
 )
@@ -73,17 +75,55 @@ type field struct {
 // Cache holds the plans built so far, by type. The zero value is ready to
 // use; it is safe for concurrent use.
 type Cache struct {
-	m sync.Map // reflect.Type -> *Plan (nil: not in the subset)
+	// recent holds the first maxRecent types looked up: a service has a
+	// few, and comparing them beats hashing a reflect.Type into m.
+	recent atomic.Pointer[[]cached]
+	m      sync.Map // reflect.Type -> *Plan (nil: not in the subset)
+}
+
+// maxRecent is how many types Cache.recent holds.
+const maxRecent = 16
+
+type cached struct {
+	t reflect.Type
+	p *Plan
 }
 
 // For returns the plan for T, or nil when T is not in the subset.
 func For[T any](c *Cache) *Plan {
 	t := reflect.TypeFor[T]()
-	if p, ok := c.m.Load(t); ok {
-		return p.(*Plan)
+	if r := c.recent.Load(); r != nil {
+		for i := range *r {
+			if (*r)[i].t == t {
+				return (*r)[i].p
+			}
+		}
 	}
-	p, _ := c.m.LoadOrStore(t, Build(t))
-	return p.(*Plan)
+	return c.lookup(t)
+}
+
+// lookup is For past c.recent: the plan from c.m (built on first use),
+// added to c.recent while it has room.
+func (c *Cache) lookup(t reflect.Type) *Plan {
+	v, ok := c.m.Load(t)
+	if !ok {
+		v, _ = c.m.LoadOrStore(t, Build(t))
+	}
+	p := v.(*Plan)
+	for {
+		old := c.recent.Load()
+		var r []cached
+		if old != nil {
+			if len(*old) >= maxRecent || slices.ContainsFunc(*old, func(e cached) bool { return e.t == t }) {
+				return p
+			}
+			r = slices.Clip(*old)
+		}
+		r = append(r, cached{t, p}) // a new array: readers of old keep theirs
+		if c.recent.CompareAndSwap(old, &r) {
+			return p
+		}
+	}
 }
 
 // Build returns the plan for t, or nil when t is not in the subset.
