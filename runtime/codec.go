@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"sync"
+
+	"github.com/idemkit/idem/runtime/internal/jsonfast"
 )
 
 // Codec encodes requests (for fingerprints and reconciliation) and responses
@@ -22,6 +24,16 @@ type Codec interface {
 
 // JSONCodec is the default [Codec], built on encoding/json (which sorts map
 // keys and so is deterministic).
+//
+// A runtime with JSONCodec encodes and decodes a type made only of strings,
+// bools, integers, structs of these (no embedded fields), pointers and
+// slices of them (not []byte), with no method encoding/json would call,
+// without encoding/json's reflection: it writes json.Marshal's bytes to
+// the byte, and reads a stored response that way only when it is exactly
+// those bytes (anything else, such as a record an older version, another
+// codec or a hand edit wrote, is decoded by json.Unmarshal). Fingerprints
+// and stored records are the same either way. Another Codec, including one
+// that wraps JSONCodec, is called through Marshal and Unmarshal.
 type JSONCodec struct{}
 
 // Marshal implements [Codec].
@@ -30,48 +42,64 @@ func (JSONCodec) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 // Unmarshal implements [Codec].
 func (JSONCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
-// encoders is a runtime's fast path for the default codec: requests are
-// encoded into a reused buffer, then copied once into the slice that
-// carries the fingerprint and the request together; values are encoded
-// through a pointer (no copy into an interface) where that encodes the
-// same bytes.
+// encoders is a runtime's fast path for the default codec. A type in
+// jsonfast's subset (structs of strings, bools, integers, pointers and
+// slices of these) is encoded and decoded by its jsonfast plan, which
+// writes json.Marshal's bytes and reads back only those (anything else it
+// leaves to encoding/json); other types go through encoding/json. Requests
+// are encoded into a reused buffer, then copied once into the slice that
+// carries the fingerprint and the request together; values are handed to
+// encoding/json through a pointer (no copy into an interface) where that
+// encodes the same bytes.
 type encoders struct {
-	pool sync.Pool // *jsonEncoder, used by one call at a time
-	dec  sync.Pool // *jsonDecoder, used by one call at a time
+	plans jsonfast.Cache
+	pool  sync.Pool // *jsonEncoder, used by one call at a time
+	dec   sync.Pool // *jsonDecoder, used by one call at a time
 	// addr caches jsonAddrSafe by type (reflect.Type -> bool).
 	addr sync.Map
 }
 
 type jsonEncoder struct {
-	buf bytes.Buffer
-	enc *json.Encoder
+	buf     bytes.Buffer
+	enc     *json.Encoder // on buf, made on first use
+	scratch []byte        // for jsonfast.Encode
 }
 
 // maxPooledEncoder is the largest buffer returned to the pool: a rare huge
 // request does not pin its memory.
 const maxPooledEncoder = 64 << 10
 
-// request encodes v and returns the fingerprint (fingerprint itself when
-// not nil, else the SHA-256 of the encoding) and the encoding, in one
-// allocation that nothing else holds.
+// request encodes v with encoding/json and returns the fingerprint
+// (fingerprint itself when not nil, else the SHA-256 of the encoding) and
+// the encoding, in one allocation that nothing else holds.
 func (e *encoders) request(v any, fingerprint []byte) (fp, req []byte, err error) {
-	je, _ := e.pool.Get().(*jsonEncoder)
-	if je == nil {
-		je = new(jsonEncoder)
+	je := e.get()
+	defer e.put(je)
+	if je.enc == nil {
 		je.enc = json.NewEncoder(&je.buf)
 	}
-	defer func() {
-		if je.buf.Cap() <= maxPooledEncoder {
-			e.pool.Put(je)
-		}
-	}()
 	je.buf.Reset()
 	// Encode writes what json.Marshal returns (HTML-escaped), and a newline.
 	if err := je.enc.Encode(v); err != nil {
 		return nil, nil, err
 	}
 	b := je.buf.Bytes()
-	b = b[:len(b)-1]
+	fp, req = withFingerprint(b[:len(b)-1], fingerprint)
+	return fp, req, nil
+}
+
+// requestPlan is [encoders.request] for a type with a plan.
+func requestPlan[T any](e *encoders, p *jsonfast.Plan, v *T, fingerprint []byte) (fp, req []byte) {
+	je := e.get()
+	je.scratch = jsonfast.Encode(p, je.scratch[:0], v)
+	fp, req = withFingerprint(je.scratch, fingerprint)
+	e.put(je)
+	return fp, req
+}
+
+// withFingerprint returns the fingerprint (fingerprint itself when not nil,
+// else the SHA-256 of b) and a copy of b, in one new allocation.
+func withFingerprint(b, fingerprint []byte) (fp, req []byte) {
 	n := sha256.Size
 	if fingerprint != nil {
 		n = len(fingerprint)
@@ -84,7 +112,23 @@ func (e *encoders) request(v any, fingerprint []byte) (fp, req []byte, err error
 		sum := sha256.Sum256(b)
 		copy(out, sum[:])
 	}
-	return out[:n:n], out[n:], nil
+	return out[:n:n], out[n:]
+}
+
+// get returns a pooled encoder; put gives it back unless it grew too big
+// to keep.
+func (e *encoders) get() *jsonEncoder {
+	je, _ := e.pool.Get().(*jsonEncoder)
+	if je == nil {
+		je = new(jsonEncoder)
+	}
+	return je
+}
+
+func (e *encoders) put(je *jsonEncoder) {
+	if je.buf.Cap() <= maxPooledEncoder && cap(je.scratch) <= maxPooledEncoder {
+		e.pool.Put(je)
+	}
 }
 
 // jsonValue returns what to hand encoding/json for *v: v itself when that
@@ -154,6 +198,10 @@ func jsonAddrSafe(t reflect.Type) bool {
 // that the caller never modifies afterwards (a store may keep them).
 func encodeRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []byte, err error) {
 	if _, ok := rt.cfg.codec.(JSONCodec); ok {
+		if p := jsonfast.For[Req](&rt.enc.plans); p != nil {
+			fp, b = requestPlan(&rt.enc, p, req, fingerprint)
+			return fp, b, nil
+		}
 		return rt.enc.request(jsonValue(rt, req), fingerprint)
 	}
 	if b, err = rt.cfg.codec.Marshal(*req); err != nil {
@@ -171,6 +219,13 @@ func encodeRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []
 // encodeResponse encodes *resp with the runtime's codec.
 func encodeResponse[Resp any](rt *Runtime, resp *Resp) ([]byte, error) {
 	if _, ok := rt.cfg.codec.(JSONCodec); ok {
+		if p := jsonfast.For[Resp](&rt.enc.plans); p != nil {
+			je := rt.enc.get()
+			je.scratch = jsonfast.Encode(p, je.scratch[:0], resp)
+			b := bytes.Clone(je.scratch) // exactly its size, and the store's own
+			rt.enc.put(je)
+			return b, nil
+		}
 		return json.Marshal(jsonValue(rt, resp))
 	}
 	b, err := rt.cfg.codec.Marshal(*resp)
@@ -188,12 +243,20 @@ func decodeResponse[Resp any](rt *Runtime, data []byte, resp *Resp) error {
 		// through): it gets a copy, so the caller may change its result.
 		return rt.cfg.codec.Unmarshal(bytes.Clone(data), resp)
 	}
+	// From a fresh value, as json.Unmarshal into a new Resp.
+	var zero Resp
+	*resp = zero
+	if p := jsonfast.For[Resp](&rt.enc.plans); p != nil {
+		if jsonfast.Decode(p, data, resp) {
+			return nil
+		}
+		*resp = zero // not the canonical encoding: encoding/json decides
+	}
 	if rt.enc.decode(data, resp) {
 		return nil
 	}
 	// Anything but one well-formed value that decodes cleanly: what
 	// json.Unmarshal says about it, from a fresh value.
-	var zero Resp
 	*resp = zero
 	return json.Unmarshal(data, resp)
 }

@@ -5,9 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/runtime/internal/jsonfast"
 )
 
 type valueKey struct{}
@@ -159,7 +163,9 @@ func (v valMarshaler) MarshalJSON() ([]byte, error) { return []byte(`"value"`), 
 // TestEncodeRequestMatchesMarshal: the fast path encodes and fingerprints
 // every request as json.Marshal of the value does, pointer-receiver
 // marshalers included (json skips them on a value, calls them through a
-// pointer).
+// pointer), and through a jsonfast plan (fast) for the types that have one;
+// encodeResponse writes the same bytes, and decodeResponse reads them back
+// as json.Unmarshal does.
 func TestEncodeRequestMatchesMarshal(t *testing.T) {
 	rt, err := New(nopStore{})
 	if err != nil {
@@ -180,23 +186,48 @@ func TestEncodeRequestMatchesMarshal(t *testing.T) {
 	type deep struct{ In struct{ M ptrMarshaler } }
 	type withValue struct{ V valMarshaler }
 	type withTextThenJSON struct{ T textThenJSON }
+	type item struct {
+		SKU   string `json:"sku"`
+		Qty   uint16 `json:"qty,omitempty"`
+		Gift  bool   `json:"gift,omitempty"`
+		Notes []string
+	}
+	type order struct {
+		ID     string  `json:"<id>&"`
+		Cents  int64   `json:"cents"`
+		Min    int8    `json:"min"`
+		Max    uint64  `json:"max"`
+		Items  []item  `json:"items"`
+		Ship   *item   `json:"ship,omitempty"`
+		Prev   *string `json:"prev"`
+		hidden string
+		Skip   string `json:"-"`
+	}
+	prev := "\u2028 \u2029 \x00 \xff"
 	tests := []struct {
 		name string
-		enc  func(*Runtime) (v any, fp, b []byte, err error)
+		fast bool // the type has a jsonfast plan
+		enc  func(*Runtime) (v any, fp, b, resp []byte, err error)
 	}{
-		{"plain", encodeCase(plain{A: "<x>", B: 1, C: []byte{1}, D: map[string]int{"b": 1, "a": 2}, E: &ptrMarshaler{}, F: []ptrMarshaler{{}}, G: ptrMarshaler{}})},
-		{"pointer marshaler", encodeCase(ptrMarshaler{N: 3})},
-		{"field with a pointer marshaler", encodeCase(fieldPtr{})},
-		{"array of pointer text marshalers", encodeCase(fieldText{})},
-		{"nested", encodeCase(deep{})},
-		{"value marshaler", encodeCase(withValue{})},
-		{"value text marshaler, pointer json marshaler", encodeCase(textThenJSON{S: "x"})},
-		{"field with a value text marshaler and a pointer json marshaler", encodeCase(withTextThenJSON{T: textThenJSON{S: "y"}})},
-		{"interface", encodeCase[any](ptrMarshaler{})},
+		{"plain", false, encodeCase(plain{A: "<x>", B: 1, C: []byte{1}, D: map[string]int{"b": 1, "a": 2}, E: &ptrMarshaler{}, F: []ptrMarshaler{{}}, G: ptrMarshaler{}})},
+		{"pointer marshaler", false, encodeCase(ptrMarshaler{N: 3})},
+		{"field with a pointer marshaler", false, encodeCase(fieldPtr{})},
+		{"array of pointer text marshalers", false, encodeCase(fieldText{})},
+		{"nested", false, encodeCase(deep{})},
+		{"value marshaler", false, encodeCase(withValue{})},
+		{"value text marshaler, pointer json marshaler", false, encodeCase(textThenJSON{S: "x"})},
+		{"field with a value text marshaler and a pointer json marshaler", false, encodeCase(withTextThenJSON{T: textThenJSON{S: "y"}})},
+		{"interface", false, encodeCase[any](ptrMarshaler{})},
+		{"time", false, encodeCase(time.Date(2026, 12, 2, 1, 2, 3, 4, time.UTC))},
+		{"planned zero", true, encodeCase(order{})},
+		{"planned", true, encodeCase(order{ID: "<script>&amp;\u2028\x01\"\\\n\t\xc3(\U0001F600", Cents: -1 << 63, Min: -128, Max: 1<<64 - 1,
+			Items: []item{{SKU: "a", Qty: 2, Gift: true, Notes: []string{}}, {}}, Ship: &item{Notes: []string{"é", ""}}, Prev: &prev, hidden: "h", Skip: "s"})},
+		{"planned string", true, encodeCase("\ufffd\xff<>")},
+		{"planned slice", true, encodeCase([]*item{nil, {SKU: "x"}})},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			v, fp, got, err := tc.enc(rt)
+			v, fp, got, resp, err := tc.enc(rt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -208,27 +239,58 @@ func TestEncodeRequestMatchesMarshal(t *testing.T) {
 			if string(got) != string(want) || string(fp) != string(sum[:]) {
 				t.Errorf("encoded %s, want %s (json.Marshal of the value)", got, want)
 			}
+			if string(resp) != string(want) {
+				t.Errorf("encoded response %s, want %s", resp, want)
+			}
+			if fast := jsonfast.Build(reflect.TypeOf(v)) != nil; fast != tc.fast {
+				t.Errorf("jsonfast plan: %v, want %v", fast, tc.fast)
+			}
 		})
 	}
 	t.Run("fingerprint given", func(t *testing.T) {
-		v, given := plain{A: "a"}, []byte("mine")
-		fp, b, _ := encodeRequest(rt, &v, given)
-		given[0] = 'X' // the caller's slice is not kept
-		if string(fp) != "mine" || !strings.HasPrefix(string(b), `{"a":"a"`) {
-			t.Errorf("fingerprint %q, request %s", fp, b)
+		for _, fast := range []bool{false, true} {
+			var fp, b []byte
+			given := []byte("mine")
+			if fast {
+				v := order{ID: "a"}
+				fp, b, _ = encodeRequest(rt, &v, given)
+			} else {
+				v := plain{A: "a"}
+				fp, b, _ = encodeRequest(rt, &v, given)
+			}
+			given[0] = 'X' // the caller's slice is not kept
+			if string(fp) != "mine" || !strings.Contains(string(b), `":"a"`) {
+				t.Errorf("fast %v: fingerprint %q, request %s", fast, fp, b)
+			}
 		}
 	})
 }
 
-func encodeCase[T any](v T) func(*Runtime) (any, []byte, []byte, error) {
-	return func(rt *Runtime) (any, []byte, []byte, error) {
+// encodeCase encodes v as a request and as a response, and checks that
+// decodeResponse decodes the response as json.Unmarshal does.
+func encodeCase[T any](v T) func(*Runtime) (any, []byte, []byte, []byte, error) {
+	return func(rt *Runtime) (any, []byte, []byte, []byte, error) {
 		fp, b, err := encodeRequest(rt, &v, nil)
-		return v, fp, b, err
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		resp, err := encodeResponse(rt, &v)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		var got, want T
+		gerr := decodeResponse(rt, resp, &got)
+		werr := json.Unmarshal(resp, &want)
+		if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+			return nil, nil, nil, nil, fmt.Errorf("decodeResponse(%s): %#v, %v; json.Unmarshal: %#v, %v", resp, got, gerr, want, werr)
+		}
+		return v, fp, b, resp, nil
 	}
 }
 
-// TestDecodeResponseMatchesUnmarshal: the reused decoder decodes as
-// json.Unmarshal does, and says what it says about bad input.
+// TestDecodeResponseMatchesUnmarshal: the jsonfast plan and the reused
+// decoder decode as json.Unmarshal does, and say what it says about bad
+// input.
 func TestDecodeResponseMatchesUnmarshal(t *testing.T) {
 	rt, err := New(nopStore{})
 	if err != nil {
@@ -240,6 +302,10 @@ func TestDecodeResponseMatchesUnmarshal(t *testing.T) {
 	}
 	for _, data := range []string{
 		`{"a":"x","b":1}`, `{"a":"y"}`, `{"a":"x","b":1} `, `{"a":"x"} {"a":"y"}`, `{"a":"x"`, `{"b":"not a number","a":"z"}`, `null`, ``, `{"a":"x","b":1}`,
+		// Not what json.Marshal writes (an older version, another codec, a
+		// hand edit): jsonfast leaves them to encoding/json.
+		`{"b":1,"a":"x"}`, `{"A":"\u0041\/","B":2}`, `{ "a" : "x" }`, `{"a":"x","b":1,"c":3}`, `{"a":"x","b":1.5}`, `{"a":"x","b":99999999999999999999}`,
+		`{"a":"x","a":"y"}`, `{"a":"\ud83d\ude00","b":-0}`, "{\"a\":\"\xff\"}", `{"a":"x","b":1,}`,
 	} {
 		var got, want resp
 		gerr := decodeResponse(rt, []byte(data), &got)

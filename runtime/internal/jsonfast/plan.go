@@ -1,0 +1,330 @@
+// Package jsonfast encodes and decodes a subset of Go types exactly as
+// encoding/json does, without its reflection on every call: a [Plan],
+// built once per type, lists what to write and read at which offset.
+//
+// The subset: strings, bools, integers of every size, structs (without
+// embedded fields) of these, pointers to them and slices of them (not
+// []byte, which json writes in base64). A type outside it, or one that
+// json would treat specially (json.Number, a json.Marshaler, json.Unmarshaler,
+// encoding.TextMarshaler or encoding.TextUnmarshaler on the value or its
+// pointer, a field tagged ",string" or ",omitzero", a name two fields share,
+// a recursive type), has no plan: the caller uses encoding/json.
+//
+// [Encode] writes the bytes json.Marshal writes (HTML-escaped). [Decode]
+// accepts only those bytes: the canonical form for the type, fields in
+// order, no whitespace, only the escapes json writes. Anything else is
+// "not handled", and the caller decodes the same bytes with encoding/json;
+// so whenever Decode accepts, its result is json.Unmarshal's.
+package jsonfast
+
+import (
+	"encoding"
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode"
+	"unsafe"
+)
+
+// kind is what a plan node reads or writes.
+type kind uint8
+
+const (
+	kString kind = iota
+	kBool
+	kInt8
+	kInt16
+	kInt32
+	kInt64
+	kUint8
+	kUint16
+	kUint32
+	kUint64
+	kStruct
+	kPointer
+	kSlice
+)
+
+// Plan encodes and decodes values of one type. A nil *Plan means the type
+// is not in the subset.
+type Plan struct {
+	typ  reflect.Type
+	root *node
+}
+
+// node is the plan for one type.
+type node struct {
+	kind   kind
+	typ    reflect.Type // kPointer: the element type; kSlice: the slice type
+	elem   *node        // kPointer, kSlice
+	size   uintptr      // kSlice: the size of an element
+	fields []field      // kStruct
+}
+
+// field is a struct field json encodes.
+type field struct {
+	key       string // `"name":`, escaped as json escapes it
+	offset    uintptr
+	omitEmpty bool
+	node      *node
+}
+
+// Cache holds the plans built so far, by type. The zero value is ready to
+// use; it is safe for concurrent use.
+type Cache struct {
+	// recent holds the first maxRecent types looked up: a service has a
+	// few, and comparing them beats hashing a reflect.Type into m.
+	recent atomic.Pointer[[]cached]
+	m      sync.Map // reflect.Type -> *Plan (nil: not in the subset)
+}
+
+// maxRecent is how many types Cache.recent holds.
+const maxRecent = 16
+
+type cached struct {
+	t reflect.Type
+	p *Plan
+}
+
+// For returns the plan for T, or nil when T is not in the subset.
+func For[T any](c *Cache) *Plan {
+	t := reflect.TypeFor[T]()
+	if r := c.recent.Load(); r != nil {
+		for i := range *r {
+			if (*r)[i].t == t {
+				return (*r)[i].p
+			}
+		}
+	}
+	return c.lookup(t)
+}
+
+// lookup is For past c.recent: the plan from c.m (built on first use),
+// added to c.recent while it has room.
+func (c *Cache) lookup(t reflect.Type) *Plan {
+	v, ok := c.m.Load(t)
+	if !ok {
+		v, _ = c.m.LoadOrStore(t, Build(t))
+	}
+	p := v.(*Plan)
+	for {
+		old := c.recent.Load()
+		var r []cached
+		if old != nil {
+			if len(*old) >= maxRecent || slices.ContainsFunc(*old, func(e cached) bool { return e.t == t }) {
+				return p
+			}
+			r = slices.Clip(*old)
+		}
+		r = append(r, cached{t, p}) // a new array: readers of old keep theirs
+		if c.recent.CompareAndSwap(old, &r) {
+			return p
+		}
+	}
+}
+
+// Build returns the plan for t, or nil when t is not in the subset.
+func Build(t reflect.Type) *Plan {
+	n := (&builder{visiting: map[reflect.Type]bool{}, built: map[reflect.Type]*node{}}).build(t)
+	if n == nil {
+		return nil
+	}
+	return &Plan{typ: t, root: n}
+}
+
+// Type is the type the plan encodes.
+func (p *Plan) Type() reflect.Type { return p.typ }
+
+// Encode appends to dst what json.Marshal(*v) returns. p must be the plan
+// for T.
+func Encode[T any](p *Plan, dst []byte, v *T) []byte {
+	return appendValue(dst, p.root, unsafe.Pointer(v))
+}
+
+// Decode decodes data into *v, which must be T's zero value, and reports
+// whether it did: false when data is not the canonical encoding of a T
+// (then *v holds garbage the caller must discard). p must be the plan for
+// T.
+func Decode[T any](p *Plan, data []byte, v *T) bool {
+	d := decoder{data: data}
+	return d.value(p.root, unsafe.Pointer(v)) && d.i == len(data)
+}
+
+var (
+	jsonMarshaler   = reflect.TypeFor[json.Marshaler]()
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textMarshaler   = reflect.TypeFor[encoding.TextMarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+	numberType      = reflect.TypeFor[json.Number]()
+)
+
+// special reports whether json treats t in a way of its own: json.Number,
+// or a type with a method of t or of *t that json calls to encode or decode
+// it.
+func special(t reflect.Type) bool {
+	if t == numberType {
+		return true
+	}
+	for _, i := range [...]reflect.Type{jsonMarshaler, jsonUnmarshaler, textMarshaler, textUnmarshaler} {
+		if t.Implements(i) || reflect.PointerTo(t).Implements(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// builder builds the nodes of one plan.
+type builder struct {
+	visiting map[reflect.Type]bool  // the types being built: one that holds itself is not in the subset
+	built    map[reflect.Type]*node // the nodes built (nil: not in the subset), shared where a type recurs
+}
+
+// build returns the node for t, or nil when t is not in the subset.
+func (b *builder) build(t reflect.Type) *node {
+	if n, ok := b.built[t]; ok {
+		return n
+	}
+	if b.visiting[t] {
+		return nil
+	}
+	b.visiting[t] = true
+	n := b.node(t)
+	delete(b.visiting, t)
+	b.built[t] = n
+	return n
+}
+
+func (b *builder) node(t reflect.Type) *node {
+	if special(t) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return &node{kind: kString}
+	case reflect.Bool:
+		return &node{kind: kBool}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return &node{kind: intKind(kInt8, t.Size())}
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return &node{kind: intKind(kUint8, t.Size())}
+	case reflect.Pointer:
+		if e := b.build(t.Elem()); e != nil {
+			return &node{kind: kPointer, typ: t.Elem(), elem: e}
+		}
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return nil // base64, or an array of numbers: json decides by methods of the element
+		}
+		if e := b.build(t.Elem()); e != nil {
+			return &node{kind: kSlice, typ: t, elem: e, size: t.Elem().Size()}
+		}
+	case reflect.Struct:
+		return b.structNode(t)
+	}
+	return nil
+}
+
+// intKind returns the kind of an integer of size bytes, base kInt8 or
+// kUint8.
+func intKind(base kind, size uintptr) kind {
+	switch size {
+	case 1:
+		return base
+	case 2:
+		return base + 1
+	case 4:
+		return base + 2
+	}
+	return base + 3
+}
+
+func (b *builder) structNode(t reflect.Type) *node {
+	n := &node{kind: kStruct}
+	names := map[string]bool{}
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if sf.Anonymous {
+			return nil // json's rules for embedded fields: not in the subset
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		tag := sf.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		omitEmpty := false
+		for opts != "" {
+			var opt string
+			opt, opts, _ = strings.Cut(opts, ",")
+			if opt != "omitempty" {
+				return nil // string, omitzero, or an option a later json may give a meaning
+			}
+			omitEmpty = true
+		}
+		if !validTag(name) {
+			name = sf.Name
+		}
+		if names[name] {
+			return nil // json drops both fields
+		}
+		names[name] = true
+		fn := b.build(sf.Type)
+		if fn == nil {
+			return nil
+		}
+		key := append(appendString(nil, name), ':')
+		n.fields = append(n.fields, field{key: string(key), offset: sf.Offset, omitEmpty: omitEmpty, node: fn})
+	}
+	return n
+}
+
+// validTag is encoding/json's isValidTag: a tag name json uses, where any
+// other falls back to the field's name.
+func validTag(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		switch {
+		case strings.ContainsRune("!#$%&()*+-./:;<=>?@[]^_{|}~ ", c):
+		case !unicode.IsLetter(c) && !unicode.IsDigit(c):
+			return false
+		}
+	}
+	return true
+}
+
+// empty reports whether json's omitempty omits the value n describes at p.
+func empty(n *node, p unsafe.Pointer) bool {
+	switch n.kind {
+	case kString:
+		return len(*(*string)(p)) == 0
+	case kBool:
+		return !*(*bool)(p)
+	case kInt8, kUint8:
+		return *(*uint8)(p) == 0
+	case kInt16, kUint16:
+		return *(*uint16)(p) == 0
+	case kInt32, kUint32:
+		return *(*uint32)(p) == 0
+	case kInt64, kUint64:
+		return *(*uint64)(p) == 0
+	case kPointer:
+		return *(*unsafe.Pointer)(p) == nil
+	case kSlice:
+		return (*sliceHeader)(p).len == 0
+	}
+	return false // a struct is never empty
+}
+
+// sliceHeader is the runtime's layout of a slice.
+type sliceHeader struct {
+	data unsafe.Pointer
+	len  int
+	cap  int
+}
