@@ -244,13 +244,14 @@ type execution[Req, Resp any] struct {
 
 // running is what a claimed call runs with, in one allocation: eff is the
 // effect's context, hb its lease's heartbeat, tp its outcome, cctx the
-// context its first completion writes with.
+// context its first completion writes with (its parent is nil until then).
+// At 632 bytes it fits, with the header the allocator adds to an object
+// with pointers above 512 bytes, in the 640-byte size class.
 type running struct {
-	eff      effectCtx
-	hb       heartbeat
-	tp       TransitionParams
-	cctx     completionCtx
-	cctxUsed bool
+	eff  effectCtx
+	hb   heartbeat
+	tp   TransitionParams
+	cctx completionCtx
 }
 
 // execute runs the effect on a PROCESSING record held by this owner and
@@ -663,10 +664,9 @@ func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, tp *
 	// The first completion of a call writes with the context the call
 	// carries; a later one (after an inline reconciliation) with its own.
 	cctx := &ex.run.cctx
-	if ex.run.cctxUsed {
+	if cctx.parent != nil {
 		cctx = new(completionCtx)
 	}
-	ex.run.cctxUsed = true
 	*cctx = completionCtx{parent: ctx, deadline: time.Now().Add(ex.rt.cfg.completionTimeout)}
 	defer cctx.release()
 	var v int64
