@@ -3,10 +3,12 @@ package memstore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/storetest"
 )
 
 // handClock is a clock moved by the test.
@@ -224,5 +226,72 @@ func TestMonotonicTimes(t *testing.T) {
 	}
 	if d := rec.LeaseExpiresAt.Sub(rec.StoreNow); d != time.Minute {
 		t.Errorf("lease = %v after the claim, want 1m0s", d)
+	}
+}
+
+// colliding returns a store whose index keeps two bits of each hash, so
+// that identities share chains.
+func colliding(opts ...Option) *Store {
+	s := New(opts...)
+	s.mask = 3
+	return s
+}
+
+// TestConformanceColliding runs the conformance suite on a store whose
+// identities share the index's chains.
+func TestConformanceColliding(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) runtime.Store { return colliding() })
+}
+
+// TestIndexChains removes records from the head, the middle and the end of
+// the index's chains and checks that every other record is still found,
+// and that freed slots are taken again.
+func TestIndexChains(t *testing.T) {
+	ctx := context.Background()
+	const n = 40
+	id := func(i int) runtime.Identity { return runtime.Identity{Operation: "Op", Key: "k" + strconv.Itoa(i)} }
+	orders := map[string]func(i int) int{
+		"first to last": func(i int) int { return i },
+		"last to first": func(i int) int { return n - 1 - i },
+		"odd then even": func(i int) int { return (i*2)%n + (i*2)/n },
+	}
+	for name, order := range orders {
+		t.Run(name, func(t *testing.T) {
+			s := colliding()
+			recs := make([]runtime.Record, n)
+			for i := range n {
+				recs[i] = claim(t, s, id(i), "fp", time.Minute).Record
+			}
+			gone := make(map[int]bool)
+			for k := range n {
+				i := order(k)
+				r := recs[i]
+				if err := s.Release(ctx, runtime.ReleaseParams{ID: r.ID, State: r.State, Owner: r.Owner, Version: r.Version}); err != nil {
+					t.Fatalf("release %d: %v", i, err)
+				}
+				gone[i] = true
+				for j := range n {
+					got, err := s.Get(ctx, id(j))
+					switch {
+					case gone[j] && !errors.Is(err, runtime.ErrNotFound):
+						t.Fatalf("after releasing %d: Get(%d) = %v, %v; want not found", i, j, got.ID, err)
+					case !gone[j] && (err != nil || got.ID != id(j) || got.Version != recs[j].Version):
+						t.Fatalf("after releasing %d: Get(%d) = %v v%d, %v; want v%d", i, j, got.ID, got.Version, err, recs[j].Version)
+					}
+				}
+				if s.Len() != n-len(gone) {
+					t.Fatalf("Len = %d, want %d", s.Len(), n-len(gone))
+				}
+				if k == n/2 { // claim the released half again, in freed slots
+					for j := range gone {
+						recs[j] = claim(t, s, id(j), "fp", time.Minute).Record
+						delete(gone, j)
+					}
+				}
+			}
+			if s.slab.used != n {
+				t.Fatalf("%d slots used for %d records at most", s.slab.used, n)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sort"
@@ -22,10 +23,12 @@ import (
 // given (fingerprint, request, response), as the [runtime.Store] contract
 // allows, and the records it returns share them: neither may be modified.
 //
-// Records live in a slab of fixed-size blocks, indexed by identity: a new
-// record takes a free slot and allocates nothing of its own, and the
-// garbage collector scans the blocks rather than one object per record,
-// each with six pointers (its byte slices and strings) and nothing else.
+// Records live in a slab of fixed-size blocks, indexed by a hash of their
+// identity: a new record takes a free slot and allocates nothing of its
+// own, the garbage collector scans the blocks rather than one object per
+// record, each with nine pointers (its identity's strings, its byte slices
+// and strings) and nothing else, and the index holds no pointers at all,
+// so it is neither scanned nor moved with write barriers when it grows.
 // Slots freed by a release or a sweep are reused; the blocks themselves,
 // like the index, are kept at the size the store once reached.
 //
@@ -40,9 +43,16 @@ type Store struct {
 	// are kept as stamps from it.
 	epoch    time.Time
 	epochSet bool
-	// index maps an identity to its record's slot in slab.
-	index map[runtime.Identity]uint32
-	slab  slab
+	// index maps the hash of an identity (with seed) to the first slot of
+	// the records whose identities have that hash, chained by next.
+	index map[uint64]uint32
+	seed  maphash.Seed
+	// mask keeps the bits of a hash the index uses: all of them, or (in
+	// tests) so few that identities share chains.
+	mask uint64
+	slab slab
+	// n counts the records held.
+	n int
 	// version is the last version handed out: every version comes from it,
 	// so none repeats for an identity across the record's lives.
 	version int64
@@ -64,7 +74,7 @@ func WithClock(now func() time.Time) Option {
 
 // New returns an empty, ready store.
 func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, index: make(map[runtime.Identity]uint32)}
+	s := &Store{now: time.Now, index: make(map[uint64]uint32), seed: maphash.MakeSeed(), mask: math.MaxUint64}
 	for _, o := range opts {
 		o(s)
 	}
@@ -74,9 +84,10 @@ func New(opts ...Option) *Store {
 var _ runtime.Store = (*Store)(nil)
 
 // record is a record as the store keeps it: a [runtime.Record] without its
-// identity (the index's key) and its read time, with its times as stamps
-// and its state as a code.
+// read time, with its times as stamps and its state as a code (stateNone
+// in a free slot).
 type record struct {
+	id             runtime.Identity
 	fingerprint    []byte
 	request        []byte
 	response       []byte
@@ -92,7 +103,13 @@ type record struct {
 	attempts       int32
 	state          state
 	omitted        bool
+	// next is the next slot in the index's chain for this record's hash,
+	// or noSlot.
+	next uint32
 }
+
+// noSlot ends a chain of the index.
+const noSlot = math.MaxUint32
 
 // stamp is a time on the store's clock: its offset from the store's epoch
 // in nanoseconds, or noTime for the zero time. Stamps compare as the times
@@ -239,27 +256,87 @@ func (sl *slab) put(i uint32) {
 	sl.free = append(sl.free, i)
 }
 
-// snapshot returns the record id held in r, read at now; s.mu is held.
-// Its byte slices are shared with the store, which never writes into a
-// slice it holds (every write stores the slices it is given, which their
-// caller no longer modifies): callers must not modify them, as the runtime
-// never does.
-func (s *Store) snapshot(id runtime.Identity, r *record, now time.Time) runtime.Record {
+// snapshot returns the record in r, read at now; s.mu is held. Its byte
+// slices are shared with the store, which never writes into a slice it
+// holds (every write stores the slices it is given, which their caller no
+// longer modifies): callers must not modify them, as the runtime never
+// does.
+func (s *Store) snapshot(r *record, now time.Time) runtime.Record {
 	return runtime.Record{
-		ID: id, Fingerprint: r.fingerprint, State: stateNames[r.state], Owner: r.owner, Version: r.version,
+		ID: r.id, Fingerprint: r.fingerprint, State: stateNames[r.state], Owner: r.owner, Version: r.version,
 		LeaseExpiresAt: s.time(r.leaseExpiresAt), ExpiresAt: s.time(r.expiresAt), Request: r.request, Response: r.response,
 		ResponseOmitted: r.omitted, Note: r.note, Token: r.token, Takeovers: r.takeovers, Attempts: r.attempts,
 		CreatedAt: s.time(r.createdAt), UpdatedAt: s.time(r.updatedAt), StoreNow: now,
 	}
 }
 
+// hash returns the index's hash of id.
+func (s *Store) hash(id runtime.Identity) uint64 { return maphash.Comparable(s.seed, id) & s.mask }
+
+// find returns the slot and the record of id (nil when there is none) and
+// the hash of id; s.mu is held.
+func (s *Store) find(id runtime.Identity) (uint32, *record, uint64) {
+	h := s.hash(id)
+	i, ok := s.index[h]
+	for ok {
+		r := s.slab.at(i)
+		if r.id == id {
+			return i, r, h
+		}
+		i = r.next
+		ok = i != noSlot
+	}
+	return noSlot, nil, h
+}
+
 // get returns the record of id, or nil; s.mu is held.
 func (s *Store) get(id runtime.Identity) *record {
-	i, ok := s.index[id]
-	if !ok {
-		return nil
+	_, r, _ := s.find(id)
+	return r
+}
+
+// insert returns a new, empty record for id, which has hash h and no
+// record; s.mu is held.
+func (s *Store) insert(id runtime.Identity, h uint64) *record {
+	i := s.slab.take()
+	r := s.slab.at(i)
+	r.id, r.next = id, noSlot
+	if head, ok := s.index[h]; ok {
+		r.next = head // another identity with the same hash
 	}
-	return s.slab.at(i)
+	s.index[h] = i
+	s.n++
+	return r
+}
+
+// remove deletes the record in slot i; s.mu is held.
+func (s *Store) remove(i uint32) {
+	r := s.slab.at(i)
+	h := s.hash(r.id)
+	switch head := s.index[h]; {
+	case head == i && r.next == noSlot:
+		delete(s.index, h)
+	case head == i:
+		s.index[h] = r.next
+	default:
+		prev := s.slab.at(head)
+		for prev.next != i {
+			prev = s.slab.at(prev.next)
+		}
+		prev.next = r.next
+	}
+	s.slab.put(i)
+	s.n--
+}
+
+// each calls f with every record held, in slot order, until f returns
+// false; s.mu is held. f may remove the record it is called with.
+func (s *Store) each(f func(i uint32, r *record) bool) {
+	for i := range s.slab.used {
+		if r := s.slab.at(i); r.state != stateNone && !f(i, r) {
+			return
+		}
+	}
 }
 
 // Claim implements [runtime.Store].
@@ -270,16 +347,14 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now, at := s.clock()
-	r := s.get(p.ID)
+	_, r, h := s.find(p.ID)
 	switch {
 	case r == nil || (r.state.final() && r.expiresAt.expired(at)):
 		if r == nil {
-			i := s.slab.take()
-			s.index[p.ID] = i
-			r = s.slab.at(i)
+			r = s.insert(p.ID, h)
 		}
 		*r = record{
-			fingerprint: p.Fingerprint, state: stateProcessing,
+			id: r.id, next: r.next, fingerprint: p.Fingerprint, state: stateProcessing,
 			owner: p.Owner, version: s.nextVersion(), leaseExpiresAt: at.after(p.Lease),
 			request: p.Request, createdAt: at, updatedAt: at, expiresAt: noTime,
 		}
@@ -291,9 +366,9 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 		r.owner, r.version, r.leaseExpiresAt, r.token = p.Owner, s.nextVersion(), at.after(p.Lease), ""
 		r.updatedAt = at
 	default:
-		return runtime.ClaimResult{Record: s.snapshot(p.ID, r, now)}, nil
+		return runtime.ClaimResult{Record: s.snapshot(r, now)}, nil
 	}
-	return runtime.ClaimResult{Claimed: true, Record: s.snapshot(p.ID, r, now)}, nil
+	return runtime.ClaimResult{Claimed: true, Record: s.snapshot(r, now)}, nil
 }
 
 // Get implements [runtime.Store].
@@ -307,17 +382,13 @@ func (s *Store) Get(ctx context.Context, id runtime.Identity) (runtime.Record, e
 	if r == nil {
 		return runtime.Record{}, runtime.ErrNotFound
 	}
-	return s.snapshot(id, r, s.now()), nil
+	return s.snapshot(r, s.now()), nil
 }
 
 // held returns the slot of the record if it is in (state, owner, version).
 func (s *Store) held(id runtime.Identity, st runtime.State, owner string, version int64) (uint32, *record, error) {
-	i, ok := s.index[id]
-	if !ok {
-		return 0, nil, runtime.ErrLeaseLost
-	}
-	r := s.slab.at(i)
-	if r.state != stateOf(st) || r.owner != owner || r.version != version {
+	i, r, _ := s.find(id)
+	if r == nil || r.state != stateOf(st) || r.owner != owner || r.version != version {
 		return 0, nil, runtime.ErrLeaseLost
 	}
 	return i, r, nil
@@ -383,14 +454,8 @@ func (s *Store) Release(ctx context.Context, p runtime.ReleaseParams) error {
 	if err != nil {
 		return err
 	}
-	s.remove(p.ID, i)
+	s.remove(i)
 	return nil
-}
-
-// remove deletes the record of id, in slot i; s.mu is held.
-func (s *Store) remove(id runtime.Identity, i uint32) {
-	delete(s.index, id)
-	s.slab.put(i)
 }
 
 // AcquirePending implements [runtime.Store]. Records are taken oldest lease
@@ -402,41 +467,36 @@ func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now, at := s.clock()
-	type pending struct {
-		id runtime.Identity
-		r  *record
-	}
-	var due []pending
-	for id, i := range s.index {
-		if len(p.Operations) > 0 && !slices.Contains(p.Operations, id.Operation) {
-			continue
+	var due []*record
+	s.each(func(_ uint32, r *record) bool {
+		if len(p.Operations) > 0 && !slices.Contains(p.Operations, r.id.Operation) {
+			return true
 		}
-		r := s.slab.at(i)
 		switch {
 		case r.state == stateProcessing && r.leaseExpiresAt.expired(at):
 		case r.state == stateUnknown && r.leaseExpiresAt <= at &&
 			(p.MaxAttempts <= 0 || r.attempts < p.MaxAttempts):
 		default:
-			continue
+			return true
 		}
-		due = append(due, pending{id, r})
-	}
-	slices.SortFunc(due, func(a, b pending) int {
-		if c := cmp.Compare(a.r.leaseExpiresAt, b.r.leaseExpiresAt); c != 0 {
+		due = append(due, r)
+		return true
+	})
+	slices.SortFunc(due, func(a, b *record) int {
+		if c := cmp.Compare(a.leaseExpiresAt, b.leaseExpiresAt); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.r.createdAt, b.r.createdAt)
+		return cmp.Compare(a.createdAt, b.createdAt)
 	})
 	if p.Limit > 0 && len(due) > p.Limit {
 		due = due[:p.Limit]
 	}
 	out := make([]runtime.Record, 0, len(due))
-	for _, d := range due {
-		r := d.r
+	for _, r := range due {
 		r.state, r.owner, r.version, r.token = stateUnknown, p.Owner, s.nextVersion(), ""
 		r.leaseExpiresAt, r.updatedAt = at.after(p.Lease), at
 		r.attempts++
-		out = append(out, s.snapshot(d.id, r, now))
+		out = append(out, s.snapshot(r, now))
 	}
 	return out, nil
 }
@@ -450,15 +510,16 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	defer s.mu.Unlock()
 	_, at := s.clock()
 	n := 0
-	for id, i := range s.index {
+	s.each(func(i uint32, r *record) bool {
 		if limit > 0 && n >= limit {
-			break
+			return false
 		}
-		if r := s.slab.at(i); r.state.final() && r.expiresAt.expired(at) {
-			s.remove(id, i)
+		if r.state.final() && r.expiresAt.expired(at) {
+			s.remove(i)
 			n++
 		}
-	}
+		return true
+	})
 	return n, nil
 }
 
@@ -466,7 +527,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.index)
+	return s.n
 }
 
 // List implements [runtime.Lister].
@@ -478,15 +539,15 @@ func (s *Store) List(ctx context.Context, p runtime.ListParams) ([]runtime.Recor
 	defer s.mu.Unlock()
 	now := s.now()
 	var out []runtime.Record
-	for id, i := range s.index {
-		if p.After != nil && !p.After.Less(id) {
-			continue
+	s.each(func(_ uint32, r *record) bool {
+		if p.After != nil && !p.After.Less(r.id) {
+			return true
 		}
-		rec := s.snapshot(id, s.slab.at(i), now)
-		if p.Matches(&rec) {
+		if rec := s.snapshot(r, now); p.Matches(&rec) {
 			out = append(out, rec)
 		}
-	}
+		return true
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i].ID.Less(out[j].ID) })
 	limit := p.Limit
 	if limit <= 0 {
