@@ -262,12 +262,21 @@ func (sl *slab) put(i uint32) {
 // longer modifies): callers must not modify them, as the runtime never
 // does.
 func (s *Store) snapshot(r *record, now time.Time) runtime.Record {
-	return runtime.Record{
+	var out runtime.Record
+	s.read(&out, r, now)
+	return out
+}
+
+// read sets *out to the record in r, read at now, as snapshot returns it;
+// s.mu is held.
+func (s *Store) read(out *runtime.Record, r *record, now time.Time) {
+	*out = runtime.Record{
 		ID: r.id, Fingerprint: r.fingerprint, State: stateNames[r.state], Owner: r.owner, Version: r.version,
-		LeaseExpiresAt: s.time(r.leaseExpiresAt), ExpiresAt: s.time(r.expiresAt), Request: r.request, Response: r.response,
-		ResponseOmitted: r.omitted, Note: r.note, Token: r.token, Takeovers: r.takeovers, Attempts: r.attempts,
-		CreatedAt: s.time(r.createdAt), UpdatedAt: s.time(r.updatedAt), StoreNow: now,
+		Request: r.request, Response: r.response, ResponseOmitted: r.omitted, Note: r.note, Token: r.token,
+		Takeovers: r.takeovers, Attempts: r.attempts, StoreNow: now,
 	}
+	out.LeaseExpiresAt, out.ExpiresAt = s.time(r.leaseExpiresAt), s.time(r.expiresAt)
+	out.CreatedAt, out.UpdatedAt = s.time(r.createdAt), s.time(r.updatedAt)
 }
 
 // hash returns the index's hash of id.
@@ -340,7 +349,7 @@ func (s *Store) each(f func(i uint32, r *record) bool) {
 }
 
 // Claim implements [runtime.Store].
-func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (res runtime.ClaimResult, err error) {
 	if err := ctx.Err(); err != nil {
 		return runtime.ClaimResult{}, err
 	}
@@ -366,9 +375,12 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 		r.owner, r.version, r.leaseExpiresAt, r.token = p.Owner, s.nextVersion(), at.after(p.Lease), ""
 		r.updatedAt = at
 	default:
-		return runtime.ClaimResult{Record: s.snapshot(r, now)}, nil
+		s.read(&res.Record, r, now)
+		return res, nil
 	}
-	return runtime.ClaimResult{Claimed: true, Record: s.snapshot(r, now)}, nil
+	res.Claimed = true
+	s.read(&res.Record, r, now)
+	return res, nil
 }
 
 // Get implements [runtime.Store].
