@@ -282,20 +282,30 @@ func (s *Store) read(out *runtime.Record, r *record, now time.Time) {
 // hash returns the index's hash of id.
 func (s *Store) hash(id runtime.Identity) uint64 { return maphash.Comparable(s.seed, id) & s.mask }
 
+// chain is where the index keeps, or would keep, an identity: its hash and
+// the first slot of the chain for that hash (noSlot when there is none).
+type chain struct {
+	h    uint64
+	head uint32
+}
+
 // find returns the slot and the record of id (nil when there is none) and
-// the hash of id; s.mu is held.
-func (s *Store) find(id runtime.Identity) (uint32, *record, uint64) {
-	h := s.hash(id)
-	i, ok := s.index[h]
+// its chain; s.mu is held.
+func (s *Store) find(id runtime.Identity) (uint32, *record, chain) {
+	c := chain{h: s.hash(id), head: noSlot}
+	i, ok := s.index[c.h]
+	if ok {
+		c.head = i
+	}
 	for ok {
 		r := s.slab.at(i)
 		if r.id == id {
-			return i, r, h
+			return i, r, c
 		}
 		i = r.next
 		ok = i != noSlot
 	}
-	return noSlot, nil, h
+	return noSlot, nil, c
 }
 
 // get returns the record of id, or nil; s.mu is held.
@@ -304,16 +314,14 @@ func (s *Store) get(id runtime.Identity) *record {
 	return r
 }
 
-// insert returns a new, empty record for id, which has hash h and no
-// record; s.mu is held.
-func (s *Store) insert(id runtime.Identity, h uint64) *record {
+// insert returns a new, empty record for id, which has no record, at the
+// head of c, its chain as find returned it with nothing changed since;
+// s.mu is held.
+func (s *Store) insert(id runtime.Identity, c chain) *record {
 	i := s.slab.take()
 	r := s.slab.at(i)
-	r.id, r.next = id, noSlot
-	if head, ok := s.index[h]; ok {
-		r.next = head // another identity with the same hash
-	}
-	s.index[h] = i
+	r.id, r.next = id, c.head // after any identity with the same hash
+	s.index[c.h] = i
 	s.n++
 	return r
 }
@@ -356,11 +364,11 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (res runtime.C
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now, at := s.clock()
-	_, r, h := s.find(p.ID)
+	_, r, c := s.find(p.ID)
 	switch {
 	case r == nil || (r.state.final() && r.expiresAt.expired(at)):
 		if r == nil {
-			r = s.insert(p.ID, h)
+			r = s.insert(p.ID, c)
 		}
 		*r = record{
 			id: r.id, next: r.next, fingerprint: p.Fingerprint, state: stateProcessing,
