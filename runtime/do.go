@@ -244,13 +244,14 @@ type execution[Req, Resp any] struct {
 
 // running is what a claimed call runs with, in one allocation: eff is the
 // effect's context, hb its lease's heartbeat, tp its outcome, cctx the
-// context its first completion writes with.
+// context its first completion writes with (its parent is nil until then).
+// At 632 bytes it fits, with the header the allocator adds to an object
+// with pointers above 512 bytes, in the 640-byte size class.
 type running struct {
-	eff      effectCtx
-	hb       heartbeat
-	tp       TransitionParams
-	cctx     completionCtx
-	cctxUsed bool
+	eff  effectCtx
+	hb   heartbeat
+	tp   TransitionParams
+	cctx completionCtx
 }
 
 // execute runs the effect on a PROCESSING record held by this owner and
@@ -449,16 +450,17 @@ const (
 type heartbeat struct {
 	rt *Runtime
 	// ctx is the call's context: the renewals' values, and the logs'.
-	ctx     context.Context
-	id      Identity
+	ctx context.Context
+	// id is the call's identity (its execution's, which outlives the
+	// heartbeat).
+	id      *Identity
 	state   State
 	version int64
 	lease   time.Duration
 	// eff, when stopUnconfirmed, is stopped with ErrLeaseLost when the
 	// lease cannot be confirmed in time; it is always stopped when the
 	// lease is lost.
-	eff             *effectCtx
-	stopUnconfirmed bool
+	eff *effectCtx
 
 	// completing is set once the effect returned: a renewal that finds the
 	// lease gone then says nothing, since the completion reports it.
@@ -477,7 +479,9 @@ type heartbeat struct {
 	// due and index are the round's place in the runtime's renewals,
 	// guarded by its mutex; index is -1 when no round is scheduled.
 	due   time.Time
-	index int
+	index int32
+
+	stopUnconfirmed bool
 }
 
 // stop ends the renewals, waiting for one in progress (which it cancels).
@@ -532,7 +536,7 @@ func (e *errLeaseUnconfirmed) Unwrap() error { return ErrLeaseLost }
 // pays for no timer and no goroutine.
 func (ex *execution[Req, Resp]) startHeartbeat(h *heartbeat, ctx context.Context, rec Record, granted time.Time, stopUnconfirmed bool, eff *effectCtx) {
 	*h = heartbeat{
-		rt: ex.rt, ctx: ctx, id: ex.id, state: rec.State, version: rec.Version, lease: ex.lease,
+		rt: ex.rt, ctx: ctx, id: &ex.id, state: rec.State, version: rec.Version, lease: ex.lease,
 		eff: eff, stopUnconfirmed: stopUnconfirmed, confirmed: granted, index: -1,
 	}
 	ex.rt.renewals.schedule(h, granted.Add(ex.lease/renewEvery))
@@ -555,7 +559,7 @@ func (h *heartbeat) round() {
 	if hctx == nil || hctx.Err() != nil {
 		return // stopped
 	}
-	ctx, rt, id := h.ctx, h.rt, h.id
+	ctx, rt, id := h.ctx, h.rt, *h.id
 	every := h.lease / renewEvery
 	margin := h.lease / leaseMargin
 	safeUntil := h.confirmed.Add(h.lease - margin)
@@ -660,10 +664,9 @@ func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, tp *
 	// The first completion of a call writes with the context the call
 	// carries; a later one (after an inline reconciliation) with its own.
 	cctx := &ex.run.cctx
-	if ex.run.cctxUsed {
+	if cctx.parent != nil {
 		cctx = new(completionCtx)
 	}
-	ex.run.cctxUsed = true
 	*cctx = completionCtx{parent: ctx, deadline: time.Now().Add(ex.rt.cfg.completionTimeout)}
 	defer cctx.release()
 	var v int64

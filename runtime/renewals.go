@@ -32,7 +32,7 @@ func (s *renewals) schedule(h *heartbeat, due time.Time) {
 	}
 	h.due = due
 	if h.index >= 0 {
-		heap.Fix(&s.due, h.index)
+		heap.Fix(&s.due, int(h.index))
 	} else {
 		heap.Push(&s.due, h)
 	}
@@ -44,7 +44,7 @@ func (s *renewals) unschedule(h *heartbeat) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h.index >= 0 {
-		heap.Remove(&s.due, h.index)
+		heap.Remove(&s.due, int(h.index))
 	}
 }
 
@@ -88,12 +88,12 @@ func (q dueHeap) Len() int           { return len(q) }
 func (q dueHeap) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
 func (q dueHeap) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
+	q[i].index, q[j].index = int32(i), int32(j)
 }
 
 func (q *dueHeap) Push(x any) {
 	h := x.(*heartbeat)
-	h.index = len(*q)
+	h.index = int32(len(*q))
 	*q = append(*q, h)
 }
 
