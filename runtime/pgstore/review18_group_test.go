@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/faulttest"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
@@ -320,4 +321,86 @@ func r18SecondPool(t *testing.T) *pgxpool.Pool {
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// Promise (README, the state machine; queries/group.sql): "a completion
+// whose reply was lost (connection reset after the commit) recognises its
+// own write on the retry and returns the response, instead of
+// ErrLeaseLost": a retry of a write that was applied comes back with the
+// record's version.
+//
+// Schedule: record K is claimed; another transaction locks K's row.
+// Attempt 1 of K's completion (token T) goes through a proxy and blocks on
+// the lock; the proxy then holds everything the client sends (so pgx's
+// cancel request, sent when the client gives up after 300 ms, never
+// arrives: a network partition), and the server keeps the statement,
+// waiting. Attempt 2, the same write with the same token, is sent directly
+// and blocks behind it. The lock goes: attempt 1 applies and commits;
+// attempt 2's compare-and-set then finds the version changed. Without
+// group commit the token lookup is a statement of its own
+// (TransitionApplied) and finds T; with group commit it is part of the
+// same statement (Transition's or GroupSet's UNION ALL), on the snapshot
+// taken before attempt 1 committed, and attempt 2 is told ErrLeaseLost
+// while the record holds its own SUCCESS: the runtime would answer the
+// caller ErrLeaseLost for a call whose outcome it recorded.
+func TestReview18GroupRetryBehindItsOwnWrite(t *testing.T) {
+	for _, group := range []bool{false, true} {
+		t.Run(fmt.Sprint("group=", group), func(t *testing.T) {
+			var opts []pgstore.Option
+			if group {
+				opts = append(opts, pgstore.WithGroupCommit(0))
+			}
+			direct := pgstore.New(testPool(t), opts...)
+			proxy, proxied := proxiedPool(t)
+			first := pgstore.New(proxied)
+			ctx := context.Background()
+			id := runtime.Identity{Scope: fmt.Sprintf("r18-retry/%d", time.Now().UnixNano()), Operation: "R18.Retry", Key: "K"}
+			res, err := direct.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Owner: "w", Lease: time.Hour})
+			if err != nil || !res.Claimed {
+				t.Fatal(res, err)
+			}
+			if _, err := first.Get(ctx, id); err != nil { // a proxied connection, open
+				t.Fatal(err)
+			}
+			unlock := r18Lock(t, testPool(t), id)
+			tp := runtime.TransitionParams{ID: id, From: runtime.StateProcessing, To: runtime.StateSuccess, Owner: "w",
+				Version: res.Record.Version, Response: []byte(`"ok"`), TTL: time.Hour, Token: "w#attempt"}
+			go func() {
+				time.Sleep(100 * time.Millisecond) // attempt 1 reached the server
+				if err := proxy.Add(faulttest.Toxic{Name: "partition", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}}); err != nil {
+					t.Error(err)
+				}
+			}()
+			c1, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err1 := first.Transition(c1, tp)
+			cancel()
+			defer proxy.Remove("partition")
+			if err1 == nil {
+				t.Fatal("attempt 1 returned while the row was locked")
+			}
+			second := make(chan error, 1)
+			go func() {
+				_, err := direct.Transition(ctx, tp)
+				second <- err
+			}()
+			time.Sleep(300 * time.Millisecond) // attempt 2 waits behind attempt 1
+			var waiting int
+			if err := testPool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records%'`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting != 2 {
+				t.Fatalf("%d statements wait on the lock; the schedule needs both attempts waiting", waiting)
+			}
+			unlock()
+			err2 := <-second
+			rec, err := direct.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("attempt 1: %v; attempt 2: %v; record %s, token %q", err1, err2, rec.State, rec.Token)
+			if rec.State == runtime.StateSuccess && rec.Token == tp.Token && err2 != nil {
+				t.Errorf("the retry of a completion applied by its first attempt was told %v; the record holds that write (SUCCESS, its token)", err2)
+			}
+		})
+	}
 }
