@@ -109,94 +109,88 @@ func r18Ledger(t *testing.T) string {
 // duplicate replays at 1.5 s: a caller who asked to wait 300 ms waited
 // five times that.
 func TestReview18DoTxHeldOpenDuplicates(t *testing.T) {
-	for _, group := range []bool{false, true} {
-		t.Run(fmt.Sprint("group=", group), func(t *testing.T) {
-			p := testPool(t)
-			var opts []pgstore.Option
-			if group {
-				opts = append(opts, pgstore.WithGroupCommit(0))
+	r18Modes(t, func(t *testing.T, opts ...pgstore.Option) {
+		p := testPool(t)
+		s := pgstore.New(p, opts...)
+		rtShort, err := runtime.New(s, runtime.WithMaxWait(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rtLong, err := runtime.New(s, runtime.WithMaxWait(4*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &r18Doors{t: t, p: p, ledger: r18Ledger(t), ctx: scopedCtx(t.Name()), key: "K"}
+		req := plainTxReq{Order: "o-1", Cents: 5}
+		const hold = 1500 * time.Millisecond
+		var wg sync.WaitGroup
+		answers := make(chan r18Answer, 16)
+		launch := func(door string, f func() (string, error)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				v, err := f()
+				answers <- r18Answer{door, v, err, time.Since(start)}
+			}()
+		}
+		first, err := d.doTx(rtShort, req, func() bool {
+			time.Sleep(50 * time.Millisecond)
+			for range 3 {
+				launch("do-short", func() (string, error) { return d.do(rtShort, req) })
+				launch("dotx", func() (string, error) { return d.doTx(rtShort, req, nil) })
 			}
-			s := pgstore.New(p, opts...)
-			rtShort, err := runtime.New(s, runtime.WithMaxWait(300*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
+			for range 2 {
+				launch("do-long", func() (string, error) { return d.do(rtLong, req) })
 			}
-			rtLong, err := runtime.New(s, runtime.WithMaxWait(4*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := &r18Doors{t: t, p: p, ledger: r18Ledger(t), ctx: scopedCtx(t.Name()), key: "K"}
-			req := plainTxReq{Order: "o-1", Cents: 5}
-			const hold = 1500 * time.Millisecond
-			var wg sync.WaitGroup
-			answers := make(chan r18Answer, 16)
-			launch := func(door string, f func() (string, error)) {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					start := time.Now()
-					v, err := f()
-					answers <- r18Answer{door, v, err, time.Since(start)}
-				}()
-			}
-			first, err := d.doTx(rtShort, req, func() bool {
-				time.Sleep(50 * time.Millisecond)
-				for range 3 {
-					launch("do-short", func() (string, error) { return d.do(rtShort, req) })
-					launch("dotx", func() (string, error) { return d.doTx(rtShort, req, nil) })
-				}
-				for range 2 {
-					launch("do-long", func() (string, error) { return d.do(rtLong, req) })
-				}
-				launch("do-other", func() (string, error) { return d.do(rtShort, plainTxReq{Order: "o-1", Cents: 6}) })
-				time.Sleep(hold)
-				return true
-			})
-			if err != nil || first != "tx-o-1" {
-				t.Fatalf("the first DoTx: %q, %v", first, err)
-			}
-			wg.Wait()
-			close(answers)
-			const slack = 300 * time.Millisecond
-			for a := range answers {
-				t.Logf("%s: %q, %v after %v", a.door, a.v, a.err, a.elapsed.Round(time.Millisecond))
-				switch a.door {
-				case "do-short":
-					if bound := 300*time.Millisecond + 500*time.Millisecond + slack; !errors.Is(a.err, runtime.ErrInProgress) || a.elapsed > bound {
-						t.Errorf("runtime.Do duplicate (MaxWait 300 ms) while T1 is open: %q, %v after %v; want ErrInProgress within %v (MaxWait + half a second + slack)",
-							a.v, a.err, a.elapsed.Round(time.Millisecond), bound)
-					}
-				case "dotx":
-					if bound := 500*time.Millisecond + 2*slack; !errors.Is(a.err, runtime.ErrInProgress) || a.elapsed > bound {
-						t.Errorf("DoTx duplicate while T1 is open: %q, %v after %v; want ErrInProgress within %v", a.v, a.err, a.elapsed.Round(time.Millisecond), bound)
-					}
-				case "do-long":
-					if a.err != nil || a.v != first {
-						t.Errorf("runtime.Do duplicate (MaxWait 4 s, T1 commits after 1.5 s): %q, %v; want the replay of %q", a.v, a.err, first)
-					}
-				case "do-other":
-					if !errors.Is(a.err, runtime.ErrKeyReused) || a.elapsed > 300*time.Millisecond+slack {
-						t.Errorf("runtime.Do with another payload while T1 is open: %v after %v; want ErrKeyReused at once", a.err, a.elapsed.Round(time.Millisecond))
-					}
-				}
-			}
-			for name, f := range map[string]func() (string, error){
-				"runtime.Do": func() (string, error) { return d.do(rtShort, req) },
-				"DoTx":       func() (string, error) { return d.doTx(rtShort, req, nil) },
-			} {
-				if v, err := f(); err != nil || v != first {
-					t.Errorf("%s after the commit: %q, %v; want the replay of %q", name, v, err, first)
-				}
-			}
-			if n := d.effects.Load(); n != 1 {
-				t.Errorf("the effect ran %d times", n)
-			}
-			var rows int
-			if err := p.QueryRow(context.Background(), "SELECT count(*) FROM "+d.ledger).Scan(&rows); err != nil || rows != 1 {
-				t.Errorf("%d committed effects (%v); want 1", rows, err)
-			}
+			launch("do-other", func() (string, error) { return d.do(rtShort, plainTxReq{Order: "o-1", Cents: 6}) })
+			time.Sleep(hold)
+			return true
 		})
-	}
+		if err != nil || first != "tx-o-1" {
+			t.Fatalf("the first DoTx: %q, %v", first, err)
+		}
+		wg.Wait()
+		close(answers)
+		const slack = 300 * time.Millisecond
+		for a := range answers {
+			t.Logf("%s: %q, %v after %v", a.door, a.v, a.err, a.elapsed.Round(time.Millisecond))
+			switch a.door {
+			case "do-short":
+				if bound := 300*time.Millisecond + 500*time.Millisecond + slack; !errors.Is(a.err, runtime.ErrInProgress) || a.elapsed > bound {
+					t.Errorf("runtime.Do duplicate (MaxWait 300 ms) while T1 is open: %q, %v after %v; want ErrInProgress within %v (MaxWait + half a second + slack)",
+						a.v, a.err, a.elapsed.Round(time.Millisecond), bound)
+				}
+			case "dotx":
+				if bound := 500*time.Millisecond + 2*slack; !errors.Is(a.err, runtime.ErrInProgress) || a.elapsed > bound {
+					t.Errorf("DoTx duplicate while T1 is open: %q, %v after %v; want ErrInProgress within %v", a.v, a.err, a.elapsed.Round(time.Millisecond), bound)
+				}
+			case "do-long":
+				if a.err != nil || a.v != first {
+					t.Errorf("runtime.Do duplicate (MaxWait 4 s, T1 commits after 1.5 s): %q, %v; want the replay of %q", a.v, a.err, first)
+				}
+			case "do-other":
+				if !errors.Is(a.err, runtime.ErrKeyReused) || a.elapsed > 300*time.Millisecond+slack {
+					t.Errorf("runtime.Do with another payload while T1 is open: %v after %v; want ErrKeyReused at once", a.err, a.elapsed.Round(time.Millisecond))
+				}
+			}
+		}
+		for name, f := range map[string]func() (string, error){
+			"runtime.Do": func() (string, error) { return d.do(rtShort, req) },
+			"DoTx":       func() (string, error) { return d.doTx(rtShort, req, nil) },
+		} {
+			if v, err := f(); err != nil || v != first {
+				t.Errorf("%s after the commit: %q, %v; want the replay of %q", name, v, err, first)
+			}
+		}
+		if n := d.effects.Load(); n != 1 {
+			t.Errorf("the effect ran %d times", n)
+		}
+		var rows int
+		if err := p.QueryRow(context.Background(), "SELECT count(*) FROM "+d.ledger).Scan(&rows); err != nil || rows != 1 {
+			t.Errorf("%d committed effects (%v); want 1", rows, err)
+		}
+	})
 }
 
 // Promise: a rollback after DoTx succeeded frees the key at once, and of
@@ -209,74 +203,68 @@ func TestReview18DoTxHeldOpenDuplicates(t *testing.T) {
 // Meanwhile 4 runtime.Do (MaxWait 4 s) and 4 DoTx duplicates, each retrying
 // ErrInProgress every 20 ms for up to 6 s, the DoTx ones committing.
 func TestReview18DoTxRollbackThenDuplicates(t *testing.T) {
-	for _, group := range []bool{false, true} {
-		t.Run(fmt.Sprint("group=", group), func(t *testing.T) {
-			p := testPool(t)
-			var opts []pgstore.Option
-			if group {
-				opts = append(opts, pgstore.WithGroupCommit(0))
-			}
-			rt, err := runtime.New(pgstore.New(p, opts...), runtime.WithMaxWait(4*time.Second), runtime.WithLease(2*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := &r18Doors{t: t, p: p, ledger: r18Ledger(t), ctx: scopedCtx(t.Name()), key: "K"}
-			req := plainTxReq{Order: "o-1", Cents: 5}
-			var wg sync.WaitGroup
-			answers := make(chan r18Answer, 16)
-			retry := func(door string, f func() (string, error)) {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					start := time.Now()
-					for {
-						v, err := f()
-						if (errors.Is(err, runtime.ErrInProgress) || errors.Is(err, runtime.ErrLeaseLost)) && time.Since(start) < 6*time.Second {
-							time.Sleep(20 * time.Millisecond)
-							continue
-						}
-						answers <- r18Answer{door, v, err, time.Since(start)}
-						return
+	r18Modes(t, func(t *testing.T, opts ...pgstore.Option) {
+		p := testPool(t)
+		rt, err := runtime.New(pgstore.New(p, opts...), runtime.WithMaxWait(4*time.Second), runtime.WithLease(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &r18Doors{t: t, p: p, ledger: r18Ledger(t), ctx: scopedCtx(t.Name()), key: "K"}
+		req := plainTxReq{Order: "o-1", Cents: 5}
+		var wg sync.WaitGroup
+		answers := make(chan r18Answer, 16)
+		retry := func(door string, f func() (string, error)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				for {
+					v, err := f()
+					if (errors.Is(err, runtime.ErrInProgress) || errors.Is(err, runtime.ErrLeaseLost)) && time.Since(start) < 6*time.Second {
+						time.Sleep(20 * time.Millisecond)
+						continue
 					}
-				}()
-			}
-			_, err = d.doTx(rt, req, func() bool {
-				time.Sleep(50 * time.Millisecond)
-				for range 4 {
-					retry("do", func() (string, error) { return d.do(rt, req) })
-					retry("dotx", func() (string, error) { return d.doTx(rt, req, nil) })
+					answers <- r18Answer{door, v, err, time.Since(start)}
+					return
 				}
-				time.Sleep(800 * time.Millisecond)
-				return false
-			})
-			if !errors.Is(err, errRolledBack) {
-				t.Fatalf("the first DoTx: %v", err)
+			}()
+		}
+		_, err = d.doTx(rt, req, func() bool {
+			time.Sleep(50 * time.Millisecond)
+			for range 4 {
+				retry("do", func() (string, error) { return d.do(rt, req) })
+				retry("dotx", func() (string, error) { return d.doTx(rt, req, nil) })
 			}
-			wg.Wait()
-			close(answers)
-			told := map[string]int{}
-			for a := range answers {
-				if a.err != nil {
-					t.Errorf("%s duplicate: %v after %v", a.door, a.err, a.elapsed.Round(time.Millisecond))
-					continue
-				}
-				told[a.v]++
-			}
-			var rows int
-			if err := p.QueryRow(context.Background(), "SELECT count(*) FROM "+d.ledger).Scan(&rows); err != nil {
-				t.Fatal(err)
-			}
-			// The first run was rolled back; of the runs after it, exactly
-			// one counts: a DoTx run that lost its claim to another
-			// duplicate between the end of its lease and its
-			// compare-and-set is rolled back (the README's "a duplicate
-			// that takes the claim in between wins"), so runs may exceed
-			// two, committed effects may not. Only a DoTx effect leaves a
-			// ledger row.
-			if n := d.effects.Load(); n < 2 || len(told) != 1 || (rows == 1) != (told["tx-o-1"] > 0) || rows > 1 {
-				t.Errorf("effects run %d, ledger rows %d, callers told %v; want one committed effect, one answer", n, rows, told)
-			}
-			t.Logf("effects run %d (the rolled-back first one included), ledger rows %d, told %v", d.effects.Load(), rows, told)
+			time.Sleep(800 * time.Millisecond)
+			return false
 		})
-	}
+		if !errors.Is(err, errRolledBack) {
+			t.Fatalf("the first DoTx: %v", err)
+		}
+		wg.Wait()
+		close(answers)
+		told := map[string]int{}
+		for a := range answers {
+			if a.err != nil {
+				t.Errorf("%s duplicate: %v after %v", a.door, a.err, a.elapsed.Round(time.Millisecond))
+				continue
+			}
+			told[a.v]++
+		}
+		var rows int
+		if err := p.QueryRow(context.Background(), "SELECT count(*) FROM "+d.ledger).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		// The first run was rolled back; of the runs after it, exactly
+		// one counts: a DoTx run that lost its claim to another
+		// duplicate between the end of its lease and its
+		// compare-and-set is rolled back (the README's "a duplicate
+		// that takes the claim in between wins"), so runs may exceed
+		// two, committed effects may not. Only a DoTx effect leaves a
+		// ledger row.
+		if n := d.effects.Load(); n < 2 || len(told) != 1 || (rows == 1) != (told["tx-o-1"] > 0) || rows > 1 {
+			t.Errorf("effects run %d, ledger rows %d, callers told %v; want one committed effect, one answer", n, rows, told)
+		}
+		t.Logf("effects run %d (the rolled-back first one included), ledger rows %d, told %v", d.effects.Load(), rows, told)
+	})
 }

@@ -359,65 +359,59 @@ func r18SecondPool(t *testing.T) *pgxpool.Pool {
 // while the record holds its own SUCCESS: the runtime would answer the
 // caller ErrLeaseLost for a call whose outcome it recorded.
 func TestReview18GroupRetryBehindItsOwnWrite(t *testing.T) {
-	for _, group := range []bool{false, true} {
-		t.Run(fmt.Sprint("group=", group), func(t *testing.T) {
-			var opts []pgstore.Option
-			if group {
-				opts = append(opts, pgstore.WithGroupCommit(0))
+	r18Modes(t, func(t *testing.T, opts ...pgstore.Option) {
+		direct := pgstore.New(testPool(t), opts...)
+		proxy, proxied := proxiedPool(t)
+		first := pgstore.New(proxied)
+		ctx := context.Background()
+		id := runtime.Identity{Scope: fmt.Sprintf("r18-retry/%d", time.Now().UnixNano()), Operation: "R18.Retry", Key: "K"}
+		res, err := direct.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Owner: "w", Lease: time.Hour})
+		if err != nil || !res.Claimed {
+			t.Fatal(res, err)
+		}
+		if _, err := first.Get(ctx, id); err != nil { // a proxied connection, open
+			t.Fatal(err)
+		}
+		unlock := r18Lock(t, testPool(t), id)
+		tp := runtime.TransitionParams{ID: id, From: runtime.StateProcessing, To: runtime.StateSuccess, Owner: "w",
+			Version: res.Record.Version, Response: []byte(`"ok"`), TTL: time.Hour, Token: "w#attempt"}
+		go func() {
+			time.Sleep(100 * time.Millisecond) // attempt 1 reached the server
+			if err := proxy.Add(faulttest.Toxic{Name: "partition", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}}); err != nil {
+				t.Error(err)
 			}
-			direct := pgstore.New(testPool(t), opts...)
-			proxy, proxied := proxiedPool(t)
-			first := pgstore.New(proxied)
-			ctx := context.Background()
-			id := runtime.Identity{Scope: fmt.Sprintf("r18-retry/%d", time.Now().UnixNano()), Operation: "R18.Retry", Key: "K"}
-			res, err := direct.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Owner: "w", Lease: time.Hour})
-			if err != nil || !res.Claimed {
-				t.Fatal(res, err)
-			}
-			if _, err := first.Get(ctx, id); err != nil { // a proxied connection, open
-				t.Fatal(err)
-			}
-			unlock := r18Lock(t, testPool(t), id)
-			tp := runtime.TransitionParams{ID: id, From: runtime.StateProcessing, To: runtime.StateSuccess, Owner: "w",
-				Version: res.Record.Version, Response: []byte(`"ok"`), TTL: time.Hour, Token: "w#attempt"}
-			go func() {
-				time.Sleep(100 * time.Millisecond) // attempt 1 reached the server
-				if err := proxy.Add(faulttest.Toxic{Name: "partition", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}}); err != nil {
-					t.Error(err)
-				}
-			}()
-			c1, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			_, err1 := first.Transition(c1, tp)
-			cancel()
-			defer proxy.Remove("partition")
-			if err1 == nil {
-				t.Fatal("attempt 1 returned while the row was locked")
-			}
-			second := make(chan error, 1)
-			go func() {
-				_, err := direct.Transition(ctx, tp)
-				second <- err
-			}()
-			time.Sleep(300 * time.Millisecond) // attempt 2 waits behind attempt 1
-			var waiting int
-			if err := testPool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records%'`).Scan(&waiting); err != nil {
-				t.Fatal(err)
-			}
-			if waiting != 2 {
-				t.Fatalf("%d statements wait on the lock; the schedule needs both attempts waiting", waiting)
-			}
-			unlock()
-			err2 := <-second
-			rec, err := direct.Get(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("attempt 1: %v; attempt 2: %v; record %s, token %q", err1, err2, rec.State, rec.Token)
-			if rec.State == runtime.StateSuccess && rec.Token == tp.Token && err2 != nil {
-				t.Errorf("the retry of a completion applied by its first attempt was told %v; the record holds that write (SUCCESS, its token)", err2)
-			}
-		})
-	}
+		}()
+		c1, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err1 := first.Transition(c1, tp)
+		cancel()
+		defer proxy.Remove("partition")
+		if err1 == nil {
+			t.Fatal("attempt 1 returned while the row was locked")
+		}
+		second := make(chan error, 1)
+		go func() {
+			_, err := direct.Transition(ctx, tp)
+			second <- err
+		}()
+		time.Sleep(300 * time.Millisecond) // attempt 2 waits behind attempt 1
+		var waiting int
+		if err := testPool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting != 2 {
+			t.Fatalf("%d statements wait on the lock; the schedule needs both attempts waiting", waiting)
+		}
+		unlock()
+		err2 := <-second
+		rec, err := direct.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("attempt 1: %v; attempt 2: %v; record %s, token %q", err1, err2, rec.State, rec.Token)
+		if rec.State == runtime.StateSuccess && rec.Token == tp.Token && err2 != nil {
+			t.Errorf("the retry of a completion applied by its first attempt was told %v; the record holds that write (SUCCESS, its token)", err2)
+		}
+	})
 }
 
 // Measurement, not a promise: replays of one hot key with group commit.
@@ -427,41 +421,48 @@ func TestReview18GroupRetryBehindItsOwnWrite(t *testing.T) {
 // each gets the stored response; logs the statements, batches and time of
 // each mode.
 func TestReview18GroupHotKeyReplays(t *testing.T) {
+	r18Modes(t, func(t *testing.T, opts ...pgstore.Option) {
+		p := testPool(t)
+		s := pgstore.New(p, opts...)
+		rt, err := runtime.New(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := scopedCtx(t.Name())
+		call := runtime.Call[string, string]{Operation: "R18.Hot", Key: "hot", Request: "r",
+			Effect: func(context.Context, string) (string, error) { return "stored", nil }}
+		if _, err := runtime.Do(ctx, rt, call); err != nil {
+			t.Fatal(err)
+		}
+		b0, s0, _ := s.GroupCommitStats()
+		var worst atomic.Int64
+		start := time.Now()
+		for range 5 {
+			together(32, func(int) {
+				t0 := time.Now()
+				if v, err := runtime.Do(ctx, rt, call); err != nil || v != "stored" {
+					t.Errorf("replay: %q, %v", v, err)
+				}
+				if d := int64(time.Since(t0)); d > worst.Load() {
+					worst.Store(d)
+				}
+			})
+		}
+		b1, s1, _ := s.GroupCommitStats()
+		t.Logf("5 x 32 concurrent replays of one key: %v in all, slowest replay %v; batched claims %d in %d batches",
+			time.Since(start).Round(time.Millisecond), time.Duration(worst.Load()).Round(time.Microsecond), s1-s0, b1-b0)
+	})
+}
+
+// r18Modes runs f without and with group commit, as subtests.
+func r18Modes(t *testing.T, f func(t *testing.T, opts ...pgstore.Option)) {
 	for _, group := range []bool{false, true} {
 		t.Run(fmt.Sprint("group=", group), func(t *testing.T) {
-			p := testPool(t)
 			var opts []pgstore.Option
 			if group {
 				opts = append(opts, pgstore.WithGroupCommit(0))
 			}
-			s := pgstore.New(p, opts...)
-			rt, err := runtime.New(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := scopedCtx(t.Name())
-			call := runtime.Call[string, string]{Operation: "R18.Hot", Key: "hot", Request: "r",
-				Effect: func(context.Context, string) (string, error) { return "stored", nil }}
-			if _, err := runtime.Do(ctx, rt, call); err != nil {
-				t.Fatal(err)
-			}
-			b0, s0, _ := s.GroupCommitStats()
-			var worst atomic.Int64
-			start := time.Now()
-			for range 5 {
-				together(32, func(int) {
-					t0 := time.Now()
-					if v, err := runtime.Do(ctx, rt, call); err != nil || v != "stored" {
-						t.Errorf("replay: %q, %v", v, err)
-					}
-					if d := int64(time.Since(t0)); d > worst.Load() {
-						worst.Store(d)
-					}
-				})
-			}
-			b1, s1, _ := s.GroupCommitStats()
-			t.Logf("5 x 32 concurrent replays of one key: %v in all, slowest replay %v; batched claims %d in %d batches",
-				time.Since(start).Round(time.Millisecond), time.Duration(worst.Load()).Round(time.Microsecond), s1-s0, b1-b0)
+			f(t, opts...)
 		})
 	}
 }
