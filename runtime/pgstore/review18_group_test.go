@@ -466,3 +466,71 @@ func r18Modes(t *testing.T, f func(t *testing.T, opts ...pgstore.Option)) {
 		})
 	}
 }
+
+// r18FirstTransitionVia sends the first Transition through first, with a
+// 300 ms socket timeout of its own, and everything else to the embedded
+// store: one store whose first completion's connection was partitioned.
+type r18FirstTransitionVia struct {
+	*pgstore.Store
+	first *pgstore.Store
+	sent  atomic.Bool
+}
+
+func (s *r18FirstTransitionVia) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
+	if s.sent.CompareAndSwap(false, true) {
+		c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		return s.first.Transition(c, p)
+	}
+	return s.Store.Transition(ctx, p)
+}
+
+// Promise (README, the state machine and Errors): a completion whose reply
+// was lost "recognises its own write on the retry and returns the
+// response, instead of ErrLeaseLost"; ErrLeaseLost means "this worker's
+// lease was taken over, so its outcome was not recorded". The runtime-level
+// form of TestReview18GroupRetryBehindItsOwnWrite: runtime.Do on a
+// group-commit store; the effect succeeds while another transaction holds
+// the record's row; the completion's first attempt blocks on it and its
+// connection is then partitioned (its reply, and pgx's cancel request, never
+// arrive), so the runtime retries with the same token; the row is freed.
+// The caller must get its response (or ErrNotRecorded with it), never
+// ErrLeaseLost for an outcome the store holds.
+func TestReview18GroupRetryBehindItsOwnWriteRuntime(t *testing.T) {
+	r18Modes(t, func(t *testing.T, opts ...pgstore.Option) {
+		direct := pgstore.New(testPool(t), opts...)
+		proxy, proxied := proxiedPool(t)
+		store := &r18FirstTransitionVia{Store: direct, first: pgstore.New(proxied)}
+		rt, err := runtime.New(store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scope := fmt.Sprintf("r18-retry-rt/%d", time.Now().UnixNano())
+		id := runtime.Identity{Scope: scope, Operation: "R18.RetryRT", Key: "K"}
+		if _, err := store.first.Get(context.Background(), id); !errors.Is(err, runtime.ErrNotFound) { // a proxied connection, open
+			t.Fatal(err)
+		}
+		defer proxy.Remove("partition")
+		got, err := runtime.Do(runtime.WithScope(context.Background(), scope), rt, runtime.Call[string, string]{Operation: id.Operation, Key: id.Key, Request: "r",
+			Effect: func(context.Context, string) (string, error) {
+				unlock := r18Lock(t, testPool(t), id)
+				go func() {
+					time.Sleep(100 * time.Millisecond) // the first attempt reached the server and waits
+					if err := proxy.Add(faulttest.Toxic{Name: "partition", Type: "timeout", Stream: "upstream", Attributes: map[string]any{"timeout": 0}}); err != nil {
+						t.Error(err)
+					}
+					time.Sleep(600 * time.Millisecond) // the retry waits behind it
+					unlock()
+				}()
+				return "receipt", nil
+			}})
+		rec, gerr := direct.Get(context.Background(), id)
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		t.Logf("caller told %q, %v; record %s, response %s", got, err, rec.State, rec.Response)
+		if rec.State == runtime.StateSuccess && errors.Is(err, runtime.ErrLeaseLost) {
+			t.Errorf("the caller was told %v (no response) for a call whose SUCCESS the store recorded", err)
+		}
+	})
+}
