@@ -25,12 +25,9 @@ import (
 // the token rule of a retried write).
 //
 // A batch holds an identity at most once among its claims and once among
-// its completions, and never one that a statement in flight carries for
-// the same kind (a duplicate waits, queued, for that statement to return:
-// two callers of one key are never both claimed by one INSERT, and two
-// statements in flight at once never wait on each other's rows, so they
-// cannot deadlock); its rows go sorted by identity, so that writers take
-// row locks in one order. A batch is one
+// its completions (a duplicate waits for the next batch: two callers of one
+// key are never both claimed by one INSERT), and its rows go sorted by
+// identity, so that writers take row locks in one order. A batch is one
 // implicit transaction, all or nothing: when the statement fails, nothing
 // of it committed, and every caller of the batch runs its own statement
 // again alone, so that one bad row fails only its own caller.
@@ -39,29 +36,22 @@ import (
 // given none.
 const DefaultGroupCommitBatch = 64
 
-// DefaultGroupCommitInFlight is how many statements group commit keeps in
-// flight at once, each on a connection of the pool: while one batch waits
-// for its commit's flush, the next one runs.
-const DefaultGroupCommitInFlight = 2
-
 // WithGroupCommit sends the claims and the completions of concurrent
 // callers as set-based statements of at most maxBatch rows
 // (DefaultGroupCommitBatch when not positive): one INSERT claims a batch,
 // one UPDATE completes one, and each caller still gets its own outcome.
 //
-// Batch size and added latency: up to DefaultGroupCommitInFlight (2)
-// statements are in flight at a time, each on a pool connection, so that
-// one batch runs while another waits for its commit's flush; a batch
-// leaves as soon as a slot is free, with whatever has queued meanwhile, up
-// to maxBatch claims and maxBatch completions; nothing waits for a timer.
-// A caller that finds a slot free and nothing queued runs its own
-// statement at once, on its own goroutine: a lone caller waits for nobody.
-// Under load a caller waits for a slot (at most one batch round trip, a
-// commit flush included) and then for its own batch: the added latency is
-// one batch round trip, plus one more for every maxBatch callers of its
-// kind queued ahead of it per slot. Two calls of one identity never share
-// a batch's claims (or its completions), nor run in two statements at
-// once, so the k-th concurrent duplicate of a key waits for k-1 batches.
+// Batch size and added latency: one batch is in flight at a time; the
+// next one leaves as soon as it returns, with whatever has queued
+// meanwhile, up to maxBatch claims and maxBatch completions; nothing waits
+// for a timer. A caller that finds nothing in flight runs its own statement
+// at once, on its own goroutine: a lone caller waits for nobody. Under load
+// a caller waits for the batch in flight to return (at most one batch round
+// trip, a commit flush included) and then for its own batch: the added
+// latency is one batch round trip, plus one more for every maxBatch callers
+// of its kind queued ahead of it. Two calls of one identity never share a
+// batch's claims (or its completions), so the k-th concurrent duplicate of
+// a key waits for k-1 batches.
 //
 // When it wins: with tens of concurrent first calls on one store. At 32
 // callers (fsync on) a first call costs 0.13 commits and WAL flushes and
@@ -84,8 +74,7 @@ func WithGroupCommit(maxBatch int) Option {
 		if maxBatch <= 0 {
 			maxBatch = DefaultGroupCommitBatch
 		}
-		s.group = &groupCommit{maxBatch: maxBatch, inflightMax: DefaultGroupCommitInFlight, q: db.New(s.pool),
-			sentClaims: map[runtime.Identity]struct{}{}, sentTransitions: map[runtime.Identity]struct{}{}}
+		s.group = &groupCommit{maxBatch: maxBatch, q: db.New(s.pool)}
 	}
 }
 
@@ -101,26 +90,15 @@ const batchTimeout = 30 * time.Second
 const stuckAfter = 500 * time.Millisecond
 
 // groupCommit queues the claims and the completions of callers and sends
-// them in batches (up to inflightMax at once), each as one statement
-// (GroupSet).
+// them, one batch at a time, as one statement (GroupSet).
 type groupCommit struct {
 	maxBatch int
 	q        *db.Queries
 
-	// inflightMax bounds the statements in flight at once (batches and
-	// lone callers' statements): DefaultGroupCommitInFlight.
-	inflightMax int
-
 	mu          sync.Mutex
-	inflight    int // statements in flight (batches, lone callers' statements)
+	busy        bool // a batch (or a lone caller's statement) is in flight
 	claims      []*batchItem[db.ClaimParams, []db.ClaimRow]
 	transitions []*batchItem[db.TransitionParams, []int64]
-	// sentClaims and sentTransitions hold the identities of the claims and
-	// of the completions in flight: a batch never carries an identity that
-	// a statement in flight carries for the same kind (it waits, queued),
-	// so that statements in flight at once never wait on each other's row
-	// locks and cannot deadlock.
-	sentClaims, sentTransitions map[runtime.Identity]struct{}
 
 	// batches, statements and failed count what was sent (for tests and
 	// GroupCommitStats).
@@ -155,51 +133,29 @@ type batchItem[A, R any] struct {
 // idle reports whether nothing is queued; g.mu is held.
 func (g *groupCommit) idle() bool { return len(g.claims) == 0 && len(g.transitions) == 0 }
 
-// ready reports whether a batch could leave now: something is queued that
-// no statement in flight carries; g.mu is held. (A queued duplicate of an
-// identity in flight leaves when that statement returns: it must not make
-// a caller of another identity wait, or join a batch, in the meantime.)
-func (g *groupCommit) ready() bool {
-	return readyIn(g.claims, g.sentClaims) || readyIn(g.transitions, g.sentTransitions)
-}
-
-func readyIn[A, R any](queue []*batchItem[A, R], sent map[runtime.Identity]struct{}) bool {
-	for _, it := range queue {
-		if _, busy := sent[it.id]; !busy {
-			return true
-		}
-	}
-	return false
-}
-
 // submit runs arg, of identity id, queued in *queue (g.claims or
-// g.transitions; sent is the matching set of identities in flight), and
-// returns its result. When a statement slot is free, nothing is queued and
-// no statement in flight carries id, the caller runs its own statement at
-// once (one, on its own context): a lone caller waits for nobody.
-// Otherwise arg is queued, a sender starts when a slot is free, and submit
-// waits for its batch; retry reports that the batch failed as a whole and
-// nothing of it was committed.
-func submit[A, R any](ctx context.Context, s *Store, queue *[]*batchItem[A, R], sent map[runtime.Identity]struct{},
-	id runtime.Identity, arg A, one func(context.Context, A) (R, error)) (res R, retry bool, err error) {
+// g.transitions), and returns its result. When nothing is in flight or
+// queued, the caller runs its own statement at once (one, on its own
+// context): a lone caller waits for nobody. Otherwise arg is queued and
+// submit waits for its batch; retry reports that the batch failed as a
+// whole and nothing of it was committed.
+func submit[A, R any](ctx context.Context, s *Store, queue *[]*batchItem[A, R], id runtime.Identity, arg A,
+	one func(context.Context, A) (R, error)) (res R, retry bool, err error) {
 	g := s.group
 	g.mu.Lock()
-	if _, busy := sent[id]; !busy && g.inflight < g.inflightMax && !g.ready() {
-		g.inflight++
-		sent[id] = struct{}{}
+	if !g.busy && g.idle() {
+		g.busy = true
 		g.mu.Unlock()
 		res, err = one(ctx, arg)
 		g.batches.Add(1)
 		g.statements.Add(1)
-		g.release(s, sent, id)
+		g.release(s)
 		return res, false, err
 	}
 	it := &batchItem[A, R]{id: id, arg: arg, done: make(chan struct{})}
 	*queue = append(*queue, it)
-	lead := g.inflight < g.inflightMax
-	if lead {
-		g.inflight++
-	}
+	lead := !g.busy
+	g.busy = true
 	g.mu.Unlock()
 	if lead {
 		go g.flush(s)
@@ -210,8 +166,7 @@ func submit[A, R any](ctx context.Context, s *Store, queue *[]*batchItem[A, R], 
 	case <-it.done:
 	case <-stuck.C:
 		if withdraw(g, queue, it) {
-			// Never sent, and the statements ahead are stuck: run alone,
-			// beside them.
+			// Never sent, and the batch ahead is stuck: run alone, beside it.
 			if err := context.Cause(ctx); err != nil {
 				var zero R
 				return zero, false, err
@@ -249,38 +204,33 @@ func withdraw[A, R any](g *groupCommit, queue *[]*batchItem[A, R], it *batchItem
 	return true
 }
 
-// release ends a lone caller's statement, of identity id (in sent): a
-// sender starts when callers are queued.
-func (g *groupCommit) release(s *Store, sent map[runtime.Identity]struct{}, id runtime.Identity) {
+// release ends a statement in flight: the next batch leaves at once when
+// callers queued meanwhile.
+func (g *groupCommit) release(s *Store) {
 	g.mu.Lock()
-	delete(sent, id)
 	if g.idle() {
-		g.inflight--
+		g.busy = false
 		g.mu.Unlock()
 		return
 	}
 	g.mu.Unlock()
-	go g.flush(s) // in the slot the statement held
+	go g.flush(s)
 }
 
 // take removes the next batch from *queue; g.mu is held. In queue order,
-// at most max items, an identity at most once and none that sent holds (a
-// statement in flight carries it): a skipped item stays queued, in order,
-// for a later batch. The identities taken join sent, and the batch comes
-// sorted by identity.
-func take[A, R any](queue *[]*batchItem[A, R], sent map[runtime.Identity]struct{}, max int) []*batchItem[A, R] {
+// at most max items, an identity at most once (a later duplicate stays
+// queued, in order, for a later batch). The batch comes sorted by identity.
+func take[A, R any](queue *[]*batchItem[A, R], max int) []*batchItem[A, R] {
 	n := min(len(*queue), max)
 	if n == 0 {
 		return nil
 	}
-	var batch []*batchItem[A, R]
+	batch := make([]*batchItem[A, R], 0, n)
+	seen := make(map[runtime.Identity]struct{}, n)
 	rest := (*queue)[:0]
 	for _, it := range *queue {
-		if _, busy := sent[it.id]; len(batch) < max && !busy {
-			if batch == nil {
-				batch = make([]*batchItem[A, R], 0, n)
-			}
-			sent[it.id] = struct{}{}
+		if _, dup := seen[it.id]; len(batch) < max && !dup {
+			seen[it.id] = struct{}{}
 			batch = append(batch, it)
 			continue
 		}
@@ -292,14 +242,6 @@ func take[A, R any](queue *[]*batchItem[A, R], sent map[runtime.Identity]struct{
 	return batch
 }
 
-// unsend removes the identities of a batch that returned from sent; g.mu
-// is held.
-func unsend[A, R any](batch []*batchItem[A, R], sent map[runtime.Identity]struct{}) {
-	for _, it := range batch {
-		delete(sent, it.id)
-	}
-}
-
 func compareIdentity(a, b runtime.Identity) int {
 	return cmp.Or(cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Operation, b.Operation), cmp.Compare(a.Key, b.Key))
 }
@@ -309,26 +251,23 @@ func compareIdentity(a, b runtime.Identity) int {
 func (g *groupCommit) next() (claims []*batchItem[db.ClaimParams, []db.ClaimRow], transitions []*batchItem[db.TransitionParams, []int64]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.nextLocked()
+	return take(&g.claims, g.maxBatch), take(&g.transitions, g.maxBatch)
 }
 
-func (g *groupCommit) nextLocked() (claims []*batchItem[db.ClaimParams, []db.ClaimRow], transitions []*batchItem[db.TransitionParams, []int64]) {
-	return take(&g.claims, g.sentClaims, g.maxBatch), take(&g.transitions, g.sentTransitions, g.maxBatch)
-}
-
-// flush runs in a statement slot: it sends batches until none can leave
-// (nothing queued, or only identities a statement in flight carries, which
-// that statement's end sends), then frees the slot.
+// flush sends batches until none is queued, then frees the slot.
 func (g *groupCommit) flush(s *Store) {
 	for {
-		g.mu.Lock()
-		claims, transitions := g.nextLocked()
+		claims, transitions := g.next()
 		if claims == nil && transitions == nil {
-			g.inflight--
+			g.mu.Lock()
+			if !g.idle() { // queued after next looked
+				g.mu.Unlock()
+				continue
+			}
+			g.busy = false
 			g.mu.Unlock()
 			return
 		}
-		g.mu.Unlock()
 		g.run(s, claims, transitions)
 	}
 }
@@ -339,12 +278,6 @@ func (g *groupCommit) flush(s *Store) {
 func (g *groupCommit) run(s *Store, claims []*batchItem[db.ClaimParams, []db.ClaimRow], transitions []*batchItem[db.TransitionParams, []int64]) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	defer func() {
-		g.mu.Lock()
-		unsend(claims, g.sentClaims)
-		unsend(transitions, g.sentTransitions)
-		g.mu.Unlock()
-	}()
 	g.batches.Add(1)
 	g.statements.Add(int64(len(claims) + len(transitions)))
 	switch {
@@ -459,7 +392,7 @@ func (s *Store) claimRows(ctx context.Context, q *db.Queries, arg db.ClaimParams
 		return q.Claim(ctx, arg)
 	}
 	id := runtime.Identity{Scope: arg.Scope, Operation: arg.Operation, Key: arg.Key}
-	res, retry, err := submit(ctx, s, &s.group.claims, s.group.sentClaims, id, arg, s.q.Claim)
+	res, retry, err := submit(ctx, s, &s.group.claims, id, arg, s.q.Claim)
 	if retry {
 		return q.Claim(ctx, arg)
 	}
@@ -472,7 +405,7 @@ func (s *Store) transitionRows(ctx context.Context, q *db.Queries, arg db.Transi
 		return q.Transition(ctx, arg)
 	}
 	id := runtime.Identity{Scope: arg.Scope, Operation: arg.Operation, Key: arg.Key}
-	res, retry, err := submit(ctx, s, &s.group.transitions, s.group.sentTransitions, id, arg, s.q.Transition)
+	res, retry, err := submit(ctx, s, &s.group.transitions, id, arg, s.q.Transition)
 	if retry {
 		return q.Transition(ctx, arg)
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -53,7 +52,7 @@ func (s *Store) sendQueued(cids []runtime.Identity, cargs []db.ClaimParams, tids
 	claims := make([]*batchItem[db.ClaimParams, []db.ClaimRow], len(cargs))
 	transitions := make([]*batchItem[db.TransitionParams, []int64], len(targs))
 	g.mu.Lock()
-	g.inflight++ // the slot flush frees
+	g.busy = true // the slot flush frees
 	for i := range cargs {
 		claims[i] = &batchItem[db.ClaimParams, []db.ClaimRow]{id: cids[i], arg: cargs[i], done: make(chan struct{})}
 		g.claims = append(g.claims, claims[i])
@@ -327,7 +326,7 @@ func TestGroupCallerGoneMidBatch(t *testing.T) {
 	}
 	g := s.group
 	g.mu.Lock()
-	g.inflight = g.inflightMax // every slot is busy: callers queue
+	g.busy = true // a batch is in flight: callers queue
 	g.mu.Unlock()
 	type answer struct {
 		v   int64
@@ -420,174 +419,5 @@ func TestGroupMixedBatch(t *testing.T) {
 	}
 	if b, n, _ := s.GroupCommitStats(); b != 1 || n != 3 {
 		t.Errorf("%d batches carrying %d statements, want 1 and 3", b, n)
-	}
-}
-
-// TestGroupTakeSkipsIdentitiesInFlight: a batch never carries an identity
-// that a statement in flight carries for the same kind, nor one twice;
-// what it skips stays queued, in order; what it takes is sorted by
-// identity and marked in flight.
-func TestGroupTakeSkipsIdentitiesInFlight(t *testing.T) {
-	id := func(k string) runtime.Identity { return runtime.Identity{Scope: "s", Operation: "Op", Key: k} }
-	tests := []struct {
-		name              string
-		inFlight, queued  []string
-		max               int
-		batch, left, sent []string
-	}{
-		{"nothing in flight", nil, []string{"c", "a", "b"}, 8, []string{"a", "b", "c"}, nil, []string{"a", "b", "c"}},
-		{"in flight stays queued", []string{"b"}, []string{"c", "b", "a"}, 8, []string{"a", "c"}, []string{"b"}, []string{"a", "b", "c"}},
-		{"duplicates wait", nil, []string{"a", "a", "b", "a"}, 8, []string{"a", "b"}, []string{"a", "a"}, []string{"a", "b"}},
-		{"at most max", []string{"x"}, []string{"x", "d", "c", "b"}, 2, []string{"c", "d"}, []string{"x", "b"}, []string{"c", "d", "x"}},
-		{"all in flight", []string{"a"}, []string{"a"}, 8, nil, []string{"a"}, []string{"a"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			sent := map[runtime.Identity]struct{}{}
-			for _, k := range tt.inFlight {
-				sent[id(k)] = struct{}{}
-			}
-			var queue []*batchItem[int, int]
-			for _, k := range tt.queued {
-				queue = append(queue, &batchItem[int, int]{id: id(k)})
-			}
-			keys := func(b []*batchItem[int, int]) []string {
-				var out []string
-				for _, it := range b {
-					out = append(out, it.id.Key)
-				}
-				return out
-			}
-			batch := take(&queue, sent, tt.max)
-			var marked []string
-			for i := range sent {
-				marked = append(marked, i.Key)
-			}
-			slices.Sort(marked)
-			if got := keys(batch); !slices.Equal(got, tt.batch) {
-				t.Errorf("batch %v, want %v", got, tt.batch)
-			}
-			if got := keys(queue); !slices.Equal(got, tt.left) {
-				t.Errorf("left queued %v, want %v", got, tt.left)
-			}
-			if !slices.Equal(marked, tt.sent) {
-				t.Errorf("in flight %v, want %v", marked, tt.sent)
-			}
-			unsend(batch, sent)
-			if len(sent) != len(tt.inFlight) {
-				t.Errorf("after the batch returned, %d in flight, want %d", len(sent), len(tt.inFlight))
-			}
-		})
-	}
-}
-
-// TestGroupStatementsInFlightAtOnce: while a statement is blocked (on a row
-// lock), a caller of another identity is not held behind it: its statement
-// leaves at once in the next slot, well before the stuck-batch bypass.
-func TestGroupStatementsInFlightAtOnce(t *testing.T) {
-	s, scope := groupStore(t)
-	ctx := context.Background()
-	recs := map[string]db.ClaimRow{}
-	for _, k := range []string{"blocked", "free"} {
-		_, arg := claimArg(scope, k, "w")
-		rows, err := s.q.Claim(ctx, arg)
-		if err != nil || len(rows) != 1 {
-			t.Fatal(rows, err)
-		}
-		recs[k] = rows[0]
-	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "UPDATE idem_records SET note = 'locked' WHERE scope = $1 AND key = 'blocked'", scope); err != nil {
-		t.Fatal(err)
-	}
-	complete := func(k string) error {
-		r := recs[k]
-		_, err := s.Transition(ctx, runtime.TransitionParams{ID: runtime.Identity{Scope: r.Scope, Operation: r.Operation, Key: r.Key},
-			From: runtime.StateProcessing, Owner: "w", Version: r.Version, To: runtime.StateSuccess, TTL: time.Hour, Response: []byte(`"ok"`)})
-		return err
-	}
-	blocked := make(chan error, 1)
-	go func() { blocked <- complete("blocked") }()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		s.group.mu.Lock()
-		n := s.group.inflight
-		s.group.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the blocked completion never left")
-		}
-	}
-	time.Sleep(50 * time.Millisecond) // on the server, waiting for the row
-	start := time.Now()
-	if err := complete("free"); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d >= stuckAfter {
-		t.Errorf("the free completion took %v: it waited behind the blocked statement", d)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-blocked; err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestGroupQueuedDuplicateDoesNotHoldOthers: a claim queued behind a claim
-// of the same identity in flight must not make a caller of another
-// identity join a batch (which runs on the batch's 30 s context and which
-// it cannot leave): with a slot free, that caller runs its own statement,
-// on its own context. (TestNetworkFaultsGroupCommit: a completion whose
-// reply was dropped waited 30 s in a batch of one instead of its context's
-// second, and held the fault for a minute.)
-func TestGroupQueuedDuplicateDoesNotHoldOthers(t *testing.T) {
-	s, scope := groupStore(t)
-	ctx := context.Background()
-	_, arg := claimArg(scope, "slow", "w")
-	rows, err := s.q.Claim(ctx, arg)
-	if err != nil || len(rows) != 1 {
-		t.Fatal(rows, err)
-	}
-	r := rows[0]
-	g := s.group
-	// A claim of "dup" is in flight (in a slot), and a duplicate of it is
-	// queued, waiting for it.
-	did, darg := claimArg(scope, "dup", "b")
-	g.mu.Lock()
-	g.inflight++
-	g.sentClaims[did] = struct{}{}
-	g.claims = append(g.claims, &batchItem[db.ClaimParams, []db.ClaimRow]{id: did, arg: darg, done: make(chan struct{})})
-	g.mu.Unlock()
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "UPDATE idem_records SET note = 'locked' WHERE scope = $1 AND key = 'slow'", scope); err != nil {
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		_, err := s.Transition(cctx, runtime.TransitionParams{ID: runtime.Identity{Scope: r.Scope, Operation: r.Operation, Key: r.Key},
-			From: runtime.StateProcessing, Owner: "w", Version: r.Version, To: runtime.StateSuccess, TTL: time.Hour, Response: []byte(`"ok"`)})
-		got <- err
-	}()
-	select {
-	case err := <-got:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("the completion on a locked row: %v, want its own context's deadline", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Error("the completion outlived its context by seconds: it was sent in a batch")
-		_ = tx.Rollback(ctx)
-		<-got
 	}
 }
