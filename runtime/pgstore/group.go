@@ -356,8 +356,21 @@ func (g *groupCommit) send(ctx context.Context, claims []*batchItem[db.ClaimPara
 			if err != nil {
 				return err
 			}
+			if r.Claimed {
+				// The store chose the version, the lease and the time; the
+				// rest of a new record is the caller's (GroupSet sends
+				// only those back).
+				a := &claims[i].arg
+				cres[i] = []db.ClaimRow{{
+					Claimed: true, Scope: a.Scope, Operation: a.Operation, Key: a.Key, Fingerprint: a.Fingerprint,
+					State: string(runtime.StateProcessing), Owner: a.Owner, Version: r.Version,
+					LeaseExpiresAt: r.LeaseExpiresAt, Request: a.Request, CreatedAt: r.CreatedAt,
+					UpdatedAt: r.UpdatedAt, StoreNow: r.StoreNow,
+				}}
+				continue
+			}
 			cres[i] = []db.ClaimRow{{
-				Claimed: r.Claimed, Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
+				Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
 				State: r.State, Owner: r.Owner, Version: r.Version, LeaseExpiresAt: r.LeaseExpiresAt,
 				ExpiresAt: r.ExpiresAt, Request: r.Request, Response: r.Response, Takeovers: r.Takeovers,
 				Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Token: r.Token,
