@@ -56,7 +56,20 @@
 -- A claim and a completion of one identity in one statement see the same
 -- snapshot: the claim returns the record as it was before the completion,
 -- as if it had run first.
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+--
+-- Lock waits: the statement waits at most @lock_timeout (pgstore's
+-- batchLockWait) on a row lock or on another transaction's insert of the
+-- same identity; past it the batch fails with lock_not_available (55P03),
+-- commits nothing, and each of its callers runs its own statement. Without
+-- the bound, one row that something else holds (a DoTx's transaction, an
+-- operator's) would keep every other claim of the batch uncommitted, and
+-- every duplicate of those claims waiting on their inserts, as long as that
+-- lock is held. set_config(..., true) sets it for the statement's own
+-- (implicit) transaction only; clk, which every write joins, runs it before
+-- the first write.
+WITH clk AS MATERIALIZED (
+    SELECT clock_timestamp() AS t, set_config('lock_timeout', @lock_timeout::text, true) AS lock_timeout
+),
 carg AS MATERIALIZED (
     SELECT a.scope, (@c_operations::text[])[a.i] AS operation, (@c_keys::text[])[a.i] AS key,
         (@c_fingerprints::bytea[])[a.i] AS fingerprint, (@c_owners::text[])[a.i] AS owner,
