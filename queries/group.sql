@@ -56,7 +56,20 @@
 -- A claim and a completion of one identity in one statement see the same
 -- snapshot: the claim returns the record as it was before the completion,
 -- as if it had run first.
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+--
+-- Lock waits: the statement waits at most @lock_timeout (pgstore's
+-- batchLockWait) on a row lock or on another transaction's insert of the
+-- same identity; past it the batch fails with lock_not_available (55P03),
+-- commits nothing, and each of its callers runs its own statement. Without
+-- the bound, one row that something else holds (a DoTx's transaction, an
+-- operator's) would keep every other claim of the batch uncommitted, and
+-- every duplicate of those claims waiting on their inserts, as long as that
+-- lock is held. set_config(..., true) sets it for the statement's own
+-- (implicit) transaction only; clk, which every write joins, runs it before
+-- the first write.
+WITH clk AS MATERIALIZED (
+    SELECT clock_timestamp() AS t, set_config('lock_timeout', @lock_timeout::text, true) AS lock_timeout
+),
 carg AS MATERIALIZED (
     SELECT a.scope, (@c_operations::text[])[a.i] AS operation, (@c_keys::text[])[a.i] AS key,
         (@c_fingerprints::bytea[])[a.i] AS fingerprint, (@c_owners::text[])[a.i] AS owner,
@@ -94,9 +107,7 @@ ins AS (
     -- In the batch's order (by identity): see the head of this file.
     ORDER BY a.i
     ON CONFLICT (scope, operation, key) DO NOTHING
-    RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
-        r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
-        r.created_at, r.updated_at, r.token, r.note, r.response_omitted
+    RETURNING r.scope, r.operation, r.key, r.version, r.lease_expires_at, r.created_at, r.updated_at
 ),
 upd AS (
     UPDATE idem_records r SET
@@ -115,9 +126,14 @@ upd AS (
       AND r.state = a.from_state AND r.owner = a.owner AND r.version = a.version
     RETURNING a.i, r.version
 )
-SELECT 'c'::text AS kind, a.i::bigint AS i, true AS claimed, n.scope, n.operation, n.key, n.fingerprint, n.state,
-    n.owner, n.version, n.lease_expires_at, n.expires_at, n.request, n.response, n.takeovers, n.attempts,
-    n.created_at, n.updated_at, n.token, n.note, n.response_omitted,
+-- A claimed row carries only what the store chose (version, lease,
+-- creation time): the rest is the caller's own arguments, which group.go
+-- fills in (as ClaimInsert's caller does), so the batch's reply does not
+-- send every request back. The blanks are typed for sqlc.
+SELECT 'c'::text AS kind, a.i::bigint AS i, true AS claimed, ''::text AS scope, ''::text AS operation, ''::text AS key,
+    NULL::bytea AS fingerprint, ''::text AS state, ''::text AS owner, n.version, n.lease_expires_at,
+    NULL::timestamptz AS expires_at, NULL::bytea AS request, NULL::bytea AS response, 0::integer AS takeovers,
+    0::integer AS attempts, n.created_at, n.updated_at, ''::text AS token, ''::text AS note, false AS response_omitted,
     (SELECT t FROM clk)::timestamptz AS store_now
 FROM ins n
 JOIN carg a ON a.scope = n.scope AND a.operation = n.operation AND a.key = n.key

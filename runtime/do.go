@@ -108,9 +108,11 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 		if errors.Is(err, ErrInProgress) {
 			// The store saw the call in flight but could not read its
 			// lease (a row another transaction holds): wait as for a live
-			// lease, up to MaxWait, then claim again.
+			// lease, up to MaxWait, then claim again. MaxWait counts from
+			// this claim's start: the store's own tries before it gave up
+			// (pgstore: about half a second) are part of the wait.
 			if waitUntil.IsZero() {
-				waitStart = time.Now()
+				waitStart = start
 				waitUntil = waitStart.Add(rt.cfg.maxWait)
 			}
 			if left := time.Until(waitUntil); left > 0 {
@@ -176,7 +178,7 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 				break // expired, or free for reconciliation: claim again
 			}
 			if waitUntil.IsZero() {
-				waitStart = time.Now()
+				waitStart = start // as above: from the claim that saw it
 				waitUntil = waitStart.Add(rt.cfg.maxWait)
 			}
 			left := time.Until(waitUntil)

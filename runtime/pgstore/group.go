@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +89,15 @@ const batchTimeout = 30 * time.Second
 // caller of the store until batchTimeout. A healthy batch takes a commit's
 // flush, far less.
 const stuckAfter = 500 * time.Millisecond
+
+// batchLockWait bounds how long a batch's statement waits on a row lock or
+// on another transaction's insert of one of its identities (GroupSet's
+// lock_timeout). Past it the batch commits nothing and each caller runs its
+// own statement, so that a row held elsewhere (a DoTx's transaction) holds
+// up only the callers of that row, and duplicates of the batch's other
+// claims never wait on inserts that cannot commit. Writers that lock a row
+// for a statement (renewals, other batches) hold it for a commit's flush.
+const batchLockWait = 200 * time.Millisecond
 
 // groupCommit queues the claims and the completions of callers and sends
 // them, one batch at a time, as one statement (GroupSet).
@@ -332,6 +342,7 @@ func (g *groupCommit) send(ctx context.Context, claims []*batchItem[db.ClaimPara
 		TToStates: make([]string, nt), TNewOwners: make([]string, nt), TLeases: make([]pgtype.Interval, nt),
 		TTtls: make([]pgtype.Interval, nt), TResponses: make([][]byte, nt), TResponsesOmitted: make([]bool, nt),
 		TNotes: make([]string, nt), TTokens: make([]string, nt),
+		LockTimeout: strconv.FormatInt(batchLockWait.Milliseconds(), 10) + "ms",
 	}
 	for i, it := range claims {
 		a := &it.arg
@@ -356,8 +367,21 @@ func (g *groupCommit) send(ctx context.Context, claims []*batchItem[db.ClaimPara
 			if err != nil {
 				return err
 			}
+			if r.Claimed {
+				// The store chose the version, the lease and the time; the
+				// rest of a new record is the caller's (GroupSet sends
+				// only those back).
+				a := &claims[i].arg
+				cres[i] = []db.ClaimRow{{
+					Claimed: true, Scope: a.Scope, Operation: a.Operation, Key: a.Key, Fingerprint: a.Fingerprint,
+					State: string(runtime.StateProcessing), Owner: a.Owner, Version: r.Version,
+					LeaseExpiresAt: r.LeaseExpiresAt, Request: a.Request, CreatedAt: r.CreatedAt,
+					UpdatedAt: r.UpdatedAt, StoreNow: r.StoreNow,
+				}}
+				continue
+			}
 			cres[i] = []db.ClaimRow{{
-				Claimed: r.Claimed, Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
+				Scope: r.Scope, Operation: r.Operation, Key: r.Key, Fingerprint: r.Fingerprint,
 				State: r.State, Owner: r.Owner, Version: r.Version, LeaseExpiresAt: r.LeaseExpiresAt,
 				ExpiresAt: r.ExpiresAt, Request: r.Request, Response: r.Response, Takeovers: r.Takeovers,
 				Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Token: r.Token,

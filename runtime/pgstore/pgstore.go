@@ -407,17 +407,25 @@ func (s *Store) transition(ctx context.Context, q *db.Queries, p runtime.Transit
 		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
 		FromState: string(p.From), Owner: p.Owner, Version: p.Version,
 	}
+	var v int64
+	var err error
 	if s.group != nil && q == s.q {
-		vs, err := s.transitionRows(ctx, q, arg)
-		if err != nil {
+		var vs []int64
+		vs, err = s.transitionRows(ctx, q, arg)
+		switch {
+		case err != nil:
 			return 0, fmt.Errorf("pgstore: transition to %s: %w", p.To, err)
+		case len(vs) > 0:
+			return vs[0], nil
 		}
-		if len(vs) == 0 {
-			return 0, runtime.ErrLeaseLost
-		}
-		return vs[0], nil
+		// The batch's own token lookup read the statement's snapshot: an
+		// earlier try of this write that committed while the batch waited
+		// on the row (its reply lost, the retry queued behind it) is not
+		// in it. Ask again below, in a statement of its own.
+		err = pgx.ErrNoRows
+	} else {
+		v, err = q.TransitionCAS(ctx, db.TransitionCASParams(arg))
 	}
-	v, err := q.TransitionCAS(ctx, db.TransitionCASParams(arg))
 	if errors.Is(err, pgx.ErrNoRows) && p.Token != "" {
 		// Not applied now: applied by an earlier try whose reply was lost?
 		v, err = q.TransitionApplied(ctx, db.TransitionAppliedParams{Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key, Token: p.Token})

@@ -13,26 +13,28 @@ import (
 
 const groupSet = `-- name: GroupSet :many
 
-WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+WITH clk AS MATERIALIZED (
+    SELECT clock_timestamp() AS t, set_config('lock_timeout', $1::text, true) AS lock_timeout
+),
 carg AS MATERIALIZED (
-    SELECT a.scope, ($1::text[])[a.i] AS operation, ($2::text[])[a.i] AS key,
-        ($3::bytea[])[a.i] AS fingerprint, ($4::text[])[a.i] AS owner,
-        ($5::interval[])[a.i] AS lease, ($6::bytea[])[a.i] AS request, a.i
-    FROM unnest($7::text[]) WITH ORDINALITY AS a(scope, i)
+    SELECT a.scope, ($2::text[])[a.i] AS operation, ($3::text[])[a.i] AS key,
+        ($4::bytea[])[a.i] AS fingerprint, ($5::text[])[a.i] AS owner,
+        ($6::interval[])[a.i] AS lease, ($7::bytea[])[a.i] AS request, a.i
+    FROM unnest($8::text[]) WITH ORDINALITY AS a(scope, i)
     -- A no-op, for the plan: see the head of this file.
-    LIMIT cardinality($7::text[])
+    LIMIT cardinality($8::text[])
 ),
 targ AS MATERIALIZED (
-    SELECT a.scope, ($8::text[])[a.i] AS operation, ($9::text[])[a.i] AS key,
-        ($10::text[])[a.i] AS from_state, ($11::text[])[a.i] AS owner,
-        ($12::bigint[])[a.i] AS version, ($13::text[])[a.i] AS to_state,
-        ($14::text[])[a.i] AS new_owner, ($15::interval[])[a.i] AS lease,
-        ($16::interval[])[a.i] AS ttl, ($17::bytea[])[a.i] AS response,
-        ($18::boolean[])[a.i] AS response_omitted, ($19::text[])[a.i] AS note,
-        ($20::text[])[a.i] AS token, a.i
-    FROM unnest($21::text[]) WITH ORDINALITY AS a(scope, i)
+    SELECT a.scope, ($9::text[])[a.i] AS operation, ($10::text[])[a.i] AS key,
+        ($11::text[])[a.i] AS from_state, ($12::text[])[a.i] AS owner,
+        ($13::bigint[])[a.i] AS version, ($14::text[])[a.i] AS to_state,
+        ($15::text[])[a.i] AS new_owner, ($16::interval[])[a.i] AS lease,
+        ($17::interval[])[a.i] AS ttl, ($18::bytea[])[a.i] AS response,
+        ($19::boolean[])[a.i] AS response_omitted, ($20::text[])[a.i] AS note,
+        ($21::text[])[a.i] AS token, a.i
+    FROM unnest($22::text[]) WITH ORDINALITY AS a(scope, i)
     -- A no-op, for the plan: see the head of this file.
-    LIMIT cardinality($21::text[])
+    LIMIT cardinality($22::text[])
 ),
 ins AS (
     INSERT INTO idem_records AS r (
@@ -51,9 +53,7 @@ ins AS (
     -- In the batch's order (by identity): see the head of this file.
     ORDER BY a.i
     ON CONFLICT (scope, operation, key) DO NOTHING
-    RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
-        r.lease_expires_at, r.expires_at, r.request, r.response, r.takeovers, r.attempts,
-        r.created_at, r.updated_at, r.token, r.note, r.response_omitted
+    RETURNING r.scope, r.operation, r.key, r.version, r.lease_expires_at, r.created_at, r.updated_at
 ),
 upd AS (
     UPDATE idem_records r SET
@@ -72,9 +72,10 @@ upd AS (
       AND r.state = a.from_state AND r.owner = a.owner AND r.version = a.version
     RETURNING a.i, r.version
 )
-SELECT 'c'::text AS kind, a.i::bigint AS i, true AS claimed, n.scope, n.operation, n.key, n.fingerprint, n.state,
-    n.owner, n.version, n.lease_expires_at, n.expires_at, n.request, n.response, n.takeovers, n.attempts,
-    n.created_at, n.updated_at, n.token, n.note, n.response_omitted,
+SELECT 'c'::text AS kind, a.i::bigint AS i, true AS claimed, ''::text AS scope, ''::text AS operation, ''::text AS key,
+    NULL::bytea AS fingerprint, ''::text AS state, ''::text AS owner, n.version, n.lease_expires_at,
+    NULL::timestamptz AS expires_at, NULL::bytea AS request, NULL::bytea AS response, 0::integer AS takeovers,
+    0::integer AS attempts, n.created_at, n.updated_at, ''::text AS token, ''::text AS note, false AS response_omitted,
     (SELECT t FROM clk)::timestamptz AS store_now
 FROM ins n
 JOIN carg a ON a.scope = n.scope AND a.operation = n.operation AND a.key = n.key
@@ -101,6 +102,7 @@ WHERE a.token <> '' AND e.token = a.token
 `
 
 type GroupSetParams struct {
+	LockTimeout       string
 	COperations       []string
 	CKeys             []string
 	CFingerprints     [][]byte
@@ -205,9 +207,25 @@ type GroupSetRow struct {
 // A claim and a completion of one identity in one statement see the same
 // snapshot: the claim returns the record as it was before the completion,
 // as if it had run first.
+//
+// Lock waits: the statement waits at most @lock_timeout (pgstore's
+// batchLockWait) on a row lock or on another transaction's insert of the
+// same identity; past it the batch fails with lock_not_available (55P03),
+// commits nothing, and each of its callers runs its own statement. Without
+// the bound, one row that something else holds (a DoTx's transaction, an
+// operator's) would keep every other claim of the batch uncommitted, and
+// every duplicate of those claims waiting on their inserts, as long as that
+// lock is held. set_config(..., true) sets it for the statement's own
+// (implicit) transaction only; clk, which every write joins, runs it before
+// the first write.
+// A claimed row carries only what the store chose (version, lease,
+// creation time): the rest is the caller's own arguments, which group.go
+// fills in (as ClaimInsert's caller does), so the batch's reply does not
+// send every request back. The blanks are typed for sqlc.
 // Completions carry only i and version; the other columns are blank.
 func (q *Queries) GroupSet(ctx context.Context, arg GroupSetParams) ([]GroupSetRow, error) {
 	rows, err := q.db.Query(ctx, groupSet,
+		arg.LockTimeout,
 		arg.COperations,
 		arg.CKeys,
 		arg.CFingerprints,
