@@ -2,4 +2,4 @@ package pgstore
 
 // SetClaimOrder fixes the order of s's claims: > 0 reads first, < 0
 // inserts first, 0 guesses (the default).
-func SetClaimOrder(s *Store, order int) { s.order.fixed = order }
+func SetClaimOrder(s *Store, order int) { s.order.Fix(order) }

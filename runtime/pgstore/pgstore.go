@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/claimorder"
 	"github.com/idemkit/idem/queries"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore/internal/db"
@@ -39,8 +39,8 @@ type Store struct {
 	pool     *pgxpool.Pool
 	q        *db.Queries
 	maxBytes int
-	group    *groupCommit // nil unless WithGroupCommit
-	order    claimOrder
+	group    *groupCommit     // nil unless WithGroupCommit
+	order    claimorder.Guess // which statement a claim sends first
 }
 
 // Option configures a [Store].
@@ -166,13 +166,13 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.Claim
 // an existing one (a SELECT by primary key, no lock), and the takeover of a
 // record that may be taken (see [takeable]), by compare-and-set on the
 // version read. Which of the insert and the read runs first is a guess (see
-// [claimOrder]): a first call inserts at once and a replay is one SELECT,
+// [claimorder.Guess]): a first call inserts at once and a replay is one SELECT,
 // and a wrong guess costs one more statement, never a wrong answer. In
 // group-commit mode the batched claim statement, which inserts or returns
 // the existing record, comes first.
 func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	grouped := s.group != nil && q == s.q
-	readFirst := !grouped && s.order.readFirst()
+	readFirst := !grouped && s.order.ReadFirst()
 	// Each step that finds nothing to do lost a race: the insert to a
 	// concurrent claim, the compare-and-set to another writer, the read to
 	// a release. The next round sees what they did.
@@ -191,7 +191,7 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 					return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
 				}
 				if ok {
-					s.order.inserted()
+					s.order.Created()
 					return res, nil
 				}
 				continue
@@ -202,7 +202,7 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 				return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
 			}
 			if ok && res.Claimed {
-				s.order.inserted()
+				s.order.Created()
 				return res, nil
 			}
 			if !ok {
@@ -210,7 +210,7 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 			}
 			rec = res.Record // the batched statement returned the existing record
 		}
-		s.order.found()
+		s.order.Found()
 		if !takeable(&rec, p) {
 			return runtime.ClaimResult{Record: rec}, nil
 		}
@@ -244,45 +244,6 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 			runtime.ErrInProgress, p.ID.Operation, p.ID.Key)
 	}
 	return runtime.ClaimResult{}, errors.New("pgstore: claim: the record changed under every one of 10 tries")
-}
-
-// claimOrder guesses, from the claims this store made lately, whether the
-// next claim finds a record (a replay, a duplicate in flight) or inserts
-// one (a first call), and so which statement to send first. A found record
-// adds foundWeight to the score, up to maxScore; an insert takes one off;
-// claims read first while the score is positive, that is once more than
-// about one claim in foundWeight+1 found a record: reading first costs a
-// first call one SELECT, inserting first costs a replay an insert attempt
-// (planning, the arbiter index, a version drawn for nothing), about twice
-// as much. A burst of duplicates (a retry storm) turns reads on at its first
-// replay; maxScore first calls in a row turn them off.
-type claimOrder struct {
-	score atomic.Int32
-	fixed int // tests: > 0 always reads first, < 0 always inserts first
-}
-
-const (
-	foundWeight = 2
-	maxScore    = 64
-)
-
-func (o *claimOrder) readFirst() bool {
-	if o.fixed != 0 {
-		return o.fixed > 0
-	}
-	return o.score.Load() > 0
-}
-
-func (o *claimOrder) found() {
-	if v := o.score.Load(); v < maxScore {
-		o.score.CompareAndSwap(v, min(v+foundWeight, maxScore))
-	}
-}
-
-func (o *claimOrder) inserted() {
-	if v := o.score.Load(); v > 0 {
-		o.score.CompareAndSwap(v, v-1)
-	}
 }
 
 // read returns the record of id, or [runtime.ErrNotFound].
