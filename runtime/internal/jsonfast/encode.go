@@ -96,27 +96,9 @@ func appendMap(dst []byte, n *node, p unsafe.Pointer) []byte {
 	var room [16]string // the keys of a small map, without an allocation
 	switch n.shape {
 	case mapStrings:
-		m := *(*map[string][]string)(p)
-		dst = append(dst, '{')
-		for i, k := range sortedKeys(m, room[:0]) {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = append(appendString(dst, k), ':')
-			dst = appendStrings(dst, m[k])
-		}
-		return append(dst, '}')
+		return appendSorted(dst, *(*map[string][]string)(p), room[:0], appendStrings)
 	case mapString:
-		m := *(*map[string]string)(p)
-		dst = append(dst, '{')
-		for i, k := range sortedKeys(m, room[:0]) {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = append(appendString(dst, k), ':')
-			dst = appendString(dst, m[k])
-		}
-		return append(dst, '}')
+		return appendSorted(dst, *(*map[string]string)(p), room[:0], appendString)
 	}
 	// Any other map: its keys and a copy of its values, by reflection.
 	m := reflect.NewAt(n.typ, p).Elem()
@@ -164,13 +146,22 @@ func appendStrings(dst []byte, s []string) []byte {
 	return append(dst, ']')
 }
 
-// sortedKeys appends the keys of m to keys, sorted.
-func sortedKeys[V any](m map[string]V, keys []string) []string {
+// appendSorted appends m as an object with its keys sorted, its values
+// written by value; keys is where to sort them.
+func appendSorted[V any](dst []byte, m map[string]V, keys []string, value func([]byte, V) []byte) []byte {
 	for k := range m {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	return keys
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(appendString(dst, k), ':')
+		dst = value(dst, m[k])
+	}
+	return append(dst, '}')
 }
 
 const hex = "0123456789abcdef"

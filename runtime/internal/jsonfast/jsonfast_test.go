@@ -497,22 +497,29 @@ func TestEncodeMatchesMarshal(t *testing.T) {
 		Deep{}, Empty{}, "", []int64{}, []int64(nil), (*Small)(nil), []*Ints{nil}, false,
 	}
 	for _, v := range tests {
-		pv := reflect.New(reflect.TypeOf(v))
-		pv.Elem().Set(reflect.ValueOf(v))
-		c, ok := codecs[reflect.TypeOf(v)]
-		if !ok {
-			t.Fatalf("%T not registered", v)
-		}
-		got := c.encode(Build(reflect.TypeOf(v)), pv)
-		want, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%T %+v:\nEncode       %s\njson.Marshal %s", v, v, got, want)
-		}
-		checkDecode(t, reflect.TypeOf(v), got, true)
+		checkEncode(t, v)
 	}
+}
+
+// checkEncode: Encode writes json.Marshal's bytes for v, and Decode accepts
+// them as json.Unmarshal decodes them.
+func checkEncode(t *testing.T, v any) {
+	t.Helper()
+	pv := reflect.New(reflect.TypeOf(v))
+	pv.Elem().Set(reflect.ValueOf(v))
+	c, ok := codecs[reflect.TypeOf(v)]
+	if !ok {
+		t.Fatalf("%T not registered", v)
+	}
+	got := c.encode(Build(reflect.TypeOf(v)), pv)
+	want, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%T %+v:\nEncode       %s\njson.Marshal %s", v, v, got, want)
+	}
+	checkDecode(t, reflect.TypeOf(v), got, true)
 }
 
 // TestDecodeCanonicalOnly: Decode turns down what json accepts but does not
@@ -662,17 +669,7 @@ func TestEncodeMapsBytes(t *testing.T) {
 		Unm{}, Unm{Status: 200, Header: map[string][]string{"A": {"b"}}, Body: b, More: true},
 	}
 	for _, v := range tests {
-		pv := reflect.New(reflect.TypeOf(v))
-		pv.Elem().Set(reflect.ValueOf(v))
-		got := codecs[reflect.TypeOf(v)].encode(Build(reflect.TypeOf(v)), pv)
-		want, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%T %+v:\nEncode       %s\njson.Marshal %s", v, v, got, want)
-		}
-		checkDecode(t, reflect.TypeOf(v), got, true)
+		checkEncode(t, v)
 	}
 }
 
