@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -306,6 +307,15 @@ func FuzzDecode(f *testing.F) {
 		`{"in":{"out":{"v":[65535]}}}`, `{}`, `"\ud800"`, `[1,2,3]`, `null`, `[null,{"I":1}]`, `true`,
 	} {
 		f.Add(uint8(i), []byte(s))
+	}
+	for typ, s := range map[reflect.Type]string{ // near the canonical forms of maps, []byte, an Unmarshaler
+		reflect.TypeFor[Bytes]():               `{"b":"+/8=","o":"AA==","NB":"","LB":[null,"YQ=="],"P":null}`,
+		reflect.TypeFor[Maps]():                `{"H":{"A":null,"B":["\u003c"]},"s":{"a":""},"M":{"":{"s":""}},"mp":{"a":null},"MB":{"a":"AA=="},"MM":{"a":{"b":1}}}`,
+		reflect.TypeFor[Unm]():                 `{"status":200,"header":{"A":["b"]},"body":"YQ==","more":true}`,
+		reflect.TypeFor[map[string][]string](): `{"a":["1","2"],"b":null,"c":[]}`,
+		reflect.TypeFor[[]byte]():              `"AAEC/w=="`,
+	} {
+		f.Add(uint8(slices.Index(fuzzTypes, typ)), []byte(s))
 	}
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		checkDecode(t, fuzzTypes[int(which)%len(fuzzTypes)], data, false)
