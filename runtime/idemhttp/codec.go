@@ -13,8 +13,11 @@ import (
 //
 // (header names sorted, "streamed" only when true). Response has no
 // MarshalJSON: encoding/json re-scans whatever a MarshalJSON returns, which
-// costs three times what its reflection does for this struct. UnmarshalJSON
-// reads that form in one pass, falling back to the general reader
+// costs three times what its reflection does for this struct; the runtime's
+// default codec encodes it with a jsonfast plan (json.Marshal's bytes, no
+// reflection), and decodes it by calling UnmarshalJSON on the stored bytes
+// directly. UnmarshalJSON reads that form in one pass, falling back to the
+// general reader
 // (unmarshalAny) for any other form: a record with escapes in its strings,
 // or one resolved by hand.
 
