@@ -152,3 +152,25 @@ func TestStoredTypesOnFastPath(t *testing.T) {
 		}
 	}
 }
+
+// parseStored makes the same allocations however many headers a record
+// has: the map, one string for every name and value, one []string for
+// every header's values, the body.
+func TestParseStoredAllocs(t *testing.T) {
+	one := `{"status":201,"header":{"Content-Type":["application/json"]},"body":"eyJ9"}`
+	many := `{"status":201,"header":{"A":["1"],"B":["2","3"],"C":["4"],"Content-Type":["application/json"],"X-Empty":[]},"body":"eyJ9"}`
+	allocs := func(in string) float64 {
+		if _, ok := parseStored([]byte(in)); !ok {
+			t.Fatalf("parseStored turns down %s", in)
+		}
+		return testing.AllocsPerRun(100, func() { _, _ = parseStored([]byte(in)) })
+	}
+	if a, b := allocs(one), allocs(many); a != b {
+		t.Errorf("%v allocations for one header, %v for five", a, b)
+	}
+	r, _ := parseStored([]byte(many))
+	r.Header["A"] = append(r.Header["A"], "x") // must not write over B's values
+	if got := r.Header["B"]; !slices.Equal(got, []string{"2", "3"}) || r.Header["X-Empty"] != nil {
+		t.Errorf("B %q, X-Empty %#v", got, r.Header["X-Empty"])
+	}
+}
