@@ -43,10 +43,12 @@ func (JSONCodec) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
 func (JSONCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 // encoders is a runtime's fast path for the default codec. A type in
-// jsonfast's subset (structs of strings, bools, integers, pointers and
-// slices of these) is encoded and decoded by its jsonfast plan, which
-// writes json.Marshal's bytes and reads back only those (anything else it
-// leaves to encoding/json); other types go through encoding/json. Requests
+// jsonfast's subset (structs of strings, bools, integers, byte slices,
+// pointers, slices and string-keyed maps of these; at the top, a type whose
+// pointer has an UnmarshalJSON, which decoding calls) is encoded and
+// decoded by its jsonfast plan, which writes json.Marshal's bytes and reads
+// back only those (anything else it leaves to encoding/json); other types
+// go through encoding/json. Requests
 // are encoded into a reused buffer, then copied once into the slice that
 // carries the fingerprint and the request together; values are handed to
 // encoding/json through a pointer (no copy into an interface) where that

@@ -13,8 +13,11 @@ import (
 //
 // (header names sorted, "streamed" only when true). Response has no
 // MarshalJSON: encoding/json re-scans whatever a MarshalJSON returns, which
-// costs three times what its reflection does for this struct. UnmarshalJSON
-// reads that form in one pass, falling back to the general reader
+// costs three times what its reflection does for this struct; the runtime's
+// default codec encodes it with a jsonfast plan (json.Marshal's bytes, no
+// reflection), and decodes it by calling UnmarshalJSON on the stored bytes
+// directly. UnmarshalJSON reads that form in one pass, falling back to the
+// general reader
 // (unmarshalAny) for any other form: a record with escapes in its strings,
 // or one resolved by hand.
 
@@ -52,13 +55,14 @@ func parseStored(b []byte) (resp Response, ok bool) {
 		if !p.lit("{") {
 			return resp, false
 		}
-		// One string holds every name and value: one allocation however
-		// many headers there are.
-		end, ok := objectEnd(b, p.i)
+		// One string holds every name and value, and one []string every
+		// header's values: two allocations however many headers there are.
+		end, strs, ok := objectEnd(b, p.i)
 		if !ok {
 			return resp, false
 		}
 		p.s, p.base = string(b[p.i:end]), p.i
+		values := make([]string, 0, strs) // room for them all, names counted too
 		resp.Header = make(http.Header, 4)
 		for first := true; !p.lit("}"); first = false {
 			if !first && !p.lit(",") {
@@ -77,7 +81,7 @@ func parseStored(b []byte) (resp Response, ok bool) {
 			if !p.lit("[") { // null among them: the general reader
 				return resp, false
 			}
-			var vs []string
+			start := len(values)
 			for firstV := true; !p.lit("]"); firstV = false {
 				if !firstV && !p.lit(",") {
 					return resp, false
@@ -86,7 +90,13 @@ func parseStored(b []byte) (resp Response, ok bool) {
 				if !ok {
 					return resp, false
 				}
-				vs = append(vs, v)
+				values = append(values, v)
+			}
+			var vs []string // nil for [], as before
+			if len(values) > start {
+				// Capped: an append to one header's values copies them
+				// rather than writing over the next header's.
+				vs = values[start:len(values):len(values)]
 			}
 			resp.Header[k] = vs
 		}
@@ -120,14 +130,18 @@ func parseStored(b []byte) (resp Response, ok bool) {
 }
 
 // objectEnd returns the index of the "}" that closes the object whose
-// members start at b[i], or false when a string in it has an escape.
-func objectEnd(b []byte, i int) (int, bool) {
+// members start at b[i] and how many strings it holds, or false when a
+// string in it has an escape.
+func objectEnd(b []byte, i int) (end, strs int, ok bool) {
 	depth, inStr := 0, false
 	for ; i < len(b); i++ {
 		switch c := b[i]; {
 		case inStr && c == '\\':
-			return 0, false
+			return 0, 0, false
 		case c == '"':
+			if !inStr {
+				strs++
+			}
 			inStr = !inStr
 		case inStr:
 		case c == '[':
@@ -135,10 +149,10 @@ func objectEnd(b []byte, i int) (int, bool) {
 		case c == ']':
 			depth--
 		case c == '}' && depth == 0:
-			return i, true
+			return i, strs, true
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // scan reads the stored form: b is the record, s a string copy of b from

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idem/runtime/internal/jsonfast"
 )
 
 // The stored form, as records have been stored since issue 12: a change
@@ -103,4 +105,72 @@ func FuzzResponseCodec(f *testing.F) {
 			t.Fatalf("%s:\n one pass %#v\n general  %#v, %v", b, fast, general, err)
 		}
 	})
+}
+
+// The types the middleware stores have jsonfast plans (the runtime's fast
+// path for the default codec): a method json calls, or a field of a type
+// outside the plans, would send every call back through encoding/json's
+// reflection. Through the plans, requests and responses are encoded as
+// json.Marshal encodes them and decoded as json.Unmarshal decodes them
+// (a Response by its UnmarshalJSON, given the same bytes).
+func TestStoredTypesOnFastPath(t *testing.T) {
+	reqPlan, respPlan := jsonfast.Build(reflect.TypeFor[request]()), jsonfast.Build(reflect.TypeFor[Response]())
+	if reqPlan == nil || respPlan == nil {
+		t.Fatalf("jsonfast plans: request %v, Response %v", reqPlan != nil, respPlan != nil)
+	}
+	for _, req := range []request{
+		{},
+		{Method: "POST", Target: "/charges?a=<b>", BodyLen: 3, BodySHA256: "ab", URL: "http://h/x", Body: []byte("a\x00\xff")},
+		{Method: "PUT", Body: []byte{}},
+	} {
+		want, err := json.Marshal(req)
+		if got := jsonfast.Encode(reqPlan, nil, &req); err != nil || string(got) != string(want) {
+			t.Errorf("request %+v:\nEncode       %s\njson.Marshal %s, %v", req, got, want, err)
+		}
+	}
+	inputs := []string{
+		`{"status":201,"header":{"content-type":"text/plain"},"body":{"a":1}}`, // resolved by hand
+		` {"status":200,"header":null,"body":null}`,
+		`null`, `{"status":"x"}`, `{"status":200`,
+	}
+	for _, r := range codecCases {
+		want, err := json.Marshal(r)
+		if got := jsonfast.Encode(respPlan, nil, &r); err != nil || string(got) != string(want) {
+			t.Errorf("%+v:\nEncode       %s\njson.Marshal %s, %v", r, got, want, err)
+		}
+		inputs = append(inputs, string(want))
+	}
+	for _, in := range inputs {
+		var fast, general Response
+		ok := jsonfast.Decode(respPlan, []byte(in), &fast)
+		err := json.Unmarshal([]byte(in), &general)
+		if ok && (err != nil || !reflect.DeepEqual(fast, general)) {
+			t.Errorf("%s:\nDecode         %#v\njson.Unmarshal %#v, %v", in, fast, general, err)
+		}
+		if !ok && err == nil && json.Valid([]byte(in)) && in[0] != ' ' {
+			t.Errorf("%s: Decode turns down a value UnmarshalJSON reads", in)
+		}
+	}
+}
+
+// parseStored makes the same allocations however many headers a record
+// has: the map, one string for every name and value, one []string for
+// every header's values, the body.
+func TestParseStoredAllocs(t *testing.T) {
+	one := `{"status":201,"header":{"Content-Type":["application/json"]},"body":"eyJ9"}`
+	many := `{"status":201,"header":{"A":["1"],"B":["2","3"],"C":["4"],"Content-Type":["application/json"],"X-Empty":[]},"body":"eyJ9"}`
+	allocs := func(in string) float64 {
+		if _, ok := parseStored([]byte(in)); !ok {
+			t.Fatalf("parseStored turns down %s", in)
+		}
+		return testing.AllocsPerRun(100, func() { _, _ = parseStored([]byte(in)) })
+	}
+	if a, b := allocs(one), allocs(many); a != b {
+		t.Errorf("%v allocations for one header, %v for five", a, b)
+	}
+	r, _ := parseStored([]byte(many))
+	r.Header["A"] = append(r.Header["A"], "x") // must not write over B's values
+	if got := r.Header["B"]; !slices.Equal(got, []string{"2", "3"}) || r.Header["X-Empty"] != nil {
+		t.Errorf("B %q, X-Empty %#v", got, r.Header["X-Empty"])
+	}
 }

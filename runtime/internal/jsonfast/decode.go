@@ -1,6 +1,8 @@
 package jsonfast
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"math"
 	"reflect"
 	"unicode/utf8"
@@ -45,8 +47,118 @@ func (d *decoder) value(n *node, p unsafe.Pointer) bool {
 		return d.slice(n, p)
 	case kStruct:
 		return d.object(n, p)
+	case kBytes:
+		return d.bytes(p)
+	case kMap:
+		return d.mapValue(n, p)
 	}
 	return false
+}
+
+// unmarshal calls u.UnmarshalJSON(data) where json.Unmarshal into u calls
+// it with the same bytes: data is one valid value, with no space around it
+// (json passes the value without the space). It reports whether it called
+// it and it succeeded; on an error, json.Unmarshal says what it says.
+func unmarshal(data []byte, u json.Unmarshaler) bool {
+	if len(data) == 0 || space(data[0]) || space(data[len(data)-1]) || !json.Valid(data) {
+		return false
+	}
+	return u.UnmarshalJSON(data) == nil
+}
+
+// space reports whether c is JSON's white space.
+func space(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r'
+}
+
+// strictBase64 is the encoding json writes, rejecting what it never
+// writes (bits set past the last byte; line breaks are turned down before).
+var strictBase64 = base64.StdEncoding.Strict()
+
+// bytes decodes a []byte as json writes it: null, or its base64 in a
+// string (json decodes more: escapes, line breaks, an array of numbers).
+func (d *decoder) bytes(p unsafe.Pointer) bool {
+	if d.literal("null") {
+		return true // *p is nil already
+	}
+	if !d.byte('"') {
+		return false
+	}
+	start := d.i
+	for d.i < len(d.data) && base64Char(d.data[d.i]) {
+		d.i++
+	}
+	enc := d.data[start:d.i]
+	if !d.byte('"') {
+		return false
+	}
+	b := make([]byte, strictBase64.DecodedLen(len(enc))) // as json: never nil
+	n, err := strictBase64.Decode(b, enc)
+	*(*[]byte)(p) = b[:n]
+	return err == nil
+}
+
+// base64Char reports whether c is in base64.StdEncoding's alphabet or its
+// padding.
+func base64Char(c byte) bool {
+	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '='
+}
+
+// mapValue decodes a map as appendMap writes it: null, or an object with
+// its keys sorted, each once.
+func (d *decoder) mapValue(n *node, p unsafe.Pointer) bool {
+	if d.literal("null") {
+		return true // *p is nil already
+	}
+	if !d.byte('{') {
+		return false
+	}
+	var set func(k string) bool // decodes the value of k and stores it
+	switch n.shape {
+	case mapStrings:
+		m := make(map[string][]string)
+		*(*map[string][]string)(p) = m
+		set = func(k string) bool {
+			var v []string
+			ok := d.value(n.elem, unsafe.Pointer(&v))
+			m[k] = v
+			return ok
+		}
+	case mapString:
+		m := make(map[string]string)
+		*(*map[string]string)(p) = m
+		set = func(k string) bool {
+			v, ok := d.string()
+			m[k] = v
+			return ok
+		}
+	default:
+		// As json: each value decoded into a zero value, then stored.
+		m := reflect.NewAt(n.typ, p).Elem()
+		m.Set(reflect.MakeMap(n.typ))
+		kv, ev := reflect.New(n.typ.Key()).Elem(), reflect.New(n.typ.Elem()).Elem()
+		set = func(k string) bool {
+			ev.SetZero()
+			if !d.value(n.elem, ev.Addr().UnsafePointer()) {
+				return false
+			}
+			kv.SetString(k)
+			m.SetMapIndex(kv, ev)
+			return true
+		}
+	}
+	prev := ""
+	for i := 0; !d.byte('}'); i++ {
+		if i > 0 && !d.byte(',') {
+			return false
+		}
+		k, ok := d.string()
+		if !ok || i > 0 && k <= prev || !d.byte(':') || !set(k) {
+			return false // a key out of order or twice: json decides
+		}
+		prev = k
+	}
+	return true
 }
 
 // literal consumes lit if it comes next.

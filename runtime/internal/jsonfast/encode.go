@@ -1,7 +1,11 @@
 package jsonfast
 
 import (
+	"encoding/base64"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -51,6 +55,16 @@ func appendValue(dst []byte, n *node, p unsafe.Pointer) []byte {
 			dst = appendValue(dst, n.elem, unsafe.Add(s.data, uintptr(i)*n.size))
 		}
 		return append(dst, ']')
+	case kBytes:
+		b := *(*[]byte)(p)
+		if b == nil {
+			return append(dst, "null"...)
+		}
+		dst = append(dst, '"')
+		dst = base64.StdEncoding.AppendEncode(dst, b)
+		return append(dst, '"')
+	case kMap:
+		return appendMap(dst, n, p)
 	case kStruct:
 		dst = append(dst, '{')
 		first := true
@@ -70,6 +84,84 @@ func appendValue(dst []byte, n *node, p unsafe.Pointer) []byte {
 		return append(dst, '}')
 	}
 	panic("jsonfast: unknown kind " + strconv.Itoa(int(n.kind)))
+}
+
+// appendMap appends json.Marshal's encoding of the map n describes at p:
+// null for nil, else an object with its keys in order (json sorts them as
+// Go strings, before escaping).
+func appendMap(dst []byte, n *node, p unsafe.Pointer) []byte {
+	if *(*unsafe.Pointer)(p) == nil {
+		return append(dst, "null"...)
+	}
+	var room [16]string // the keys of a small map, without an allocation
+	switch n.shape {
+	case mapStrings:
+		return appendSorted(dst, *(*map[string][]string)(p), room[:0], appendStrings)
+	case mapString:
+		return appendSorted(dst, *(*map[string]string)(p), room[:0], appendString)
+	}
+	// Any other map: its keys and a copy of its values, by reflection.
+	m := reflect.NewAt(n.typ, p).Elem()
+	size := m.Len()
+	keys := room[:0]
+	vals := reflect.New(reflect.ArrayOf(size, n.typ.Elem())).Elem()
+	kv := reflect.New(n.typ.Key()).Elem()
+	var it reflect.MapIter
+	it.Reset(m)
+	for i := 0; it.Next(); i++ {
+		kv.SetIterKey(&it)
+		keys = append(keys, kv.String())
+		vals.Index(i).SetIterValue(&it)
+	}
+	order := make([]int, size)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	base, esize := vals.Addr().UnsafePointer(), n.typ.Elem().Size()
+	dst = append(dst, '{')
+	for i, j := range order {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(appendString(dst, keys[j]), ':')
+		dst = appendValue(dst, n.elem, unsafe.Add(base, uintptr(j)*esize))
+	}
+	return append(dst, '}')
+}
+
+// appendStrings appends json.Marshal's encoding of a []string (appendValue
+// would take its address, moving it to the heap).
+func appendStrings(dst []byte, s []string) []byte {
+	if s == nil {
+		return append(dst, "null"...)
+	}
+	dst = append(dst, '[')
+	for i, v := range s {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, v)
+	}
+	return append(dst, ']')
+}
+
+// appendSorted appends m as an object with its keys sorted, its values
+// written by value; keys is where to sort them.
+func appendSorted[V any](dst []byte, m map[string]V, keys []string, value func([]byte, V) []byte) []byte {
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(appendString(dst, k), ':')
+		dst = value(dst, m[k])
+	}
+	return append(dst, '}')
 }
 
 const hex = "0123456789abcdef"

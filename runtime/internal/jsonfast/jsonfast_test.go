@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -76,7 +77,42 @@ type (
 		} `json:"in"`
 	}
 	Empty struct{}
+	Bytes struct {
+		B  []byte `json:"b"`
+		O  []byte `json:"o,omitempty"`
+		NB NamedBytes
+		LB [][]byte
+		P  *[]byte
+	}
+	NamedBytes []byte
+	Header     map[string][]string
+	Maps       struct {
+		H  Header
+		HS map[string][]string `json:"hs,omitempty"`
+		S  map[string]string   `json:"s,omitempty"`
+		M  map[Name]Small
+		MP map[string]*Small `json:"mp,omitempty"`
+		MB map[string][]byte
+		MM map[string]map[string]int8
+	}
+	// Unm is decoded by its UnmarshalJSON, which keeps the bytes it is given.
+	Unm struct {
+		Status int                 `json:"status"`
+		Header map[string][]string `json:"header"`
+		Body   []byte              `json:"body"`
+		More   bool                `json:"more,omitempty"`
+		Raw    string              `json:"-"`
+	}
 )
+
+func (u *Unm) UnmarshalJSON(b []byte) error {
+	type plain Unm
+	if err := json.Unmarshal(b, (*plain)(u)); err != nil {
+		return err
+	}
+	u.Raw = string(b)
+	return nil
+}
 
 var _ = Names{unexp: ""} // decoded as json does: never
 
@@ -94,6 +130,11 @@ var fuzzTypes = []reflect.Type{
 	reflect.TypeFor[*Small](),
 	reflect.TypeFor[[]*Ints](),
 	reflect.TypeFor[bool](),
+	reflect.TypeFor[Bytes](),
+	reflect.TypeFor[Maps](),
+	reflect.TypeFor[Unm](),
+	reflect.TypeFor[map[string][]string](),
+	reflect.TypeFor[[]byte](),
 }
 
 // codecs are Encode and Decode for each of fuzzTypes, through the generic
@@ -130,6 +171,11 @@ func init() {
 	register[*Small]()
 	register[[]*Ints]()
 	register[bool]()
+	register[Bytes]()
+	register[Maps]()
+	register[Unm]()
+	register[map[string][]string]()
+	register[[]byte]()
 }
 
 // filler makes values from fuzz bytes.
@@ -187,6 +233,18 @@ func (f *filler) fill(v reflect.Value, depth int) {
 		for i := range n {
 			f.fill(v.Index(i), depth+1)
 		}
+	case reflect.Map:
+		c := f.next()
+		if depth > 4 || c&7 == 0 {
+			return // nil
+		}
+		v.Set(reflect.MakeMap(v.Type()))
+		for range int(c>>3) % 5 {
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			f.fill(k, depth+1)
+			f.fill(e, depth+1)
+			v.SetMapIndex(k, e)
+		}
 	case reflect.Struct:
 		for i := range v.NumField() {
 			if v.Type().Field(i).IsExported() {
@@ -221,7 +279,19 @@ func FuzzEncode(f *testing.F) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("%v %#v:\nEncode       %q\njson.Marshal %q", typ, v.Elem().Interface(), got, want)
 		}
-		checkDecode(t, typ, got, true)
+		// Decode must accept what Encode wrote when it is canonical: what
+		// json writes for the value json reads from it. (Map keys of
+		// invalid UTF-8 are not: they read back as U+FFFD, in another
+		// order or as one key.)
+		back := reflect.New(typ)
+		if err := json.Unmarshal(got, back.Interface()); err != nil {
+			t.Fatal(err)
+		}
+		again, err := json.Marshal(back.Elem().Interface())
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkDecode(t, typ, got, bytes.Equal(again, got))
 	})
 }
 
@@ -237,6 +307,15 @@ func FuzzDecode(f *testing.F) {
 		`{"in":{"out":{"v":[65535]}}}`, `{}`, `"\ud800"`, `[1,2,3]`, `null`, `[null,{"I":1}]`, `true`,
 	} {
 		f.Add(uint8(i), []byte(s))
+	}
+	for typ, s := range map[reflect.Type]string{ // near the canonical forms of maps, []byte, an Unmarshaler
+		reflect.TypeFor[Bytes]():               `{"b":"+/8=","o":"AA==","NB":"","LB":[null,"YQ=="],"P":null}`,
+		reflect.TypeFor[Maps]():                `{"H":{"A":null,"B":["\u003c"]},"s":{"a":""},"M":{"":{"s":""}},"mp":{"a":null},"MB":{"a":"AA=="},"MM":{"a":{"b":1}}}`,
+		reflect.TypeFor[Unm]():                 `{"status":200,"header":{"A":["b"]},"body":"YQ==","more":true}`,
+		reflect.TypeFor[map[string][]string](): `{"a":["1","2"],"b":null,"c":[]}`,
+		reflect.TypeFor[[]byte]():              `"AAEC/w=="`,
+	} {
+		f.Add(uint8(slices.Index(fuzzTypes, typ)), []byte(s))
 	}
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		checkDecode(t, fuzzTypes[int(which)%len(fuzzTypes)], data, false)
@@ -304,6 +383,12 @@ type (
 	ptrUnmarshaler struct{ N int }
 	ptrTextUnm     struct{ N int }
 	named          int
+	textKey        string
+	valueUnm       map[string]int
+	unmMarshaler   struct{ N int }
+	unmText        struct{ N int }
+	textByte       byte
+	jsonByte       byte
 	recursive      struct{ Next *recursive }
 	recursiveSlice struct{ Kids []recursiveSlice }
 	embedded       struct{ Small }
@@ -317,6 +402,14 @@ func (*ptrMarshaler) MarshalJSON() ([]byte, error)  { return []byte("1"), nil }
 func (*ptrText) MarshalText() ([]byte, error)       { return []byte("t"), nil }
 func (*ptrUnmarshaler) UnmarshalJSON([]byte) error  { return nil }
 func (*ptrTextUnm) UnmarshalText([]byte) error      { return nil }
+func (*textKey) UnmarshalText([]byte) error         { return nil }
+func (valueUnm) UnmarshalJSON([]byte) error         { return nil }
+func (*unmMarshaler) UnmarshalJSON([]byte) error    { return nil }
+func (unmMarshaler) MarshalJSON() ([]byte, error)   { return []byte("1"), nil }
+func (*unmText) UnmarshalJSON([]byte) error         { return nil }
+func (unmText) MarshalText() ([]byte, error)        { return []byte("t"), nil }
+func (textByte) MarshalText() ([]byte, error)       { return []byte("t"), nil }
+func (*jsonByte) UnmarshalJSON([]byte) error        { return nil }
 func (named) String() string                        { return "named" } // not one json calls
 
 // TestBuild: which types have a plan. Those that do not are every type
@@ -330,13 +423,27 @@ func TestBuild(t *testing.T) {
 		{reflect.TypeFor[Nested](), true},
 		{reflect.TypeFor[named](), true},
 		{reflect.TypeFor[[]named](), true},
-		{reflect.TypeFor[map[string]int](), false},
+		{reflect.TypeFor[map[string]int](), true},
+		{reflect.TypeFor[map[Name]Small](), true},
+		{reflect.TypeFor[map[int]string](), false},  // json writes the number as a key
+		{reflect.TypeFor[map[textKey]int](), false}, // json encodes the string, decodes by UnmarshalText
+		{reflect.TypeFor[map[string]float64](), false},
+		{reflect.TypeFor[Unm](), true},
+		{reflect.TypeFor[ptrUnmarshaler](), true},
+		{reflect.TypeFor[struct{ U Unm }](), false}, // only at the root
+		{reflect.TypeFor[[]Unm](), false},
+		{reflect.TypeFor[valueUnm](), true},
+		{reflect.TypeFor[unmMarshaler](), false},
+		{reflect.TypeFor[unmText](), false},
+		{reflect.TypeFor[[]textByte](), false},
+		{reflect.TypeFor[[]jsonByte](), false},
+		{reflect.TypeFor[NamedBytes](), true},
 		{reflect.TypeFor[any](), false},
 		{reflect.TypeFor[struct{ A any }](), false},
 		{reflect.TypeFor[float64](), false},
 		{reflect.TypeFor[struct{ F float32 }](), false},
-		{reflect.TypeFor[[]byte](), false},
-		{reflect.TypeFor[struct{ B []uint8 }](), false},
+		{reflect.TypeFor[[]byte](), true},
+		{reflect.TypeFor[struct{ B []uint8 }](), true},
 		{reflect.TypeFor[[2]int](), false},
 		{reflect.TypeFor[time.Time](), false},
 		{reflect.TypeFor[struct{ T time.Time }](), false},
@@ -400,22 +507,29 @@ func TestEncodeMatchesMarshal(t *testing.T) {
 		Deep{}, Empty{}, "", []int64{}, []int64(nil), (*Small)(nil), []*Ints{nil}, false,
 	}
 	for _, v := range tests {
-		pv := reflect.New(reflect.TypeOf(v))
-		pv.Elem().Set(reflect.ValueOf(v))
-		c, ok := codecs[reflect.TypeOf(v)]
-		if !ok {
-			t.Fatalf("%T not registered", v)
-		}
-		got := c.encode(Build(reflect.TypeOf(v)), pv)
-		want, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%T %+v:\nEncode       %s\njson.Marshal %s", v, v, got, want)
-		}
-		checkDecode(t, reflect.TypeOf(v), got, true)
+		checkEncode(t, v)
 	}
+}
+
+// checkEncode: Encode writes json.Marshal's bytes for v, and Decode accepts
+// them as json.Unmarshal decodes them.
+func checkEncode(t *testing.T, v any) {
+	t.Helper()
+	pv := reflect.New(reflect.TypeOf(v))
+	pv.Elem().Set(reflect.ValueOf(v))
+	c, ok := codecs[reflect.TypeOf(v)]
+	if !ok {
+		t.Fatalf("%T not registered", v)
+	}
+	got := c.encode(Build(reflect.TypeOf(v)), pv)
+	want, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%T %+v:\nEncode       %s\njson.Marshal %s", v, v, got, want)
+	}
+	checkDecode(t, reflect.TypeOf(v), got, true)
 }
 
 // TestDecodeCanonicalOnly: Decode turns down what json accepts but does not
@@ -536,5 +650,103 @@ func TestBuildSharesNodes(t *testing.T) {
 	l2n := p.root.fields[0].node.elem
 	if p.root.fields[3].node.elem != l2n || l2n.fields[0].node != l2n.fields[3].node {
 		t.Error("a type that recurs has a node per use")
+	}
+}
+
+// TestEncodeMapsBytes: maps (keys sorted as Go strings before escaping,
+// escaped as strings) and byte slices (standard base64), byte for byte
+// json.Marshal's.
+func TestEncodeMapsBytes(t *testing.T) {
+	many := map[string][]string{}
+	for i := range 40 { // past the keys encode sorts without an allocation
+		many[string(rune('z'-i%26))+strings.Repeat("k", i)] = []string{"v"}
+	}
+	b := []byte{0xfb, 0xff, 0xbf} // "+/+/" in base64, "-_-_" in its URL form
+	tests := []any{
+		Bytes{}, Bytes{B: []byte{}, O: []byte{}, NB: NamedBytes{}, LB: [][]byte{nil, {}, b}, P: &b},
+		Bytes{B: b, O: []byte{0}, NB: NamedBytes("ab"), P: new([]byte)},
+		Maps{}, Maps{H: Header{}, HS: map[string][]string{}, S: map[string]string{}, M: map[Name]Small{}, MP: map[string]*Small{}},
+		Maps{
+			H:  Header{"b": {"1"}, "B": nil, "a": {}, "<&>": {"<"}, "é": {"x", "y"}, "\u2028": {""}, "": {"e"}},
+			HS: many,
+			S:  map[string]string{"z": "1", "a": "\x00", "Z": "<"},
+			M:  map[Name]Small{"n": {S: "s"}, "m": {}},
+			MP: map[string]*Small{"nil": nil, "p": {N: 1}},
+			MB: map[string][]byte{"b": b, "nil": nil, "e": {}},
+			MM: map[string]map[string]int8{"x": {"b": 1, "a": -1}, "y": nil, "z": {}},
+		},
+		map[string][]string(nil), map[string][]string{"k": nil}, []byte(nil), []byte{}, b,
+		Unm{}, Unm{Status: 200, Header: map[string][]string{"A": {"b"}}, Body: b, More: true},
+	}
+	for _, v := range tests {
+		checkEncode(t, v)
+	}
+}
+
+// TestDecodeMapsBytesCanonicalOnly: Decode turns down maps and byte slices
+// json decodes but does not write, and calls UnmarshalJSON only with one
+// value and no space around it.
+func TestDecodeMapsBytesCanonicalOnly(t *testing.T) {
+	for _, tc := range []struct {
+		typ  reflect.Type
+		data string
+		want bool
+	}{
+		{reflect.TypeFor[map[string][]string](), `{"a":["1"],"b":null,"c":[]}`, true},
+		{reflect.TypeFor[map[string][]string](), `{}`, true},
+		{reflect.TypeFor[map[string][]string](), `null`, true},
+		{reflect.TypeFor[map[string][]string](), `{"":[],"\u003c":[""]}`, true},
+		{reflect.TypeFor[map[string][]string](), `{"b":[],"a":[]}`, false}, // unsorted
+		{reflect.TypeFor[map[string][]string](), `{"a":[],"a":["x"]}`, false},
+		{reflect.TypeFor[map[string][]string](), `{"a":[] }`, false},
+		{reflect.TypeFor[map[string][]string](), `{"a":[],}`, false},
+		{reflect.TypeFor[map[string][]string](), `{"<":[]}`, false},
+		{reflect.TypeFor[map[string][]string](), `{"a":[]`, false},
+		{reflect.TypeFor[map[string][]string](), `{"a":"x"}`, false},
+		{reflect.TypeFor[Maps](), `{"H":{"B":null,"a":["x"]},"M":{"a":{"s":""},"b":{"s":"x","n":1}},"MB":{"a":"AA==","b":null},"MM":{"x":{"a":1,"b":-1},"y":null}}`, true},
+		{reflect.TypeFor[Maps](), `{"H":null,"s":{},"M":null,"MB":null,"MM":null}`, false}, // an empty omitempty map
+		{reflect.TypeFor[Maps](), `{"H":null,"M":{"b":{"s":""},"a":{"s":""}},"MB":null,"MM":null}`, false},
+		{reflect.TypeFor[[]byte](), `"+/+/"`, true},
+		{reflect.TypeFor[[]byte](), `""`, true},
+		{reflect.TypeFor[[]byte](), `"AA=="`, true},
+		{reflect.TypeFor[[]byte](), `"-_-_"`, false}, // URL encoding: json errs
+		{reflect.TypeFor[[]byte](), `"AB=="`, false}, // bits json never writes
+		{reflect.TypeFor[[]byte](), `"AA"`, false},
+		{reflect.TypeFor[[]byte](), `"AA==\r\n"`, false},
+		{reflect.TypeFor[[]byte](), `"A\u0041=="`, false},
+		{reflect.TypeFor[[]byte](), `[1,2]`, false},
+		{reflect.TypeFor[[]byte](), `"AA=`, false},
+		{reflect.TypeFor[Unm](), `{"status":1,"header":null,"body":null}`, true},
+		{reflect.TypeFor[Unm](), `{"body":"AA==", "status":2}`, true}, // any form UnmarshalJSON takes
+		{reflect.TypeFor[Unm](), `null`, true},                        // json calls UnmarshalJSON with null too
+		{reflect.TypeFor[Unm](), ` {"status":1}`, false},
+		{reflect.TypeFor[Unm](), `{"status":1}` + "\n", false},
+		{reflect.TypeFor[Unm](), `{"status":1}{}`, false},
+		{reflect.TypeFor[Unm](), `{"status":1`, false},
+		{reflect.TypeFor[Unm](), `1`, false}, // UnmarshalJSON fails
+		{reflect.TypeFor[Unm](), ``, false},
+	} {
+		got, ok := codecs[tc.typ].decode(Build(tc.typ), []byte(tc.data))
+		if ok != tc.want {
+			t.Errorf("Decode(%v, %s): %v, want %v", tc.typ, tc.data, ok, tc.want)
+			continue
+		}
+		if tc.want {
+			checkDecode(t, tc.typ, []byte(tc.data), true)
+			if u, isUnm := got.Interface().(*Unm); isUnm && u.Raw != tc.data {
+				t.Errorf("UnmarshalJSON got %q, want %q", u.Raw, tc.data)
+			}
+		}
+	}
+}
+
+// TestEncodeMapAllocs: a small map[string][]string (http.Header) encodes
+// with no allocation of its own.
+func TestEncodeMapAllocs(t *testing.T) {
+	p := Build(reflect.TypeFor[map[string][]string]())
+	h := map[string][]string{"Content-Type": {"application/json"}, "X-Request-Id": {"1"}, "Vary": {"a", "b"}}
+	buf := make([]byte, 0, 256)
+	if n := testing.AllocsPerRun(100, func() { buf = Encode(p, buf[:0], &h) }); n != 0 {
+		t.Errorf("%v allocations, want 0", n)
 	}
 }

@@ -2,17 +2,21 @@
 // encoding/json does, without its reflection on every call: a [Plan],
 // built once per type, lists what to write and read at which offset.
 //
-// The subset: strings, bools, integers of every size, structs (without
-// embedded fields) of these, pointers to them and slices of them (not
-// []byte, which json writes in base64). A type outside it, or one that
-// json would treat specially (json.Number, a json.Marshaler, json.Unmarshaler,
-// encoding.TextMarshaler or encoding.TextUnmarshaler on the value or its
-// pointer, a field tagged ",string" or ",omitzero", a name two fields share,
-// a recursive type), has no plan: the caller uses encoding/json.
+// The subset: strings, bools, integers of every size, byte slices (in
+// base64), structs (without embedded fields) of these, pointers to them,
+// slices of them and maps of them with keys of kind string (sorted as json
+// sorts them). A type outside it, or one that json would treat specially
+// (json.Number, a json.Marshaler, json.Unmarshaler, encoding.TextMarshaler
+// or encoding.TextUnmarshaler on the value or its pointer, a field tagged
+// ",string" or ",omitzero", a name two fields share, a recursive type), has
+// no plan: the caller uses encoding/json. One exception: the type of the
+// value itself may be a json.Unmarshaler (not a Marshaler), which Decode
+// calls as json.Unmarshal would (see [Decode]).
 //
 // [Encode] writes the bytes json.Marshal writes (HTML-escaped). [Decode]
 // accepts only those bytes: the canonical form for the type, fields in
-// order, no whitespace, only the escapes json writes. Anything else is
+// order, map keys sorted and once each, no whitespace, only the escapes
+// json writes, base64 with its padding. Anything else is
 // "not handled", and the caller decodes the same bytes with encoding/json;
 // so whenever Decode accepts, its result is json.Unmarshal's.
 package jsonfast
@@ -46,6 +50,8 @@ const (
 	kStruct
 	kPointer
 	kSlice
+	kBytes // a slice of bytes, in base64
+	kMap   // a map with string keys
 )
 
 // Plan encodes and decodes values of one type. A nil *Plan means the type
@@ -53,16 +59,31 @@ const (
 type Plan struct {
 	typ  reflect.Type
 	root *node
+	// unmarshal: *T is a json.Unmarshaler, which Decode calls (root
+	// encodes; it never decodes).
+	unmarshal bool
 }
 
 // node is the plan for one type.
 type node struct {
 	kind   kind
-	typ    reflect.Type // kPointer: the element type; kSlice: the slice type
-	elem   *node        // kPointer, kSlice
+	typ    reflect.Type // kPointer: the element type; kSlice, kBytes, kMap: the slice or map type
+	elem   *node        // kPointer, kSlice, kMap (the values)
 	size   uintptr      // kSlice: the size of an element
 	fields []field      // kStruct
+	shape  mapShape     // kMap
 }
+
+// mapShape is a kMap whose Go type the encoder and decoder may use as it is,
+// without reflection: one whose key and value types are identical to those
+// of map[string][]string (http.Header) or map[string]string.
+type mapShape uint8
+
+const (
+	mapAny mapShape = iota
+	mapStrings
+	mapString
+)
 
 // field is a struct field json encodes.
 type field struct {
@@ -127,12 +148,33 @@ func (c *Cache) lookup(t reflect.Type) *Plan {
 }
 
 // Build returns the plan for t, or nil when t is not in the subset.
+//
+// A type whose pointer is a json.Unmarshaler (and that json encodes by
+// reflection: no json.Marshaler, no encoding.TextMarshaler) has a plan when
+// its fields do: Encode writes its fields, Decode calls its UnmarshalJSON.
 func Build(t reflect.Type) *Plan {
-	n := (&builder{visiting: map[reflect.Type]bool{}, built: map[reflect.Type]*node{}}).build(t)
+	b := &builder{visiting: map[reflect.Type]bool{}, built: map[reflect.Type]*node{}}
+	unmarshal := unmarshalsRoot(t)
+	if unmarshal {
+		b.root = t
+	}
+	n := b.build(t)
 	if n == nil {
 		return nil
 	}
-	return &Plan{typ: t, root: n}
+	return &Plan{typ: t, root: n, unmarshal: unmarshal}
+}
+
+// unmarshalsRoot reports whether json.Unmarshal into a *t calls t's
+// UnmarshalJSON with its whole input, whatever that is (null included),
+// while json.Marshal encodes t by reflection. Not for a pointer or an
+// interface, where json.Unmarshal sets a nil on null.
+func unmarshalsRoot(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return false
+	}
+	return reflect.PointerTo(t).Implements(jsonUnmarshaler) && !marshals(t)
 }
 
 // Type is the type the plan encodes.
@@ -148,7 +190,15 @@ func Encode[T any](p *Plan, dst []byte, v *T) []byte {
 // whether it did: false when data is not the canonical encoding of a T
 // (then *v holds garbage the caller must discard). p must be the plan for
 // T.
+//
+// For a T whose pointer is a json.Unmarshaler, Decode calls its UnmarshalJSON
+// with data itself, as json.Unmarshal does, when data is one valid value
+// with no space around it; it reports false for anything else, or when
+// UnmarshalJSON fails.
 func Decode[T any](p *Plan, data []byte, v *T) bool {
+	if p.unmarshal {
+		return unmarshal(data, any(v).(json.Unmarshaler))
+	}
 	d := decoder{data: data}
 	return d.value(p.root, unsafe.Pointer(v)) && d.i == len(data)
 }
@@ -165,21 +215,25 @@ var (
 // or a type with a method of t or of *t that json calls to encode or decode
 // it.
 func special(t reflect.Type) bool {
-	if t == numberType {
-		return true
-	}
-	for _, i := range [...]reflect.Type{jsonMarshaler, jsonUnmarshaler, textMarshaler, textUnmarshaler} {
-		if t.Implements(i) || reflect.PointerTo(t).Implements(i) {
-			return true
-		}
-	}
-	return false
+	return marshals(t) || implements(t, jsonUnmarshaler) || implements(t, textUnmarshaler)
+}
+
+// marshals reports whether json encodes t in a way of its own: json.Number,
+// or a method of t or *t that json calls to encode it.
+func marshals(t reflect.Type) bool {
+	return t == numberType || implements(t, jsonMarshaler) || implements(t, textMarshaler)
+}
+
+// implements reports whether t or *t implements i.
+func implements(t, i reflect.Type) bool {
+	return t.Implements(i) || reflect.PointerTo(t).Implements(i)
 }
 
 // builder builds the nodes of one plan.
 type builder struct {
 	visiting map[reflect.Type]bool  // the types being built: one that holds itself is not in the subset
 	built    map[reflect.Type]*node // the nodes built (nil: not in the subset), shared where a type recurs
+	root     reflect.Type           // a root json.Unmarshaler (see unmarshalsRoot), else nil
 }
 
 // build returns the node for t, or nil when t is not in the subset.
@@ -198,7 +252,7 @@ func (b *builder) build(t reflect.Type) *node {
 }
 
 func (b *builder) node(t reflect.Type) *node {
-	if special(t) {
+	if t == b.root && marshals(t) || t != b.root && special(t) {
 		return nil
 	}
 	switch t.Kind() {
@@ -216,16 +270,45 @@ func (b *builder) node(t reflect.Type) *node {
 		}
 	case reflect.Slice:
 		if t.Elem().Kind() == reflect.Uint8 {
-			return nil // base64, or an array of numbers: json decides by methods of the element
+			// base64, unless the element has methods json calls: then an
+			// array of what they write.
+			if special(t.Elem()) {
+				return nil
+			}
+			return &node{kind: kBytes, typ: t}
 		}
 		if e := b.build(t.Elem()); e != nil {
 			return &node{kind: kSlice, typ: t, elem: e, size: t.Elem().Size()}
 		}
 	case reflect.Struct:
 		return b.structNode(t)
+	case reflect.Map:
+		// Keys of kind string only, and without methods json calls: it
+		// encodes a key of kind string as the string, but decodes one with
+		// an UnmarshalText by that method.
+		if t.Key().Kind() != reflect.String || special(t.Key()) {
+			return nil
+		}
+		e := b.build(t.Elem())
+		if e == nil {
+			return nil
+		}
+		n := &node{kind: kMap, typ: t, elem: e}
+		switch {
+		case t.Key() == stringType && t.Elem() == stringsType:
+			n.shape = mapStrings
+		case t.Key() == stringType && t.Elem() == stringType:
+			n.shape = mapString
+		}
+		return n
 	}
 	return nil
 }
+
+var (
+	stringType  = reflect.TypeFor[string]()
+	stringsType = reflect.TypeFor[[]string]()
+)
 
 // intKind returns the kind of an integer of size bytes, base kInt8 or
 // kUint8.
@@ -316,10 +399,23 @@ func empty(n *node, p unsafe.Pointer) bool {
 		return *(*uint64)(p) == 0
 	case kPointer:
 		return *(*unsafe.Pointer)(p) == nil
-	case kSlice:
+	case kSlice, kBytes:
 		return (*sliceHeader)(p).len == 0
+	case kMap:
+		return mapLen(n, p) == 0
 	}
 	return false // a struct is never empty
+}
+
+// mapLen returns the length of the map n describes at p.
+func mapLen(n *node, p unsafe.Pointer) int {
+	switch n.shape {
+	case mapStrings:
+		return len(*(*map[string][]string)(p))
+	case mapString:
+		return len(*(*map[string]string)(p))
+	}
+	return reflect.NewAt(n.typ, p).Elem().Len()
 }
 
 // sliceHeader is the runtime's layout of a slice.
