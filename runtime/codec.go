@@ -260,7 +260,7 @@ func decodeResponse[Resp any](rt *Runtime, data []byte, resp *Resp) error {
 	// Anything but one well-formed value that decodes cleanly: what
 	// json.Unmarshal says about it, from a fresh value.
 	*resp = zero
-	return json.Unmarshal(data, resp)
+	return json.Unmarshal(bytes.Clone(data), resp) // a copy: see jsonfast's Plan.own
 }
 
 type jsonDecoder struct {

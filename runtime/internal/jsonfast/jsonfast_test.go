@@ -750,3 +750,40 @@ func TestEncodeMapAllocs(t *testing.T) {
 		t.Errorf("%v allocations, want 0", n)
 	}
 }
+
+// keeper breaks json.Unmarshaler's rule: it keeps the data it is given.
+type keeper struct {
+	N    int `json:"n"`
+	kept []byte
+}
+
+func (k *keeper) UnmarshalJSON(b []byte) error {
+	k.kept = b
+	var v struct {
+		N int `json:"n"`
+	}
+	err := json.Unmarshal(b, &v)
+	k.N = v.N
+	return err
+}
+
+// TestDecodeUnmarshalerGetsACopy: a type outside idem's stored types whose
+// UnmarshalJSON keeps its data and changes it later must not change the
+// bytes Decode was given (a memory store's own record).
+func TestDecodeUnmarshalerGetsACopy(t *testing.T) {
+	p := Build(reflect.TypeFor[keeper]())
+	if p == nil {
+		t.Fatal("keeper has no plan")
+	}
+	stored := []byte(`{"n":7}`)
+	var k keeper
+	if !Decode(p, stored, &k) || k.N != 7 {
+		t.Fatalf("Decode: %+v", k)
+	}
+	for i := range k.kept {
+		k.kept[i] = 'x'
+	}
+	if string(stored) != `{"n":7}` {
+		t.Errorf("the stored bytes became %q through the decoded value", stored)
+	}
+}

@@ -22,6 +22,7 @@
 package jsonfast
 
 import (
+	"bytes"
 	"encoding"
 	"encoding/json"
 	"reflect"
@@ -62,6 +63,12 @@ type Plan struct {
 	// unmarshal: *T is a json.Unmarshaler, which Decode calls (root
 	// encodes; it never decodes).
 	unmarshal bool
+	// own: T is one of idem's stored types, whose UnmarshalJSON copies
+	// what it keeps (see ownPackage). Any other type's gets a copy of the
+	// data: the data may be a store's own record (memstore keeps one copy),
+	// and a method that keeps it against json.Unmarshaler's rule and
+	// changes it later must not change the record.
+	own bool
 }
 
 // node is the plan for one type.
@@ -162,7 +169,7 @@ func Build(t reflect.Type) *Plan {
 	if n == nil {
 		return nil
 	}
-	return &Plan{typ: t, root: n, unmarshal: unmarshal}
+	return &Plan{typ: t, root: n, unmarshal: unmarshal, own: ownPackage(t.PkgPath())}
 }
 
 // unmarshalsRoot reports whether json.Unmarshal into a *t calls t's
@@ -175,6 +182,17 @@ func unmarshalsRoot(t reflect.Type) bool {
 		return false
 	}
 	return reflect.PointerTo(t).Implements(jsonUnmarshaler) && !marshals(t)
+}
+
+// ownPackage reports whether pkg is one of the packages whose stored
+// types' UnmarshalJSON Decode trusts to copy what they keep (Plan.own):
+// idemhttp's Response and idemgrpc's record, decoded on every replay.
+func ownPackage(pkg string) bool {
+	switch pkg {
+	case "github.com/idemkit/idem/runtime/idemhttp", "github.com/idemkit/idem/runtime/idemgrpc":
+		return true
+	}
+	return false
 }
 
 // Type is the type the plan encodes.
@@ -197,6 +215,9 @@ func Encode[T any](p *Plan, dst []byte, v *T) []byte {
 // UnmarshalJSON fails.
 func Decode[T any](p *Plan, data []byte, v *T) bool {
 	if p.unmarshal {
+		if !p.own {
+			data = bytes.Clone(data)
+		}
 		return unmarshal(data, any(v).(json.Unmarshaler))
 	}
 	d := decoder{data: data}
