@@ -37,7 +37,7 @@ type (
 		Lower    int64 `json:"x"`
 		Upper    int64 `json:"X"` // json folds case when decoding: exact names first
 		PP       **int16
-		PPP      ***bool `json:"ppp,omitempty"`
+		PPP      ***bool  `json:"ppp,omitempty"`
 		Names    r19Names `json:"names,omitempty"`
 		Leaves   []r19Leaf
 		LeafPtrs []*r19Leaf `json:"lp"`
@@ -212,7 +212,10 @@ func r19Check[T any](t *testing.T, seed uint64, n int) {
 			var want T
 			uerr := json.Unmarshal(edited, &want)
 			got, err := runtime.Do(ctx, rt, runtime.Call[T, T]{Operation: op, Key: ekey, Request: req, Fingerprint: fp,
-				Effect: func(context.Context, T) (T, error) { t.Errorf("%s: the effect ran on a replay", ekey); return resp, nil }})
+				Effect: func(context.Context, T) (T, error) {
+					t.Errorf("%s: the effect ran on a replay", ekey)
+					return resp, nil
+				}})
 			switch {
 			case (uerr == nil) != (err == nil):
 				t.Errorf("%s: stored %s: replay error %v, json.Unmarshal's %v", ekey, edited, err, uerr)
