@@ -1,3 +1,5 @@
+//lint:file-ignore SA5008 the test exercises the tags json treats unusually
+
 package runtime_test
 
 // Adversarial review 19 of the default codec's fast path (jsonfast) through
