@@ -1,6 +1,6 @@
 //go:build goexperiment.jsonv2
-//lint:file-ignore SA5008 the test exercises a tag json/v2 reads otherwise
 
+//lint:file-ignore SA5008 the test exercises a tag json/v2 reads otherwise
 
 package runtime_test
 
