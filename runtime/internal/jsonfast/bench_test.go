@@ -1,3 +1,5 @@
+//go:build !goexperiment.jsonv2
+
 package jsonfast
 
 import (

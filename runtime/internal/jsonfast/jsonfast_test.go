@@ -1,5 +1,7 @@
 //lint:file-ignore SA5008 the tests exercise the tags json treats unusually
 
+//go:build !goexperiment.jsonv2
+
 package jsonfast
 
 import (

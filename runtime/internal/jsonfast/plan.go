@@ -160,6 +160,9 @@ func (c *Cache) lookup(t reflect.Type) *Plan {
 // reflection: no json.Marshaler, no encoding.TextMarshaler) has a plan when
 // its fields do: Encode writes its fields, Decode calls its UnmarshalJSON.
 func Build(t reflect.Type) *Plan {
+	if !Enabled {
+		return nil
+	}
 	b := &builder{visiting: map[reflect.Type]bool{}, built: map[reflect.Type]*node{}}
 	unmarshal := unmarshalsRoot(t)
 	if unmarshal {
