@@ -89,7 +89,7 @@ END {
 
 log "memory store: CPU profiles of a first call and a replay"
 # Where a call's CPU goes, each sample counted once, in this order: JSON
-# (encoding/json), SHA-256 (the fingerprint), the memory store, allocation
+# (encoding/json and the default codec's own path, jsonfast), SHA-256 (the fingerprint), the memory store, allocation
 # and GC, the idem runtime, and the rest (the benchmark's loop).
 profile_row() { # benchmark label
 	"$work/rt.test" -test.run '^$' -test.bench "^$1\$" -test.benchtime 1000000x -test.cpuprofile "$work/$1.prof" >/dev/null
@@ -98,12 +98,12 @@ profile_row() { # benchmark label
 			awk '/^Showing nodes accounting for/ {gsub(/,/, ""); v=$6} END {print (v == "" ? "0%" : v)}'
 	}
 	local bench=$1 gc='mallocgc|gcBgMarkWorker|gcAssist|bgsweep|scanobject|gcDrain'
-	local j s m g r
-	j=$(share 'encoding/json')
-	s=$(share 'sha256' 'encoding/json')
-	m=$(share 'memstore' 'encoding/json|sha256')
-	g=$(share "$gc" 'encoding/json|sha256|memstore')
-	r=$(share 'idemkit/idem/runtime\.' "encoding/json|sha256|memstore|$gc")
+	local j s m g r json='encoding/json|jsonfast\.'
+	j=$(share "$json")
+	s=$(share 'sha256' "$json")
+	m=$(share 'memstore' "$json|sha256")
+	g=$(share "$gc" "$json|sha256|memstore")
+	r=$(share 'idemkit/idem/runtime\.' "$json|sha256|memstore|$gc")
 	echo "| $2 | $j | $s | $m | $g | $r |"
 }
 profile_rows="$(profile_row BenchmarkMemDoFirstCall 'first call, runtime.Do')
@@ -186,7 +186,7 @@ DOC
 	echo "Where the CPU of a call goes (\`go tool pprof\` of 1,000,000 calls each, every sample counted once, in the"
 	echo "order of the columns; the rest is the benchmark's loop):"
 	echo
-	echo "| call | encoding/json | SHA-256 | memstore | allocation and GC | idem runtime |"
+	echo "| call | JSON (encoding/json, jsonfast) | SHA-256 | memstore | allocation and GC | idem runtime |"
 	echo "|---|---|---|---|---|---|"
 	echo "$profile_rows"
 	echo
