@@ -110,7 +110,7 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 			// lease (a row another transaction holds): wait as for a live
 			// lease, up to MaxWait, then claim again. MaxWait counts from
 			// this claim's start: the store's own tries before it gave up
-			// (pgstore: about half a second) are part of the wait.
+			// (pgstore: ten tries, under a second) are part of the wait.
 			if waitUntil.IsZero() {
 				waitStart = start
 				waitUntil = waitStart.Add(rt.cfg.maxWait)
