@@ -181,3 +181,28 @@ func TestParseStoredAllocs(t *testing.T) {
 		t.Errorf("B %q, X-Empty %#v", got, r.Header["X-Empty"])
 	}
 }
+
+// TestHeaderNamesMergeInOneOrder: a stored record with two names of one
+// header (a handler that set w.Header()["x-id"] beside "X-Id") is read with
+// their values in one order, the stored form's, on every replay (the
+// general reader iterated a map).
+func TestHeaderNamesMergeInOneOrder(t *testing.T) {
+	for _, stored := range []string{
+		`{"status":200,"header":{"X-Id":["w"],"x-id":["v"]},"body":"e30="}`,
+		`{"status": 200, "headers": {"X-Id": "w", "x-id": "v", "x-ID": ["u"]}}`,
+	} {
+		var first Response
+		if err := json.Unmarshal([]byte(stored), &first); err != nil {
+			t.Fatal(err)
+		}
+		for range 50 {
+			var r Response
+			if err := json.Unmarshal([]byte(stored), &r); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(r.Header, first.Header) {
+				t.Fatalf("%s: headers %v, then %v", stored, first.Header, r.Header)
+			}
+		}
+	}
+}

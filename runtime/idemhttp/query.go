@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/idemkit/idem/runtime"
 )
@@ -94,7 +96,11 @@ func (r *Response) unmarshalAny(b []byte) error {
 		r.Header = http.Header{}
 	}
 	for _, hs := range []map[string]json.RawMessage{raw.Header, raw.Headers} {
-		for k, v := range hs {
+		// In the names' order, as the stored form has them (encoding/json
+		// sorts map keys), so that two names of one header ("X-Id" and
+		// "x-id") merge their values in one order on every replay.
+		for _, k := range slices.Sorted(maps.Keys(hs)) {
+			v := hs[k]
 			var one string
 			var many []string
 			switch {
