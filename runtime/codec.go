@@ -26,9 +26,12 @@ type Codec interface {
 // keys and so is deterministic).
 //
 // A runtime with JSONCodec encodes and decodes a type made only of strings,
-// bools, integers, structs of these (no embedded fields), pointers and
-// slices of them (not []byte), with no method encoding/json would call,
-// without encoding/json's reflection: it writes json.Marshal's bytes to
+// bools, integers, byte slices, structs of these (no embedded fields),
+// pointers, slices and string-keyed maps of them, with no method
+// encoding/json would call (except an UnmarshalJSON on the top type, which
+// decoding calls), without encoding/json's reflection (off under
+// GOEXPERIMENT=jsonv2, whose encoding/json writes other bytes): it writes
+// json.Marshal's bytes to
 // the byte, and reads a stored response that way only when it is exactly
 // those bytes (anything else, such as a record an older version, another
 // codec or a hand edit wrote, is decoded by json.Unmarshal). Fingerprints
