@@ -12,7 +12,8 @@
 # other processes drifts over seconds, so it hits every side alike and the
 # ratios hold on a shared machine even where the absolute figures do not.
 # The process runs -count times (rounds); each ratio is the median over the
-# rounds and is printed beside its goal (issue 17).
+# rounds and is printed beside its goal (the performance targets in
+# docs/performance.md).
 #
 #   bench/http.sh [-count N] [-requests N] [-summary FILE]
 #     N requests of each side a round; -summary appends the targets' rows
@@ -59,7 +60,7 @@ END {
 	f1 = med("idem-first/nethttp"); f2 = med("idem-replay/nethttp")
 	g1 = med("fiberidem-first/fiber"); g2 = med("fiberidem-replay/fiber")
 	printf "\nmiddleware / its framework without it (1.00 = free):\n"
-	printf "  %-42s %6s   %-26s\n", "ratio", "got", "goal (issue 17)"
+	printf "  %-42s %6s   %-26s\n", "ratio", "got", "goal"
 	row("idemhttp first call / net/http", f1, 0.9, ">= 0.90")
 	row("idemhttp replay / net/http", f2, 0.9, ">= 0.90")
 	row("fiber idempotency first call / fiber", g1, 0, "(reference)")

@@ -151,7 +151,7 @@ the end; absolute numbers move with the machine's load, ratios much less.
 DOC
 	echo "## Targets"
 	echo
-	echo "Each target of issue 17 beside what this run measured (a ratio target is met when the median of every row it judges meets it):"
+	echo "Each performance target beside what this run measured (a ratio target is met when the median of every row it judges meets it):"
 	echo
 	echo "| target | measured | goal | |"
 	echo "|---|---|---|---|"
