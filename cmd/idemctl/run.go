@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/idemkit/idem/internal/version"
 )
 
 // Exit codes.
@@ -29,6 +31,7 @@ Commands:
   list      list UNKNOWN / given-up / abandoned PROCESSING records
   show      show one record with everything stored
   resolve   decide a record's outcome by hand: success, failed or released
+  version   print the idem version idemctl was built from
 
 Every command needs exactly one store, with the same settings as the service:
   -postgres DSN            (or IDEM_POSTGRES_URL)
@@ -87,6 +90,13 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
+	case "version", "-version", "--version":
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "idemctl version takes no arguments\n")
+			return exitUsage
+		}
+		fmt.Fprintln(stdout, "idemctl", version.Read())
+		return exitOK
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
@@ -108,7 +118,7 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 		fmt.Fprintf(stderr, "idemctl %s: %v\n", c.name, err)
 		return exitError
 	}
-	fmt.Fprintf(stderr, "idemctl: unknown command %q (want list, show or resolve)\nRun 'idemctl -h' for usage.\n", args[0])
+	fmt.Fprintf(stderr, "idemctl: unknown command %q (want list, show, resolve or version)\nRun 'idemctl -h' for usage.\n", args[0])
 	return exitUsage
 }
 

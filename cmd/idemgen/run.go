@@ -8,10 +8,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 
 	"github.com/idemkit/idem/generator"
+	"github.com/idemkit/idem/internal/version"
 	"github.com/idemkit/idem/templates"
 )
 
@@ -191,25 +191,6 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// versionString is the module version idemgen was built from.
-func versionString() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	v := info.Main.Version
-	if info.Main.Path != "github.com/idemkit/idem" {
-		for _, d := range info.Deps {
-			if d.Path == "github.com/idemkit/idem" {
-				v = d.Version
-				if d.Replace != nil {
-					v += " (replaced by " + d.Replace.Path + ")"
-				}
-			}
-		}
-	}
-	if v == "" {
-		v = "(devel)"
-	}
-	return v + " " + info.GoVersion
-}
+// versionString is the idem version idemgen was built from (see
+// internal/version): "v0.4.0 go1.26.8" when installed or required at v0.4.0.
+func versionString() string { return version.Read().String() }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -209,6 +210,25 @@ func TestEndToEnd(t *testing.T) {
 		}
 		if !strings.Contains(strings.Join(rel, "|"), "transaction begun here") || !strings.Contains(strings.Join(rel, "|"), "leaf network call: (*http.Client).Do") {
 			t.Errorf("related = %q", rel)
+		}
+	})
+
+	t.Run("version", func(t *testing.T) {
+		// Anywhere, even where the configuration does not load.
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, ".idemlint.json"), []byte("{not json"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, code := run(t, dir, bin, "-version")
+		// A test's build has no module version: go build in a checkout.
+		if code != 0 || !regexp.MustCompile(`^idemlint (\(devel\)|v\S+)( revision [0-9a-f]+( \(modified\))?)? go1\.\S+\n$`).MatchString(stdout) {
+			t.Errorf("-version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		// go vet's handshake is the per-package driver's, not -version's:
+		// the go command keys its cache on this line.
+		stdout, stderr, code = run(t, goodDir, bin, "-V=full")
+		if code != 0 || !regexp.MustCompile(`^\S*idemlint version devel comments-go-here buildID=[0-9a-f]+\n$`).MatchString(stdout) {
+			t.Errorf("-V=full: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 		}
 	})
 

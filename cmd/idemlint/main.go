@@ -4,6 +4,7 @@
 //	idemlint ./...
 //	idemlint -json ./...
 //	idemlint -sarif ./... > idemlint.sarif
+//	idemlint -version
 //	idemlint -timeoutfail=false -txrpc.netfuncs='(*example.com/pay.Client).Charge' ./...
 //	go vet -vettool=$(command -v idemlint) ./...
 //
@@ -28,9 +29,16 @@ import (
 	"golang.org/x/tools/go/analysis/multichecker"
 
 	"github.com/idemkit/idem/analyzer"
+	"github.com/idemkit/idem/internal/version"
 )
 
 func main() {
+	// Before the configuration, so that it answers anywhere. Not -V: that
+	// is go vet's handshake (-V=full), which the per-package driver answers.
+	if len(os.Args) == 2 && (os.Args[1] == "-version" || os.Args[1] == "--version") {
+		fmt.Println("idemlint", version.Read())
+		return
+	}
 	settings, _, err := analyzer.LoadConfig(".")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "idemlint:", err)

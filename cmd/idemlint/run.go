@@ -77,7 +77,7 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 		})
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "idemlint: idempotency rules (%s).\n\nUsage: idemlint [-flag] [package]\n\n", strings.Join(analyzer.Rules, ", "))
+		fmt.Fprintf(stderr, "idemlint: idempotency rules (%s).\n\nUsage: idemlint [-flag] [package]\n       idemlint -version\n\n", strings.Join(analyzer.Rules, ", "))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
