@@ -163,6 +163,11 @@ func TestOutsiderInstall(t *testing.T) {
 			t.Errorf("%s %s: %q, want it to start with %q", name, strings.Join(tool.args, " "), out, want)
 		}
 	}
+	// go vet's handshake is still the analysis driver's (what go vet
+	// -vettool runs is tested in cmd/idemlint).
+	if out := run(t, env, empty, filepath.Join(work, "bin", "idemlint"), "-V=full"); !strings.Contains(out, "idemlint version devel comments-go-here buildID=") {
+		t.Errorf("idemlint -V=full: %q", out)
+	}
 
 	svc := filepath.Join(work, "svc")
 	for name, content := range service {
