@@ -14,8 +14,10 @@
 // requirement missing from go.mod or go.sum, a version the tools do not
 // report.
 //
-// Dependencies come from the machine's module cache, read as a file proxy
-// (GOPROXY=file://$GOMODCACHE/cache/download), then from the usual proxy;
-// the build cache is shared and builds use -trimpath, so a second run only
-// compiles what changed.
+// The build and module caches are the machine's, so that only idem's own
+// packages are compiled: the module cache never holds this checkout, and
+// the test removes idem@v0.0.0-test from it before and after (under a
+// lock, so that two checkouts on one machine take turns). Dependencies the
+// cache lacks come from the usual proxy, and the checksum database is asked
+// through it as for any user.
 package releasetest

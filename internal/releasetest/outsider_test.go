@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,7 +144,7 @@ func TestOutsiderInstall(t *testing.T) {
 	packModule(t, root, proxy)
 	step("packed HEAD as "+version.Module+"@"+testVersion, t0)
 
-	env := outsiderEnv(t, work, proxy)
+	env, modcache := outsiderEnv(t, work, proxy)
 	empty := filepath.Join(work, "empty") // no go.mod anywhere above it but /tmp's
 	if err := os.MkdirAll(empty, 0o755); err != nil {
 		t.Fatal(err)
@@ -200,8 +201,8 @@ func TestOutsiderInstall(t *testing.T) {
 	if err := json.Unmarshal([]byte(goCmd(t, env, svc, "list", "-m", "-json", version.Module)), &m); err != nil {
 		t.Fatal(err)
 	}
-	if m.Version != testVersion || m.Replace != nil || strings.HasPrefix(m.Dir, root) || !strings.HasPrefix(m.Dir, work) {
-		t.Errorf("the service's idem: %+v, want %s from the module cache under %s", m, testVersion, work)
+	if want := filepath.Join(modcache, filepath.FromSlash(version.Module)+"@"+testVersion); m.Version != testVersion || m.Replace != nil || m.Dir != want {
+		t.Errorf("the service's idem: %+v, want %s in %s", m, testVersion, want)
 	}
 	step("total", start)
 }
@@ -295,49 +296,49 @@ func readAll(t *testing.T, f *zip.File) []byte {
 	return b
 }
 
-// outsiderEnv is the environment of a user with an empty GOPATH and
-// module cache under work, who reaches idem only through the proxy at
-// proxy. What the machine's go command would read from its own settings
-// (GOENV, GOFLAGS, GOWORK, ...) is left out. The build cache is shared
-// (the go command's cache is safe to share) and -trimpath keeps its keys
-// free of the temporary directories; modules this machine has already
-// downloaded are read, read-only, from its module cache's download
-// directory, before the usual proxy.
-func outsiderEnv(t *testing.T, work, proxy string) []string {
+// outsiderEnv is the environment of a user with an empty GOPATH who
+// reaches idem only through the proxy at proxy. What the machine's go
+// command would read from its own settings (GOENV, GOFLAGS, GOWORK, ...) is
+// left out.
+//
+// The build and module caches are the machine's, so that only idem's
+// packages are compiled (the standard library and the dependencies are
+// shared with every other build, at the same paths): a fresh module cache
+// compiled them again, 200 s of CPU on a cold cache. The module cache
+// never holds this checkout, and the copy of idem at testVersion is removed
+// before and after the test (see claimTestVersion).
+func outsiderEnv(t *testing.T, work, proxy string) (env []string, modcache string) {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPROXY", "GOSUMDB").Output()
 	if err != nil {
 		t.Fatalf("go env: %v", err)
 	}
 	vals := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if len(vals) != 4 {
+	if len(vals) != 4 || vals[1] == "" {
 		t.Fatalf("go env: %q", out)
 	}
-	gocache, modcache, goproxy, gosumdb := vals[0], vals[1], vals[2], vals[3]
+	gocache, goproxy, gosumdb := vals[0], vals[2], vals[3]
+	modcache = vals[1]
+	claimTestVersion(t, modcache)
 	proxies := []string{"file://" + filepath.ToSlash(proxy)}
-	if modcache != "" {
-		proxies = append(proxies, "file://"+filepath.ToSlash(filepath.Join(modcache, "cache", "download")))
-	}
 	if goproxy != "" && goproxy != "off" {
 		proxies = append(proxies, goproxy)
 	}
 	drop := map[string]bool{}
 	for _, k := range []string{"GOENV", "GOFLAGS", "GOPATH", "GOMODCACHE", "GOBIN", "GOWORK", "GOCACHE", "GOPROXY",
-		"GONOPROXY", "GONOSUMDB", "GOPRIVATE", "GOSUMDB", "GOINSECURE", "GOTOOLCHAIN", "GO111MODULE"} {
+		"GONOPROXY", "GONOSUMDB", "GOPRIVATE", "GOSUMDB", "GOINSECURE", "GOTOOLCHAIN", "GO111MODULE", "GODEBUG"} {
 		drop[k] = true
 	}
-	var env []string
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); !drop[k] {
 			env = append(env, kv)
 		}
 	}
-	gopath := filepath.Join(work, "gopath")
-	env = append(env,
+	return append(env,
 		"GOENV=off",
-		"GOFLAGS=-mod=mod -trimpath",
-		"GOPATH="+gopath,
-		"GOMODCACHE="+filepath.Join(gopath, "pkg", "mod"),
+		"GOFLAGS=-mod=mod",
+		"GOPATH="+filepath.Join(work, "gopath"),
+		"GOMODCACHE="+modcache,
 		"GOBIN="+filepath.Join(work, "bin"),
 		"GOWORK=off",
 		"GOCACHE="+gocache,
@@ -345,17 +346,75 @@ func outsiderEnv(t *testing.T, work, proxy string) []string {
 		"GONOSUMDB="+version.Module,
 		"GOSUMDB="+gosumdb,
 		"GOTOOLCHAIN=local",
-	)
-	// The module cache's files are read-only: remove them the go command's
-	// way before the temporary directory goes.
-	t.Cleanup(func() {
-		cmd := exec.Command("go", "clean", "-modcache")
-		cmd.Env, cmd.Dir = env, work
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("go clean -modcache: %v\n%s", err, out)
+		// The go command indexes a module of its cache once and trusts the
+		// index from then on (modules there never change); this version
+		// does, from run to run.
+		"GODEBUG=goindex=0",
+	), modcache
+}
+
+// claimTestVersion makes the module cache at modcache hold no copy of idem
+// at testVersion, now and when the test ends, so that the go command takes
+// this run's zip from the proxy (it never downloads a version it has). An
+// exclusive lock on a file of the cache keeps two runs of the test (two
+// checkouts on one machine) from sharing the version; the second waits.
+func claimTestVersion(t *testing.T, modcache string) {
+	t.Helper()
+	lock, err := os.OpenFile(filepath.Join(modcache, "cache", "idem-releasetest.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("locking %s: %v", lock.Name(), err)
+	}
+	escaped, err := module.EscapePath(version.Module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remove := func() {
+		extracted := filepath.Join(modcache, filepath.FromSlash(escaped)+"@"+testVersion)
+		// The go command makes the files it extracts read-only.
+		_ = filepath.WalkDir(extracted, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				err = os.Chmod(p, 0o755)
+			}
+			return err
+		})
+		if err := os.RemoveAll(extracted); err != nil {
+			t.Errorf("removing %s: %v", extracted, err)
 		}
+		dl := filepath.Join(modcache, "cache", "download", filepath.FromSlash(escaped), "@v")
+		files, _ := filepath.Glob(filepath.Join(dl, testVersion+".*"))
+		for _, f := range files {
+			if err := os.Remove(f); err != nil {
+				t.Errorf("removing %s: %v", f, err)
+			}
+		}
+		// The list of versions the cache knows (read with GOPROXY=off).
+		listFile := filepath.Join(dl, "list")
+		if list, err := os.ReadFile(listFile); err == nil {
+			var keep []string
+			for _, v := range strings.Fields(string(list)) {
+				if v != testVersion {
+					keep = append(keep, v+"\n")
+				}
+			}
+			if len(keep) == 0 {
+				err = os.Remove(listFile)
+			} else {
+				err = os.WriteFile(listFile, []byte(strings.Join(keep, "")), 0o644)
+			}
+			if err != nil {
+				t.Errorf("removing %s from %s: %v", testVersion, listFile, err)
+			}
+		}
+	}
+	remove()
+	t.Cleanup(func() {
+		remove()
+		_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		lock.Close()
 	})
-	return env
 }
 
 // goCmd runs the go command in dir and returns its standard output; it
