@@ -2,7 +2,8 @@
 // this repository, the way a release is used: TestOutsiderInstall packs the
 // committed tree (HEAD) into a module zip with golang.org/x/mod/zip, serves
 // it from a file-system module proxy as github.com/idemkit/idem@v0.0.0-test,
-// and, in an empty GOPATH and module cache with no access to this checkout,
+// and, in an empty GOPATH with no access to this checkout (GOWORK=off,
+// GOENV=off, run from temporary directories),
 // installs idemlint, idemgen and idemctl with go install ...@v0.0.0-test,
 // checks that each reports v0.0.0-test, and builds and runs a small service
 // that requires the module at that version and generates its wrapper with
