@@ -142,7 +142,7 @@ type config struct {
 	drop      map[string]bool // header metadata keys never stored
 	// rawQueries and queryOpts are the [Query] options by full method;
 	// queries the same by operation, wrapped for runtime.Do.
-	rawQueries map[string]QueryFunc
+	rawQueries map[string]CallQueryFunc
 	queryOpts  map[string]runtime.QueryOptions
 	queries    map[string]runtime.QueryFunc[request, record]
 }
@@ -200,6 +200,10 @@ type request struct {
 	// Type and Message are stored only for a method with a [Query].
 	Type    string `json:"type,omitempty"`
 	Message []byte `json:"message,omitempty"`
+	// Scope is the scope the handler saw, stored for the query when the
+	// identity's is a digest of it (over 255 bytes); otherwise the
+	// identity's scope is the scope.
+	Scope string `json:"scope,omitempty"`
 }
 
 // record is a stored success: a response message (Type and Message, or
@@ -326,7 +330,8 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		handlerCtx = runtime.WithScope(ctx, cfg.scope(ctx))
 	}
 	scope := runtime.ScopeFrom(handlerCtx)
-	ctx = runtime.WithScope(handlerCtx, idname.Fit(scope, runtime.MaxKeyLen))
+	idScope := idname.Fit(scope, runtime.MaxKeyLen)
+	ctx = runtime.WithScope(handlerCtx, idScope)
 	sum := sha256.Sum256(append([]byte(info.FullMethod+"\x00"), b...))
 	rq := request{Method: info.FullMethod, MessageSz: len(b), SHA256: hex.EncodeToString(sum[:])}
 	// The fingerprint covers the digests only, whether or not the message
@@ -339,6 +344,9 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	query := cfg.queries[op]
 	if query != nil {
 		rq.Type, rq.Message = string(msg.ProtoReflect().Descriptor().FullName()), b
+		if idScope != scope {
+			rq.Scope = scope
+		}
 	}
 	var (
 		ran  bool

@@ -224,6 +224,10 @@ type request struct {
 	BodySHA256 string `json:"body_sha256"`
 	URL        string `json:"url,omitempty"`
 	Body       []byte `json:"body,omitempty"`
+	// Scope is the scope the handler saw, stored for the query when the
+	// identity's is a digest of it (over 255 bytes); otherwise the
+	// identity's scope is the scope.
+	Scope string `json:"scope,omitempty"`
 }
 
 // Response is a recorded HTTP response.
@@ -360,6 +364,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The stored request outlives this one (a reconciler, the query
 		// itself): its body must not be the pooled buffer.
 		c.Request.URL, c.Request.Body = target, bytes.Clone(body)
+		if x.rescope {
+			c.Request.Scope = scope
+		}
 	}
 	resp, err := runtime.Do(ctx, m.rt, c)
 	if x.ran { // this request ran the handler: its client gets what it wrote

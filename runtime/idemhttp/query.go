@@ -10,23 +10,31 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/idemkit/idem/internal/idname"
 	"github.com/idemkit/idem/runtime"
 )
 
 // StoredRequest is what is stored of a request on a route with a [Query]:
-// its method, its target (path and query) as the client sent it, and its
-// body.
+// its method, its target (path and query) as the client sent it, its body,
+// and the scope the handler saw.
 type StoredRequest struct {
 	Method string
 	Target string
 	Body   []byte
+	// Scope is the request's scope as the handler saw it (the [Scope]
+	// option's, or the request context's runtime.ScopeFrom), whole: a
+	// scope over 255 bytes too, whose record is named by a digest of it.
+	// The query's context carries the same scope (runtime.ScopeFrom).
+	Scope string
 }
 
 // QueryFunc answers "did the request happen?" for a route: the response
 // to record (with runtime.OutcomeSucceeded), runtime.OutcomeFailed with the
 // failure (answered as problem "failed"), runtime.OutcomeNotHappened, or
 // runtime.OutcomeUnknown. ctx carries the attempt (runtime.FencingToken,
-// runtime.DownstreamKeyFrom) as it does for the handler.
+// runtime.DownstreamKeyFrom) as it does for the handler, and the scope the
+// handler saw (runtime.ScopeFrom, also req.Scope), whether the query runs
+// inline for a duplicate, in a reconciler or for a resolve.
 type QueryFunc func(ctx context.Context, req StoredRequest) (Response, runtime.Outcome, error)
 
 // Query registers q as the "did it happen?" query of the route whose
@@ -58,7 +66,8 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, Response] {
 		if rq.URL == "" {
 			return Response{}, runtime.OutcomeUnknown, errors.New("idemhttp: the request was not stored (the query was registered after it)")
 		}
-		resp, o, err := q(ctx, StoredRequest{Method: rq.Method, Target: rq.URL, Body: rq.Body})
+		scope := idname.QueryScope(ctx, rq.Scope)
+		resp, o, err := q(runtime.WithScope(ctx, scope), StoredRequest{Method: rq.Method, Target: rq.URL, Body: rq.Body, Scope: scope})
 		if o == runtime.OutcomeSucceeded {
 			if resp.Status < 100 || resp.Status > 999 {
 				return Response{}, runtime.OutcomeUnknown, fmt.Errorf("idemhttp: the query answered status %d", resp.Status)
