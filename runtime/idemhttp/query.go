@@ -87,12 +87,13 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, Response] {
 // unmarshalAny reads a Response in any form UnmarshalJSON accepts.
 func (r *Response) unmarshalAny(b []byte) error {
 	var raw struct {
-		Status   *int                       `json:"status"`
-		Header   map[string]json.RawMessage `json:"header"`
-		Headers  map[string]json.RawMessage `json:"headers"`
-		Body     json.RawMessage            `json:"body"`
-		BodyText *string                    `json:"body_text"`
-		Streamed bool                       `json:"streamed"`
+		Status    *int                       `json:"status"`
+		Header    map[string]json.RawMessage `json:"header"`
+		Headers   map[string]json.RawMessage `json:"headers"`
+		Body      json.RawMessage            `json:"body"`
+		BodyText  *string                    `json:"body_text"`
+		Streamed  bool                       `json:"streamed"`
+		Truncated bool                       `json:"truncated"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return &recordError{err}
@@ -100,7 +101,7 @@ func (r *Response) unmarshalAny(b []byte) error {
 	if raw.Status == nil || *raw.Status < 100 || *raw.Status > 999 {
 		return &recordError{errors.New(`"status" must be an HTTP status, 100 to 999`)}
 	}
-	*r = Response{Status: *raw.Status, Streamed: raw.Streamed}
+	*r = Response{Status: *raw.Status, Streamed: raw.Streamed, Truncated: raw.Truncated}
 	if raw.Header != nil || raw.Headers != nil {
 		r.Header = http.Header{}
 	}
