@@ -93,6 +93,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem/internal/idname"
+	"github.com/idemkit/idem/internal/rawvalue"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -234,6 +235,7 @@ func (r *record) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return &recordError{err}
 	}
+	rawvalue.DecodeAll(raw.Header) // -bin metadata is stored in base64
 	*r = record{Type: raw.Type, Status: raw.Status, Header: raw.Header}
 	msg := bytes.TrimSpace(raw.Message)
 	switch {
@@ -374,7 +376,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 			}
 			rec, err := cfg.outcome(ectx, out, herr)
 			if err == nil && hs != nil {
-				rec.Header = cfg.storedHeader(hs.header())
+				rec.Header = rawvalue.Encode(cfg.storedHeader(hs.header()))
 			}
 			return rec, err
 		},

@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/idemkit/idem/internal/idname"
+	"github.com/idemkit/idem/internal/rawvalue"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -78,7 +79,7 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, Response] {
 					h[k] = vs
 				}
 			}
-			resp.Header = h
+			resp.Header = storedHeader(h)
 		}
 		return resp, o, err
 	}
@@ -113,11 +114,23 @@ func (r *Response) unmarshalAny(b []byte) error {
 			v := hs[k]
 			var one string
 			var many []string
+			ck := http.CanonicalHeaderKey(k)
 			switch {
+			case string(bytes.TrimSpace(v)) == "null":
+				// Suppressed the net/http way (Header()["Content-Type"] =
+				// nil): present, with no value.
+				if _, ok := r.Header[ck]; !ok {
+					r.Header[ck] = nil
+				}
 			case json.Unmarshal(v, &one) == nil:
-				r.Header[http.CanonicalHeaderKey(k)] = append(r.Header[http.CanonicalHeaderKey(k)], one)
+				r.Header[ck] = append(r.Header[ck], rawvalue.Decode(one))
 			case json.Unmarshal(v, &many) == nil:
-				r.Header[http.CanonicalHeaderKey(k)] = append(r.Header[http.CanonicalHeaderKey(k)], many...)
+				for _, m := range many {
+					r.Header[ck] = append(r.Header[ck], rawvalue.Decode(m))
+				}
+				if r.Header[ck] == nil {
+					r.Header[ck] = nil // [] too: present, with no value
+				}
 			default:
 				return &recordError{fmt.Errorf("header %q must be a string or a list of strings", k)}
 			}
