@@ -84,7 +84,16 @@ func withAttempt(ctx context.Context, id Identity, token int64, takenOver bool) 
 	return context.WithValue(ctx, attemptKey, &attempt{id: id, token: token, takenOver: takenOver})
 }
 
-// AttemptFrom returns the attempt of the effect running with ctx.
+// AttemptFrom returns the attempt of the effect (or query) running with
+// ctx.
+//
+// Two scopes are at hand there. Attempt.ID.Scope is the identity's scope,
+// the record's name: the scope itself, or, where an adapter (idemhttp,
+// idemgrpc) serves a scope over 255 bytes, a fixed-size digest of it.
+// [ScopeFrom](ctx) is the scope the handler saw, whole, in the effect's
+// context and in every query's: the inline query of a duplicate, the
+// reconciler's, and one a resolve or idemctl triggers. Look a
+// tenant-scoped effect up by ScopeFrom, never by the identity's scope.
 func AttemptFrom(ctx context.Context) (Attempt, bool) {
 	a, ok := ctx.Value(attemptKey).(*attempt)
 	if !ok {

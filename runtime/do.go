@@ -662,6 +662,21 @@ func (h *heartbeat) round() {
 // With release set it deletes the record held as tp says (tp.From,
 // tp.Owner, tp.Version); otherwise it runs the transition tp, updating *tp
 // to what was written (see [fitTransition]) and returning the new version.
+// cutResponse encodes the [Cutter] form of the effect's response, or
+// returns nil when its type has none.
+func (ex *execution[Req, Resp]) cutResponse() []byte {
+	c, ok := any(&ex.resp).(Cutter[Resp])
+	if !ok {
+		return nil
+	}
+	short := c.Cut()
+	b, err := encodeResponse(ex.rt, &short)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, tp *TransitionParams) (int64, error) {
 	// The first completion of a call writes with the context the call
 	// carries; a later one (after an inline reconciliation) with its own.
@@ -671,13 +686,19 @@ func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, tp *
 	}
 	*cctx = completionCtx{parent: ctx, deadline: time.Now().Add(ex.rt.cfg.completionTimeout)}
 	defer cctx.release()
+	// The effect's own response (not a query's) has a short form for the
+	// size rule when its type is a Cutter.
+	var c responseCutter
+	if tp == &ex.run.tp && tp.To == StateSuccess {
+		c = ex
+	}
 	var v int64
 	err := retryWrite(cctx, release, func(wctx context.Context) error {
 		var err error
 		if release {
 			err = ex.rt.store.Release(wctx, ReleaseParams{ID: tp.ID, State: tp.From, Owner: tp.Owner, Version: tp.Version})
 		} else {
-			v, err = ex.rt.transitionStore(wctx, tp)
+			v, err = fitTransition(wctx, ex.rt.store, tp, c)
 		}
 		return err
 	}, func(err error) {

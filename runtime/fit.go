@@ -11,8 +11,9 @@ import (
 // store refuses a transition as [ErrTooLarge], it is written again smaller,
 // step by step, until the store takes it:
 //
-//   - SUCCESS: the response is left out (duplicates get [ErrNotReplayable]:
-//     the effect happened and is never run again);
+//   - SUCCESS: the response is replaced by its [Cutter] form when its type
+//     has one (duplicates get that), then left out (duplicates get
+//     [ErrNotReplayable]: the effect happened and is never run again);
 //   - FAILED: the failure's [Detailer] payload is dropped, then its message
 //     is cut to [shortFailureMessage] bytes, then left out (the code stays:
 //     duplicates still get a [*FailedError]), then the stored failure is
@@ -23,12 +24,28 @@ import (
 // form is refused does the write fail with ErrTooLarge.
 const shortFailureMessage = 256
 
+// Cutter is a response type that can say in a few bytes what it was, for
+// the size rule: when the store refuses a SUCCESS response as too large,
+// the value Cut returns is recorded (and replayed to duplicates) in its
+// place; only when that too is refused is the response left out. An HTTP
+// answer keeps its status this way (idemhttp.Response), so a duplicate of
+// a 422 too large to store learns it was a 422, never that it succeeded.
+type Cutter[Resp any] interface {
+	Cut() Resp
+}
+
+// responseCutter gives the encoded short form of the response being
+// recorded (nil when it has none).
+type responseCutter interface{ cutResponse() []byte }
+
 // fitTransition runs tp on store, shrinking it as the size rule says while
 // the store answers ErrTooLarge. It updates *tp to what was written.
-func fitTransition(ctx context.Context, store Store, tp *TransitionParams) (int64, error) {
+//
+// c, when not nil, gives the short form of a SUCCESS response ([Cutter]).
+func fitTransition(ctx context.Context, store Store, tp *TransitionParams, c responseCutter) (int64, error) {
 	v, err := store.Transition(ctx, *tp)
 	for errors.Is(err, ErrTooLarge) {
-		if !shrink(tp, err) {
+		if !shrink(tp, err, &c) {
 			return v, err
 		}
 		v, err = store.Transition(ctx, *tp)
@@ -37,7 +54,16 @@ func fitTransition(ctx context.Context, store Store, tp *TransitionParams) (int6
 }
 
 // shrink makes tp one step smaller; false when it cannot be made smaller.
-func shrink(tp *TransitionParams, cause error) bool {
+func shrink(tp *TransitionParams, cause error, c *responseCutter) bool {
+	if tp.To == StateSuccess && !tp.ResponseOmitted && *c != nil {
+		b := (*c).cutResponse()
+		*c = nil
+		if b != nil && len(b) < len(tp.Response) {
+			tp.Note = joinNote(tp.Note, fmt.Sprintf("response cut: %d bytes, more than the store accepts (%v); its short form is stored", len(tp.Response), cause))
+			tp.Response = b
+			return true
+		}
+	}
 	switch {
 	case tp.To == StateSuccess && !tp.ResponseOmitted:
 		tp.Note = joinNote(tp.Note, fmt.Sprintf("response not stored: %d bytes, more than the store accepts (%v)", len(tp.Response), cause))

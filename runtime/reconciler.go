@@ -249,7 +249,9 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 		return r.resolveNoQuery(ctx, rec, q)
 	}
 	start := time.Now()
-	qctx, cancel := context.WithTimeout(withAttempt(ctx, rec.ID, rec.Version, true), min(rt.cfg.queryTimeout, r.cfg.lease))
+	// The query runs in the record's scope, as the effect did: a
+	// tenant-scoped downstream looks the effect up by it.
+	qctx, cancel := context.WithTimeout(withAttempt(WithScope(ctx, rec.ID.Scope), rec.ID, rec.Version, true), min(rt.cfg.queryTimeout, r.cfg.lease))
 	resp, outcome, qerr := runRegisteredQuery(qctx, q, rec.Request)
 	cancel()
 	rt.phase(ctx, op, PhaseReconcile, start)

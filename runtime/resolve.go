@@ -222,7 +222,7 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 		}
 		err = retryWrite(wctx, false, func(ctx context.Context) error {
 			var err error
-			v, err = fitTransition(ctx, store, &tp) // the size rule: recorded, shortened if need be
+			v, err = fitTransition(ctx, store, &tp, nil) // the size rule: recorded, shortened if need be
 			return err
 		}, nil)
 		res.State = tp.To
@@ -326,7 +326,7 @@ func handBack(ctx context.Context, store Store, r Resolution, held *Record) erro
 	if held.State == StateProcessing {
 		tp.Lease = time.Millisecond
 	}
-	if _, err := fitTransition(ctx, store, &tp); err != nil && !errors.Is(err, ErrLeaseLost) {
+	if _, err := fitTransition(ctx, store, &tp, nil); err != nil && !errors.Is(err, ErrLeaseLost) {
 		return fmt.Errorf("idem: resolve %s: handing the record back (it is free again when its %v lease expires): %w", idText(r.ID), resolveLease, err)
 	}
 	return nil

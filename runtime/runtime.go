@@ -79,7 +79,7 @@ func (t *tokens) make(owner string) string {
 // smaller rather than left PROCESSING for a takeover to run the effect
 // again. It updates *tp to what was written.
 func (rt *Runtime) transitionStore(ctx context.Context, tp *TransitionParams) (int64, error) {
-	return fitTransition(ctx, rt.store, tp)
+	return fitTransition(ctx, rt.store, tp, nil)
 }
 
 // New returns a runtime on store.

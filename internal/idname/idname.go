@@ -6,10 +6,13 @@
 package idname
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/idemkit/idem/runtime"
 )
 
 // Marker separates a derived name's prefix from its digest: a derived name
@@ -45,4 +48,18 @@ func hasControl(s string) bool {
 		}
 	}
 	return false
+}
+
+// QueryScope returns the scope an adapter's query runs in: stored, the
+// scope stored with the request when the identity's is a digest of it,
+// else the identity's scope (the attempt's in ctx), which is then the
+// scope itself.
+func QueryScope(ctx context.Context, stored string) string {
+	if stored != "" {
+		return stored
+	}
+	if a, ok := runtime.AttemptFrom(ctx); ok {
+		return a.ID.Scope
+	}
+	return runtime.ScopeFrom(ctx)
 }

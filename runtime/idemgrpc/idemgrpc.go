@@ -93,6 +93,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem/internal/idname"
+	"github.com/idemkit/idem/internal/rawvalue"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -142,7 +143,7 @@ type config struct {
 	drop      map[string]bool // header metadata keys never stored
 	// rawQueries and queryOpts are the [Query] options by full method;
 	// queries the same by operation, wrapped for runtime.Do.
-	rawQueries map[string]QueryFunc
+	rawQueries map[string]CallQueryFunc
 	queryOpts  map[string]runtime.QueryOptions
 	queries    map[string]runtime.QueryFunc[request, record]
 }
@@ -200,6 +201,10 @@ type request struct {
 	// Type and Message are stored only for a method with a [Query].
 	Type    string `json:"type,omitempty"`
 	Message []byte `json:"message,omitempty"`
+	// Scope is the scope the handler saw, stored for the query when the
+	// identity's is a digest of it (over 255 bytes); otherwise the
+	// identity's scope is the scope.
+	Scope string `json:"scope,omitempty"`
 }
 
 // record is a stored success: a response message (Type and Message, or
@@ -230,6 +235,7 @@ func (r *record) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return &recordError{err}
 	}
+	rawvalue.DecodeAll(raw.Header) // -bin metadata is stored in base64
 	*r = record{Type: raw.Type, Status: raw.Status, Header: raw.Header}
 	msg := bytes.TrimSpace(raw.Message)
 	switch {
@@ -326,7 +332,8 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		handlerCtx = runtime.WithScope(ctx, cfg.scope(ctx))
 	}
 	scope := runtime.ScopeFrom(handlerCtx)
-	ctx = runtime.WithScope(handlerCtx, idname.Fit(scope, runtime.MaxKeyLen))
+	idScope := idname.Fit(scope, runtime.MaxKeyLen)
+	ctx = runtime.WithScope(handlerCtx, idScope)
 	sum := sha256.Sum256(append([]byte(info.FullMethod+"\x00"), b...))
 	rq := request{Method: info.FullMethod, MessageSz: len(b), SHA256: hex.EncodeToString(sum[:])}
 	// The fingerprint covers the digests only, whether or not the message
@@ -339,6 +346,9 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	query := cfg.queries[op]
 	if query != nil {
 		rq.Type, rq.Message = string(msg.ProtoReflect().Descriptor().FullName()), b
+		if idScope != scope {
+			rq.Scope = scope
+		}
 	}
 	var (
 		ran  bool
@@ -366,7 +376,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 			}
 			rec, err := cfg.outcome(ectx, out, herr)
 			if err == nil && hs != nil {
-				rec.Header = cfg.storedHeader(hs.header())
+				rec.Header = rawvalue.Encode(cfg.storedHeader(hs.header()))
 			}
 			return rec, err
 		},

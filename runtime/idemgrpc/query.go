@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/idemkit/idem/internal/idname"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -23,8 +24,23 @@ import (
 // the failure (a status error is replayed as that status),
 // runtime.OutcomeNotHappened, or runtime.OutcomeUnknown. ctx carries the
 // attempt (runtime.FencingToken, runtime.DownstreamKeyFrom) as it does for
-// the handler.
+// the handler, and the scope the handler saw (runtime.ScopeFrom), whole,
+// whether the query runs inline for a duplicate, in a reconciler or for a
+// resolve. [QueryCall] takes a query that is handed the scope explicitly.
 type QueryFunc func(ctx context.Context, req proto.Message) (proto.Message, runtime.Outcome, error)
+
+// StoredCall is what a method's query is asked about: the call's method
+// and request message, and the scope the handler saw, whole (a scope over
+// 255 bytes too, whose record is named by a digest of it).
+type StoredCall struct {
+	Method  string
+	Request proto.Message
+	Scope   string
+}
+
+// CallQueryFunc is a [QueryFunc] handed the call explicitly, scope
+// included; its context carries the same scope (runtime.ScopeFrom).
+type CallQueryFunc func(ctx context.Context, call StoredCall) (proto.Message, runtime.Outcome, error)
 
 // Query registers q as fullMethod's "did it happen?" query, as
 // runtime.Register does for runtime.Do: a duplicate that finds the call's
@@ -35,9 +51,21 @@ type QueryFunc func(ctx context.Context, req proto.Message) (proto.Message, runt
 // counts against the store's record limit (REQUEST_TOO_LARGE beyond it).
 // A nil q removes the method's query from the interceptor.
 func Query(fullMethod string, q QueryFunc, opts runtime.QueryOptions) Option {
+	if q == nil {
+		return QueryCall(fullMethod, nil, opts)
+	}
+	return QueryCall(fullMethod, func(ctx context.Context, c StoredCall) (proto.Message, runtime.Outcome, error) {
+		return q(ctx, c.Request)
+	}, opts)
+}
+
+// QueryCall is [Query] with a query handed the call's scope explicitly
+// (StoredCall.Scope), so that a tenant-scoped lookup never depends on the
+// context to find its tenant.
+func QueryCall(fullMethod string, q CallQueryFunc, opts runtime.QueryOptions) Option {
 	return func(c *config) {
 		if c.rawQueries == nil {
-			c.rawQueries, c.queryOpts = map[string]QueryFunc{}, map[string]runtime.QueryOptions{}
+			c.rawQueries, c.queryOpts = map[string]CallQueryFunc{}, map[string]runtime.QueryOptions{}
 		}
 		if q == nil {
 			delete(c.rawQueries, fullMethod)
@@ -49,7 +77,7 @@ func Query(fullMethod string, q QueryFunc, opts runtime.QueryOptions) Option {
 
 // query adapts q to the runtime's form: the stored request message is
 // decoded by its type, and the answer is recorded as the handler's would be.
-func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, record] {
+func (cfg *config) query(q CallQueryFunc) runtime.QueryFunc[request, record] {
 	return func(ctx context.Context, rq request) (record, runtime.Outcome, error) {
 		if rq.Type == "" {
 			return record{}, runtime.OutcomeUnknown, errors.New("idemgrpc: the request was not stored (the query was registered after the call)")
@@ -62,7 +90,9 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, record] {
 		if err := proto.Unmarshal(rq.Message, m); err != nil {
 			return record{}, runtime.OutcomeUnknown, fmt.Errorf("idemgrpc: decoding the stored request: %w", err)
 		}
-		resp, o, qerr := q(ctx, m)
+		scope := idname.QueryScope(ctx, rq.Scope)
+		ctx = runtime.WithScope(ctx, scope)
+		resp, o, qerr := q(ctx, StoredCall{Method: rq.Method, Request: m, Scope: scope})
 		switch o {
 		case runtime.OutcomeSucceeded:
 			rec, err := cfg.outcome(ctx, resp, nil)

@@ -4,22 +4,13 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strconv"
+
+	"github.com/idemkit/idem/internal/rawvalue"
 )
 
-// A Response is stored with the runtime's codec, JSON by default, in the
-// form encoding/json gives its fields by reflection:
-//
-//	{"status":201,"header":{"Content-Type":["application/json"]},"body":"eyJ...","streamed":true}
-//
-// (header names sorted, "streamed" only when true). Response has no
-// MarshalJSON: encoding/json re-scans whatever a MarshalJSON returns, which
-// costs three times what its reflection does for this struct; the runtime's
-// default codec encodes it with a jsonfast plan (json.Marshal's bytes, no
-// reflection), and decodes it by calling UnmarshalJSON on the stored bytes
-// directly. UnmarshalJSON reads that form in one pass, falling back to the
-// general reader
-// (unmarshalAny) for any other form: a record with escapes in its strings,
-// or one resolved by hand.
+// storedHeader returns h with every value that is not UTF-8 (obs-text
+// bytes) in the lossless stored form of rawvalue: h itself when all are.
+func storedHeader(h http.Header) http.Header { return rawvalue.Encode(h) }
 
 // UnmarshalJSON reads a Response in its stored form or in the documented
 // form of a record resolved by hand (`idemctl resolve -to success`):

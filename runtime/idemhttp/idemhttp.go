@@ -224,6 +224,10 @@ type request struct {
 	BodySHA256 string `json:"body_sha256"`
 	URL        string `json:"url,omitempty"`
 	Body       []byte `json:"body,omitempty"`
+	// Scope is the scope the handler saw, stored for the query when the
+	// identity's is a digest of it (over 255 bytes); otherwise the
+	// identity's scope is the scope.
+	Scope string `json:"scope,omitempty"`
 }
 
 // Response is a recorded HTTP response.
@@ -235,6 +239,35 @@ type Response struct {
 	// handler flushed or hijacked): its body is not stored, and duplicates
 	// get 410 like any response that was not stored.
 	Streamed bool `json:"streamed,omitempty"`
+	// Truncated marks the short form of a response too large for the
+	// store (see Cut): its status is kept, its headers and body are not,
+	// and duplicates get 410 saying what the status was.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Cut returns what is kept of r when the store refuses it as too large
+// (runtime.Cutter): its status, so that a duplicate learns what the first
+// answer was (a 422 stays a client error, never a success).
+func (r Response) Cut() Response { return Response{Status: r.Status, Truncated: true} }
+
+// notReplayable says why a response cannot be replayed and what the first
+// answer was: its status and class when known, never "succeeded" for an
+// answer that was not a success.
+func notReplayable(status int, why string) string {
+	switch {
+	case status == 0:
+		return "The request with this key was answered; its response " + why + ", so it cannot be replayed, and the request is not run again."
+	case status < 300:
+		return fmt.Sprintf("The request with this key succeeded (answered %d); its response %s, so it cannot be replayed.", status, why)
+	}
+	class := "a redirection"
+	switch {
+	case status >= 500:
+		class = "a server error"
+	case status >= 400:
+		class = "a client error"
+	}
+	return fmt.Sprintf("The request with this key was answered %d (%s); its response %s, so it cannot be replayed, and the request is not run again.", status, class, why)
 }
 
 // Middleware returns the idempotency middleware on rt.
@@ -360,6 +393,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The stored request outlives this one (a reconciler, the query
 		// itself): its body must not be the pooled buffer.
 		c.Request.URL, c.Request.Body = target, bytes.Clone(body)
+		if x.rescope {
+			c.Request.Scope = scope
+		}
 	}
 	resp, err := runtime.Do(ctx, m.rt, c)
 	if x.ran { // this request ran the handler: its client gets what it wrote
@@ -368,7 +404,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case err == nil && resp.Streamed:
-		m.problem(w, probNotReplayable, "The request with this key succeeded; its response was streamed and is not stored, so it cannot be replayed.")
+		m.problem(w, probNotReplayable, notReplayable(resp.Status, "was streamed and is not stored"))
+	case err == nil && resp.Truncated:
+		m.problem(w, probNotReplayable, notReplayable(resp.Status, "was too large to store"))
 	case err == nil:
 		writeResponse(w, resp)
 	default:
@@ -557,7 +595,7 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
 	switch {
 	case errors.Is(err, runtime.ErrNotReplayable):
-		m.problem(w, probNotReplayable, "The request with this key succeeded; its response was too large to store, so it cannot be replayed.")
+		m.problem(w, probNotReplayable, notReplayable(0, "was too large to store"))
 	case errors.Is(err, runtime.ErrInvalidKey):
 		m.problem(w, probKeyInvalid, "The idempotency key is not valid.")
 	case errors.Is(err, runtime.ErrKeyReused):

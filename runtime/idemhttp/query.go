@@ -10,23 +10,32 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/idemkit/idem/internal/idname"
+	"github.com/idemkit/idem/internal/rawvalue"
 	"github.com/idemkit/idem/runtime"
 )
 
 // StoredRequest is what is stored of a request on a route with a [Query]:
-// its method, its target (path and query) as the client sent it, and its
-// body.
+// its method, its target (path and query) as the client sent it, its body,
+// and the scope the handler saw.
 type StoredRequest struct {
 	Method string
 	Target string
 	Body   []byte
+	// Scope is the request's scope as the handler saw it (the [Scope]
+	// option's, or the request context's runtime.ScopeFrom), whole: a
+	// scope over 255 bytes too, whose record is named by a digest of it.
+	// The query's context carries the same scope (runtime.ScopeFrom).
+	Scope string
 }
 
 // QueryFunc answers "did the request happen?" for a route: the response
 // to record (with runtime.OutcomeSucceeded), runtime.OutcomeFailed with the
 // failure (answered as problem "failed"), runtime.OutcomeNotHappened, or
 // runtime.OutcomeUnknown. ctx carries the attempt (runtime.FencingToken,
-// runtime.DownstreamKeyFrom) as it does for the handler.
+// runtime.DownstreamKeyFrom) as it does for the handler, and the scope the
+// handler saw (runtime.ScopeFrom, also req.Scope), whether the query runs
+// inline for a duplicate, in a reconciler or for a resolve.
 type QueryFunc func(ctx context.Context, req StoredRequest) (Response, runtime.Outcome, error)
 
 // Query registers q as the "did it happen?" query of the route whose
@@ -58,7 +67,8 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, Response] {
 		if rq.URL == "" {
 			return Response{}, runtime.OutcomeUnknown, errors.New("idemhttp: the request was not stored (the query was registered after it)")
 		}
-		resp, o, err := q(ctx, StoredRequest{Method: rq.Method, Target: rq.URL, Body: rq.Body})
+		scope := idname.QueryScope(ctx, rq.Scope)
+		resp, o, err := q(runtime.WithScope(ctx, scope), StoredRequest{Method: rq.Method, Target: rq.URL, Body: rq.Body, Scope: scope})
 		if o == runtime.OutcomeSucceeded {
 			if resp.Status < 100 || resp.Status > 999 {
 				return Response{}, runtime.OutcomeUnknown, fmt.Errorf("idemhttp: the query answered status %d", resp.Status)
@@ -69,7 +79,7 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, Response] {
 					h[k] = vs
 				}
 			}
-			resp.Header = h
+			resp.Header = storedHeader(h)
 		}
 		return resp, o, err
 	}
@@ -78,12 +88,13 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, Response] {
 // unmarshalAny reads a Response in any form UnmarshalJSON accepts.
 func (r *Response) unmarshalAny(b []byte) error {
 	var raw struct {
-		Status   *int                       `json:"status"`
-		Header   map[string]json.RawMessage `json:"header"`
-		Headers  map[string]json.RawMessage `json:"headers"`
-		Body     json.RawMessage            `json:"body"`
-		BodyText *string                    `json:"body_text"`
-		Streamed bool                       `json:"streamed"`
+		Status    *int                       `json:"status"`
+		Header    map[string]json.RawMessage `json:"header"`
+		Headers   map[string]json.RawMessage `json:"headers"`
+		Body      json.RawMessage            `json:"body"`
+		BodyText  *string                    `json:"body_text"`
+		Streamed  bool                       `json:"streamed"`
+		Truncated bool                       `json:"truncated"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return &recordError{err}
@@ -91,7 +102,7 @@ func (r *Response) unmarshalAny(b []byte) error {
 	if raw.Status == nil || *raw.Status < 100 || *raw.Status > 999 {
 		return &recordError{errors.New(`"status" must be an HTTP status, 100 to 999`)}
 	}
-	*r = Response{Status: *raw.Status, Streamed: raw.Streamed}
+	*r = Response{Status: *raw.Status, Streamed: raw.Streamed, Truncated: raw.Truncated}
 	if raw.Header != nil || raw.Headers != nil {
 		r.Header = http.Header{}
 	}
@@ -103,11 +114,23 @@ func (r *Response) unmarshalAny(b []byte) error {
 			v := hs[k]
 			var one string
 			var many []string
+			ck := http.CanonicalHeaderKey(k)
 			switch {
+			case string(bytes.TrimSpace(v)) == "null":
+				// Suppressed the net/http way (Header()["Content-Type"] =
+				// nil): present, with no value.
+				if _, ok := r.Header[ck]; !ok {
+					r.Header[ck] = nil
+				}
 			case json.Unmarshal(v, &one) == nil:
-				r.Header[http.CanonicalHeaderKey(k)] = append(r.Header[http.CanonicalHeaderKey(k)], one)
+				r.Header[ck] = append(r.Header[ck], rawvalue.Decode(one))
 			case json.Unmarshal(v, &many) == nil:
-				r.Header[http.CanonicalHeaderKey(k)] = append(r.Header[http.CanonicalHeaderKey(k)], many...)
+				for _, m := range many {
+					r.Header[ck] = append(r.Header[ck], rawvalue.Decode(m))
+				}
+				if r.Header[ck] == nil {
+					r.Header[ck] = nil // [] too: present, with no value
+				}
 			default:
 				return &recordError{fmt.Errorf("header %q must be a string or a list of strings", k)}
 			}

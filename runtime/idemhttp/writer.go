@@ -24,8 +24,12 @@ import (
 // writes after it returned (which net/http forbids) gets errReleased, and
 // never reaches a buffer that another request took from the pool since.
 type writer struct {
-	w           http.ResponseWriter
-	header      http.Header
+	w      http.ResponseWriter
+	header http.Header
+	// hinted are the header names sent with a 1xx response (copied to w's
+	// header then): one the handler deleted since must not reach the final
+	// response, which is exactly what is recorded.
+	hinted      []string
 	status      int
 	wroteHeader bool
 	// streamed: the status, headers and body so far went to w; what
@@ -60,6 +64,7 @@ var errReleased = errors.New("idemhttp: write to a ResponseWriter after its hand
 func (w *writer) reset(cw http.ResponseWriter) {
 	w.release()
 	w.w, w.header, w.status, w.wroteHeader = cw, http.Header{}, http.StatusOK, false
+	w.hinted = w.hinted[:0]
 	w.streamed, w.hijacked = false, false
 	w.mu.Lock()
 	w.released = false
@@ -119,7 +124,10 @@ func (w *writer) writeHeader(code int) {
 		return
 	}
 	if code <= 199 && code != http.StatusSwitchingProtocols {
-		copyHeader(w.w.Header(), w.header)
+		w.finalHeader()
+		for k := range w.header {
+			w.hinted = append(w.hinted, k)
+		}
 		w.w.WriteHeader(code)
 		return
 	}
@@ -197,7 +205,7 @@ func (w *writer) stream() error {
 		w.writeHeader(http.StatusOK)
 	}
 	w.streamed = true
-	copyHeader(w.w.Header(), w.header)
+	w.finalHeader()
 	w.w.WriteHeader(w.status)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -233,7 +241,7 @@ func (w *writer) commit() {
 	if !w.wroteHeader {
 		w.writeHeader(http.StatusOK)
 	}
-	copyHeader(w.w.Header(), w.header)
+	w.finalHeader()
 	w.w.WriteHeader(w.status)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -262,7 +270,7 @@ func (w *writer) response(cfg *config) Response {
 			}
 		}
 	}
-	resp := Response{Status: w.status, Header: h, Streamed: w.streamed}
+	resp := Response{Status: w.status, Header: storedHeader(h), Streamed: w.streamed}
 	w.mu.Lock()
 	w.finish()
 	if !w.streamed {
@@ -270,6 +278,19 @@ func (w *writer) response(cfg *config) Response {
 	}
 	w.mu.Unlock()
 	return resp
+}
+
+// finalHeader gives the client's writer the headers of the response about
+// to be written (a 1xx or the final one): the handler's, less those it sent
+// with an earlier 1xx and deleted since.
+func (w *writer) finalHeader() {
+	dst := w.w.Header()
+	for _, k := range w.hinted {
+		if _, ok := w.header[k]; !ok {
+			delete(dst, k)
+		}
+	}
+	copyHeader(dst, w.header)
 }
 
 func copyHeader(dst, src http.Header) {

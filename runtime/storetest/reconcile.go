@@ -19,6 +19,7 @@ func RunReconcile(t *testing.T, newStore NewStore) {
 		{"CrashAfterEffect", func(t *testing.T, s runtime.Store) { testCrash(t, s, crashAfterEffect) }},
 		{"CrashBeforeCompletion", func(t *testing.T, s runtime.Store) { testCrash(t, s, crashBeforeCompletion) }},
 		{"TimeoutConvergesToSuccess", testReconcileTimeout},
+		{"QueryRunsInTheEffectsScope", testQueryScope},
 		{"NotHappenedPolicyFail", testReconcileNotHappenedFail},
 		{"BackoffThenGiveUp", testReconcileGiveUp},
 		{"ConcurrentReconcilersConvergeOnce", testConcurrentReconcilers},

@@ -1,0 +1,62 @@
+package idemhttp_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/internal/teststores"
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/idemhttp"
+	"github.com/idemkit/idem/runtime/memstore"
+)
+
+// The size rule never turns a failure into a success: an answer over the
+// store's limit keeps its status, and a duplicate's not-replayable answer
+// says what the first answer was (its status and class), never that the
+// request succeeded. A success over the limit still says it succeeded.
+func TestSizeRuleKeepsTheStatus(t *testing.T) {
+	stores := []teststores.Store{{Name: "memory-1MiB", New: func(testing.TB) runtime.Store { return limitStore{memstore.New(), 1 << 20} }}}
+	for _, st := range teststores.All() {
+		if st.Name != "memory" { // no limit: it replays everything
+			stores = append(stores, st)
+		}
+	}
+	big := strings.Repeat("x", 800<<10) // over 1 MiB once stored in base64
+	for _, st := range stores {
+		for _, tc := range []struct {
+			status int
+			want   string
+		}{
+			{http.StatusUnprocessableEntity, "422 (a client error)"},
+			{http.StatusNotFound, "404 (a client error)"},
+			{http.StatusNotImplemented, "501 (a server error)"},
+			{http.StatusOK, "succeeded"},
+		} {
+			t.Run(fmt.Sprintf("%s/%d", st.Name, tc.status), func(t *testing.T) {
+				store := st.New(t)
+				hs := newHarness(t, store, nil, muxOf("/charges", func(w http.ResponseWriter, r *http.Request, n int32) {
+					w.WriteHeader(tc.status)
+					_, _ = io.WriteString(w, big)
+				}), idemhttp.RetryableStatus(func(s int) bool { return s == http.StatusServiceUnavailable })) // 501 is stored
+				tenant := teststores.Unique()
+				first := hs.do(t, req{keys: keys("k1"), tenant: tenant, body: "{}"})
+				if first.status != tc.status || first.body != big {
+					t.Fatalf("first: %d, %d bytes", first.status, len(first.body))
+				}
+				dup := hs.do(t, req{keys: keys("k1"), tenant: tenant, body: "{}"})
+				if dup.status != http.StatusGone || !strings.Contains(dup.body, tc.want) {
+					t.Fatalf("duplicate: %d %s; want 410 saying %q", dup.status, dup.body, tc.want)
+				}
+				if tc.status >= 300 && strings.Contains(dup.body, "succeeded") {
+					t.Fatalf("duplicate of a %d: %s", tc.status, dup.body)
+				}
+				if n := hs.runs.Load(); n != 1 {
+					t.Fatalf("handler ran %d times", n)
+				}
+			})
+		}
+	}
+}
