@@ -56,6 +56,13 @@ else
 	log "the generated code is up to date, but sqlc.sum is stale: run scripts/sqlc.sh to record it (CI then skips this build)"
 fi
 
+# Mutation testing's list (scripts/mutants.txt) must still apply to the code:
+# every mutant's text found once, every mutated package type-checking
+# (seconds: no test runs; scripts/mutants.sh runs them).
+log "checking that every mutant of scripts/mutants.txt applies"
+go run ./internal/mutants -check >"$SERVICES_DIR/mutants-check.log" ||
+	{ cat "$SERVICES_DIR/mutants-check.log" >&2; exit 1; }
+
 wait "$packages" || { cat "$SERVICES_DIR/packages.log" >&2; exit 1; }
 cat "$SERVICES_DIR/packages.log" >&2
 start_postgres

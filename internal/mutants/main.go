@@ -14,16 +14,23 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -45,9 +52,13 @@ type mutant struct {
 
 // result is what running one mutant's tests gave.
 type result struct {
-	Mutant   mutant
-	Status   string // "killed", "SURVIVED", "invalid", "timeout"
-	KilledBy string // the first failing test, or the build error
+	Mutant mutant
+	// Status is "killed" (a test failed, and passes without the mutant),
+	// "SURVIVED", "flaky" (the failing test fails without the mutant too),
+	// "invalid" (does not apply or build), "timeout", or, with -check,
+	// "applies".
+	Status   string
+	KilledBy string // the first failing test and its first log line, or why invalid
 	Seconds  float64
 }
 
@@ -58,8 +69,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	filter := fs.String("run", "", "run only the mutants whose name matches this regular expression")
 	timeout := fs.Duration("timeout", 6*time.Minute, "how long one mutant's tests may take")
 	report := fs.String("report", "", "also write the report (a Markdown table) to this file")
-	check := fs.Bool("check", false, "only check that every mutant applies (its text occurs once) and compiles")
+	check := fs.Bool("check", false, "only check that every mutant applies (its text occurs once) and type-checks, and that its packages exist")
+	baseline := fs.Bool("baseline", false, "first run each mutant's tests unmutated; stop if they fail (a flaky test would kill mutants it never looked at)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mutants: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
 	data, err := os.ReadFile(*list)
@@ -86,20 +102,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer os.RemoveAll(tmp)
 
+	var selected []mutant
+	for _, m := range ms {
+		if re == nil || re.MatchString(m.Name) {
+			selected = append(selected, m)
+		}
+	}
+	// Every selected mutant is checked first (one `go list`, then a type
+	// check of each mutated package in process: seconds for the whole
+	// list), so that a list that no longer applies fails at once.
+	checked, err := checkAll(ctx, selected)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if *baseline && !*check {
+		if err := runBaseline(ctx, selected, *timeout, stdout); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	}
+
 	var results []result
 	bad := 0
-	for i, m := range ms {
-		if re != nil && !re.MatchString(m.Name) {
-			continue
+	for i, r := range checked {
+		if r.Status == "applies" && !*check {
+			r = runMutant(ctx, r.Mutant, filepath.Join(tmp, fmt.Sprint(i)), *timeout)
 		}
-		r := runMutant(ctx, m, filepath.Join(tmp, fmt.Sprint(i)), *timeout, *check)
 		results = append(results, r)
-		fmt.Fprintf(stdout, "%-9s %-44s %6.1fs  %s\n", r.Status, m.Name, r.Seconds, r.KilledBy)
+		fmt.Fprintf(stdout, "%-9s %-44s %6.1fs  %s\n", r.Status, r.Mutant.Name, r.Seconds, r.KilledBy)
 		if r.Status != "killed" && !(*check && r.Status == "applies") {
 			bad++
 		}
 	}
-	text := reportTable(results)
+	text := reportTable(results, *check)
 	fmt.Fprint(stdout, "\n"+text)
 	if *report != "" {
 		if err := os.WriteFile(*report, []byte(text), 0o644); err != nil {
@@ -208,26 +244,21 @@ func unescape(s string) string {
 }
 
 // runMutant writes the mutated file and an overlay that points the build at
-// it, then runs the mutant's tests (or, with check, only builds them).
-func runMutant(ctx context.Context, m mutant, dir string, timeout time.Duration, check bool) result {
-	r := result{Mutant: m}
+// it, then runs the mutant's tests. A mutant whose tests do not build is
+// invalid: only a test that runs and fails kills a mutant.
+func runMutant(ctx context.Context, m mutant, dir string, timeout time.Duration) (r result) {
+	r.Mutant = m
 	start := time.Now()
 	defer func() { r.Seconds = time.Since(start).Seconds() }()
-	src, err := os.ReadFile(m.File)
+	mutated, err := m.apply()
 	if err != nil {
 		r.Status, r.KilledBy = "invalid", err.Error()
 		return r
 	}
-	if n := strings.Count(string(src), m.From); n != 1 {
-		r.Status, r.KilledBy = "invalid", fmt.Sprintf("%q occurs %d times in %s, want once", m.From, n, m.File)
-		return r
-	}
-	mutated := strings.Replace(string(src), m.From, m.To, 1)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		r.Status, r.KilledBy = "invalid", err.Error()
-		return r
-	}
 	abs, err := filepath.Abs(m.File)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
 	if err != nil {
 		r.Status, r.KilledBy = "invalid", err.Error()
 		return r
@@ -235,54 +266,123 @@ func runMutant(ctx context.Context, m mutant, dir string, timeout time.Duration,
 	mfile := filepath.Join(dir, filepath.Base(m.File))
 	overlay := filepath.Join(dir, "overlay.json")
 	ov, _ := json.Marshal(map[string]map[string]string{"Replace": {abs: mfile}})
-	if err := errors.Join(os.WriteFile(mfile, []byte(mutated), 0o644), os.WriteFile(overlay, ov, 0o644)); err != nil {
+	if err := errors.Join(os.WriteFile(mfile, mutated, 0o644), os.WriteFile(overlay, ov, 0o644)); err != nil {
 		r.Status, r.KilledBy = "invalid", err.Error()
 		return r
 	}
 
-	// The mutant must build: a mutant the compiler rejects proves nothing.
-	build := exec.CommandContext(ctx, "go", "build", "-overlay="+overlay, "./"+filepath.Dir(m.File))
-	if out, err := build.CombinedOutput(); err != nil {
-		r.Status, r.KilledBy = "invalid", "does not build: "+firstLine(string(out))
-		return r
+	out, timedOut, err := goTest(ctx, timeout, "-overlay="+overlay, m)
+	switch {
+	case timedOut:
+		r.Status, r.KilledBy = "timeout", fmt.Sprintf("tests still running after %v", timeout)
+	case err == nil:
+		r.Status = "SURVIVED"
+	case testsDidNotBuild(out):
+		// The package builds but its tests do not: the mutant changed
+		// something the tests name, which proves nothing about them.
+		r.Status, r.KilledBy = "invalid", "tests do not build: "+firstLine(out)
+	default:
+		r.Status, r.KilledBy = "killed", firstFailure(out)
+		// A test that fails under load would kill mutants it never looked
+		// at: the failing test runs once more with the mutant, where it
+		// must fail again, and once without, where it must pass.
+		if pkg, test := failingTest(out); test != "" {
+			again := mutant{Pkgs: []string{pkg}, Run: runPattern(test)}
+			if _, timedOut, err := goTest(ctx, timeout, "-overlay="+overlay, again); err == nil && !timedOut {
+				r.Status, r.KilledBy = "flaky", test+" passes on a second run with the mutant: "+r.KilledBy
+			} else if aout, timedOut, err := goTest(ctx, timeout, "", again); err != nil || timedOut {
+				r.Status, r.KilledBy = "flaky", test+" fails without the mutant too: "+firstFailure(aout)
+			}
+		}
 	}
-	if check {
-		r.Status = "applies"
-		return r
-	}
+	return r
+}
 
+// failingTest returns the package and the full name of the first failing
+// (sub)test in go test's output, or "" when no test failed (a panic, a
+// timeout, a build failure).
+func failingTest(out string) (pkg, test string) {
+	test, start, _ := deepestFailure(out)
+	if test == "" {
+		return "", ""
+	}
+	// go test prints "FAIL\t<package>\t<seconds>" after its package's tests.
+	for _, l := range strings.Split(out[start:], "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "FAIL" {
+			return f[1], test
+		}
+	}
+	return "", ""
+}
+
+// runPattern is the -run pattern that selects exactly the (sub)test name.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
+}
+
+// goTest runs m's tests (with extra flags before the packages) and returns
+// their output, the error, and whether they ran out of time.
+func goTest(ctx context.Context, timeout time.Duration, extra string, m mutant) (out string, timedOut bool, err error) {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	args := []string{"test", "-count=1", "-failfast", "-overlay=" + overlay}
+	args := []string{"test", "-count=1", "-failfast"}
+	if extra != "" {
+		args = append(args, extra)
+	}
 	if m.Run != "" {
 		args = append(args, "-run", m.Run)
 	}
 	cmd := exec.CommandContext(tctx, "go", append(args, m.Pkgs...)...)
 	cmd.WaitDelay = 10 * time.Second
-	out, err := cmd.CombinedOutput()
-	switch {
-	case tctx.Err() != nil:
-		r.Status, r.KilledBy = "timeout", fmt.Sprintf("tests still running after %v", timeout)
-	case err == nil:
-		r.Status = "SURVIVED"
-	default:
-		r.Status, r.KilledBy = "killed", firstFailure(string(out))
+	b, err := cmd.CombinedOutput()
+	return string(b), tctx.Err() != nil, err
+}
+
+// runBaseline runs the tests of every distinct (packages, filter) of ms
+// unmutated, and fails if any fails: a test that fails without a mutant
+// would be reported as killing every mutant it runs for.
+func runBaseline(ctx context.Context, ms []mutant, timeout time.Duration, stdout io.Writer) error {
+	seen := map[string]bool{}
+	for _, m := range ms {
+		k := strings.Join(m.Pkgs, " ") + " -run " + m.Run
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		start := time.Now()
+		out, timedOut, err := goTest(ctx, timeout, "", m)
+		fmt.Fprintf(stdout, "baseline  %-44s %6.1fs  %s\n", k, time.Since(start).Seconds(), map[bool]string{true: "ok", false: "FAILED"}[err == nil])
+		switch {
+		case timedOut:
+			return fmt.Errorf("baseline: %s: still running after %v", k, timeout)
+		case err != nil:
+			return fmt.Errorf("baseline: %s fails without any mutant (%s): fix or deflake it first", k, firstFailure(out))
+		}
 	}
-	return r
+	return nil
+}
+
+// testsDidNotBuild reports whether go test's output says a test binary
+// could not be built or set up.
+func testsDidNotBuild(out string) bool {
+	return strings.Contains(out, "[build failed]") || strings.Contains(out, "[setup failed]")
 }
 
 var failRE = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
 
-// firstFailure names the first failing test, else the first FAIL line (a
-// panic or a build failure of a test file).
+// firstFailure names the first failing test and quotes the first line it
+// logged (so that a kill by a flaky test can be told from a real one), else
+// the first FAIL line (a panic or a build failure of a test file).
 func firstFailure(out string) string {
-	if m := failRE.FindAllStringSubmatch(out, -1); len(m) > 0 {
-		// The deepest name of the first failing tree: the subtest that failed.
-		first := m[0][1]
-		for _, x := range m[1:] {
-			if strings.HasPrefix(x[1], first+"/") {
-				first = x[1]
-			}
+	if first, _, end := deepestFailure(out); first != "" {
+		// The line after "--- FAIL: name (1.2s)" is the test's first log
+		// line, unless the test logged nothing.
+		if msg := strings.TrimSpace(lineAfter(out, end)); msg != "" && !strings.HasPrefix(msg, "--- ") && !strings.HasPrefix(msg, "FAIL") {
+			return first + ": " + clip(msg, 160)
 		}
 		return first
 	}
@@ -294,6 +394,42 @@ func firstFailure(out string) string {
 	return firstLine(out)
 }
 
+// deepestFailure returns the deepest name in the first tree of failing
+// tests (the subtest that failed), where that tree's first "--- FAIL" line
+// starts, and where the deepest name's line has its name end; "" when no
+// test failed.
+func deepestFailure(out string) (name string, start, end int) {
+	m := failRE.FindAllStringSubmatchIndex(out, -1)
+	if len(m) == 0 {
+		return "", 0, 0
+	}
+	name, start, end = out[m[0][2]:m[0][3]], m[0][0], m[0][1]
+	for _, x := range m[1:] {
+		if n := out[x[2]:x[3]]; strings.HasPrefix(n, name+"/") {
+			name, end = n, x[1]
+		}
+	}
+	return name, start, end
+}
+
+// lineAfter returns the line after the one that ends at or after offset i.
+func lineAfter(s string, i int) string {
+	nl := strings.IndexByte(s[i:], '\n')
+	if nl < 0 {
+		return ""
+	}
+	l, _, _ := strings.Cut(s[i+nl+1:], "\n")
+	return l
+}
+
+// clip cuts s to at most n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
 func firstLine(s string) string {
 	for _, l := range strings.Split(s, "\n") {
 		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
@@ -303,16 +439,20 @@ func firstLine(s string) string {
 	return ""
 }
 
-// reportTable is the report as a Markdown table.
-func reportTable(rs []result) string {
+// reportTable is the report as a Markdown table; with check, of a -check run.
+func reportTable(rs []result, check bool) string {
 	var b strings.Builder
-	killed := 0
+	want, verb := "killed", "killed"
+	if check {
+		want, verb = "applies", "apply and type-check"
+	}
+	n := 0
 	for _, r := range rs {
-		if r.Status == "killed" {
-			killed++
+		if r.Status == want {
+			n++
 		}
 	}
-	fmt.Fprintf(&b, "%d of %d mutants killed.\n\n", killed, len(rs))
+	fmt.Fprintf(&b, "%d of %d mutants %s.\n\n", n, len(rs), verb)
 	b.WriteString("| mutant | file | result | killed by | seconds |\n|---|---|---|---|---|\n")
 	for _, r := range rs {
 		by := strings.ReplaceAll(r.KilledBy, "|", `\|`)
@@ -320,3 +460,218 @@ func reportTable(rs []result) string {
 	}
 	return b.String()
 }
+
+// apply returns the text of m.File with the mutant applied.
+func (m mutant) apply() ([]byte, error) {
+	src, err := os.ReadFile(m.File)
+	if err != nil {
+		return nil, err
+	}
+	if n := bytes.Count(src, []byte(m.From)); n != 1 {
+		return nil, fmt.Errorf("%q occurs %d times in %s, want once", m.From, n, m.File)
+	}
+	return bytes.Replace(src, []byte(m.From), []byte(m.To), 1), nil
+}
+
+// checkAll checks every mutant without running a test: its text occurs
+// once, the package it mutates type-checks with it (against the export
+// data of its dependencies), and the packages named to kill it exist.
+// Each result is "applies" or "invalid" with the reason.
+func checkAll(ctx context.Context, ms []mutant) ([]result, error) {
+	var dirs, pkgs []string
+	for _, m := range ms {
+		dirs = append(dirs, "./"+filepath.ToSlash(filepath.Dir(filepath.Clean(m.File))))
+		pkgs = append(pkgs, m.Pkgs...)
+	}
+	slices.Sort(dirs)
+	slices.Sort(pkgs)
+	pkgs = slices.Compact(pkgs)
+	l, err := newLoader(ctx, slices.Compact(dirs))
+	if err != nil {
+		return nil, err
+	}
+	missing, err := listErrors(ctx, pkgs)
+	if err != nil {
+		return nil, err
+	}
+	rs := make([]result, len(ms))
+	for i, m := range ms {
+		start := time.Now()
+		rs[i] = result{Mutant: m, Status: "applies"}
+		err := l.check(m)
+		for _, p := range m.Pkgs {
+			if e := missing[p]; e != "" && err == nil {
+				err = fmt.Errorf("package %s: %s", p, e)
+			}
+		}
+		if err != nil {
+			rs[i].Status, rs[i].KilledBy = "invalid", err.Error()
+		}
+		rs[i].Seconds = time.Since(start).Seconds()
+	}
+	return rs, nil
+}
+
+// goList runs `go list -e -json=FIELDS args...` and decodes its packages.
+func goList(ctx context.Context, fields string, args ...string) ([]listedPackage, error) {
+	cmd := exec.CommandContext(ctx, "go", append([]string{"list", "-e", "-json=" + fields}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	var ps []listedPackage
+	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			return ps, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("go list: %w", err)
+		}
+		ps = append(ps, p)
+	}
+}
+
+// listedPackage is what `go list -json` says of a package.
+type listedPackage struct {
+	ImportPath string
+	Dir        string
+	GoFiles    []string
+	Export     string
+	ImportMap  map[string]string
+	Match      []string
+	Error      *struct{ Err string }
+}
+
+// listErrors maps each of pkgs (patterns as the list spells them) that go
+// list cannot load to its error.
+func listErrors(ctx context.Context, pkgs []string) (map[string]string, error) {
+	ps, err := goList(ctx, "ImportPath,Match,Error", pkgs...)
+	if err != nil {
+		return nil, err
+	}
+	bad := map[string]string{}
+	found := map[string]bool{}
+	for _, p := range ps {
+		for _, m := range p.Match {
+			found[m] = true
+			if p.Error != nil {
+				bad[m] = p.Error.Err
+			}
+		}
+	}
+	// go list reports the pattern cleaned ("./runtime" for "./runtime/").
+	out := map[string]string{}
+	for _, p := range pkgs {
+		q := strings.TrimSuffix(p, "/")
+		switch {
+		case !found[q]:
+			out[p] = "matches no package"
+		case bad[q] != "":
+			out[p] = bad[q]
+		}
+	}
+	return out, nil
+}
+
+// loader type-checks a package with one file replaced, importing its
+// dependencies from the export data `go list -export` leaves in the build
+// cache.
+type loader struct {
+	fset   *token.FileSet
+	byDir  map[string]*listedPackage
+	export map[string]string // import path -> export data file
+	parsed map[string]*ast.File
+	imp    types.ImporterFrom
+}
+
+func newLoader(ctx context.Context, dirs []string) (*loader, error) {
+	ps, err := goList(ctx, "ImportPath,Dir,GoFiles,Export,ImportMap,Match,Error", append([]string{"-export", "-deps"}, dirs...)...)
+	if err != nil {
+		return nil, err
+	}
+	l := &loader{fset: token.NewFileSet(), byDir: map[string]*listedPackage{}, export: map[string]string{}, parsed: map[string]*ast.File{}}
+	for i := range ps {
+		p := &ps[i]
+		if len(p.Match) > 0 {
+			l.byDir[p.Dir] = p
+		}
+		if p.Export != "" {
+			l.export[p.ImportPath] = p.Export
+		}
+	}
+	l.imp = importer.ForCompiler(l.fset, "gc", func(path string) (io.ReadCloser, error) {
+		f, ok := l.export[path]
+		if !ok {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(f)
+	}).(types.ImporterFrom)
+	return l, nil
+}
+
+// check applies m and type-checks the package it mutates.
+func (l *loader) check(m mutant) error {
+	src, err := m.apply()
+	if err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(m.File)
+	if err != nil {
+		return err
+	}
+	p := l.byDir[filepath.Dir(abs)]
+	switch {
+	case p == nil:
+		return fmt.Errorf("%s is in no package go list knows", m.File)
+	case p.Error != nil:
+		return fmt.Errorf("package %s: %s", p.ImportPath, p.Error.Err)
+	case !slices.Contains(p.GoFiles, filepath.Base(m.File)):
+		return fmt.Errorf("%s is not one of the Go files package %s builds", m.File, p.ImportPath)
+	}
+	files := make([]*ast.File, 0, len(p.GoFiles))
+	for _, name := range p.GoFiles {
+		path := filepath.Join(p.Dir, name)
+		if path == abs {
+			// Named as the list names it, so errors read file:line:col.
+			f, err := parser.ParseFile(l.fset, m.File, src, parser.SkipObjectResolution)
+			if err != nil {
+				return fmt.Errorf("does not build: %w", err)
+			}
+			files = append(files, f)
+			continue
+		}
+		f := l.parsed[path]
+		if f == nil {
+			if f, err = parser.ParseFile(l.fset, path, nil, parser.SkipObjectResolution); err != nil {
+				return err
+			}
+			l.parsed[path] = f
+		}
+		files = append(files, f)
+	}
+	var first error
+	conf := types.Config{
+		Importer: importerFunc(func(path string) (*types.Package, error) {
+			if mapped, ok := p.ImportMap[path]; ok {
+				path = mapped
+			}
+			return l.imp.ImportFrom(path, p.Dir, 0)
+		}),
+		Error: func(err error) {
+			if first == nil {
+				first = err
+			}
+		},
+	}
+	_, _ = conf.Check(p.ImportPath, l.fset, files, nil)
+	if first != nil {
+		return fmt.Errorf("does not build: %w", first)
+	}
+	return nil
+}
+
+type importerFunc func(path string) (*types.Package, error)
+
+func (f importerFunc) Import(path string) (*types.Package, error) { return f(path) }
