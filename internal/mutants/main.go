@@ -7,7 +7,15 @@
 // -overlay`, which replaces one file's text for the build only, so several
 // runs (and an editor) can share the checkout.
 //
-//	go run ./internal/mutants [-list scripts/mutants.txt] [-run REGEXP] [-timeout 5m] [-report FILE]
+//	go run ./internal/mutants [-list scripts/mutants.txt] [-run REGEXP] [-timeout 6m] [-report FILE]
+//	                          [-check] [-whole] [-baseline]
+//
+// Each mutant ends killed (a test failed; it fails again on a second run
+// with the mutant and passes without it), SURVIVED, flaky (the failing
+// test did not fail twice with the mutant, or failed without it), invalid
+// (its text is not found once, or the package or its tests do not build)
+// or timeout. -check only checks that every mutant applies and type-checks
+// (seconds, no test runs): CI runs it.
 //
 // scripts/mutants.sh starts the servers the store mutants' tests need and
 // runs it. The list's format is documented in scripts/mutants.txt.
@@ -70,6 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 6*time.Minute, "how long one mutant's tests may take")
 	report := fs.String("report", "", "also write the report (a Markdown table) to this file")
 	check := fs.Bool("check", false, "only check that every mutant applies (its text occurs once) and type-checks, and that its packages exist")
+	whole := fs.Bool("whole", false, "ignore the list's run: filters: run each mutant's packages whole (to confirm a survivor of a filtered run)")
 	baseline := fs.Bool("baseline", false, "first run each mutant's tests unmutated; stop if they fail (a flaky test would kill mutants it never looked at)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -104,6 +113,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	var selected []mutant
 	for _, m := range ms {
+		if *whole {
+			m.Run = ""
+		}
 		if re == nil || re.MatchString(m.Name) {
 			selected = append(selected, m)
 		}

@@ -187,3 +187,17 @@ func TestFlakyKill(t *testing.T) {
 		t.Errorf("exit %d, %s %q; want flaky", code, st, detail)
 	}
 }
+
+// TestWholeIgnoresRun: a filter that leaves out the killing test lets the
+// mutant survive; -whole runs the package whole and kills it.
+func TestWholeIgnoresRun(t *testing.T) {
+	list := "name: max-flipped\nfile: testdata/tiny/tiny.go\nfrom: if a > b {\nto: if a < b {\npkgs: ./testdata/tiny/\nrun: ^TestAbs$\n"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{{nil, "SURVIVED"}, {[]string{"-whole"}, "killed"}} {
+		if _, out, _ := runTiny(t, list, tc.args...); !strings.HasPrefix(out, tc.want+" ") {
+			t.Errorf("%v: %q, want %s", tc.args, out, tc.want)
+		}
+	}
+}
