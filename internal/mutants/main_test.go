@@ -130,6 +130,7 @@ func status(out, name string) (string, string) {
 }
 
 func TestRunTiny(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile("testdata/tiny/tiny.go")
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +160,7 @@ func TestRunTiny(t *testing.T) {
 }
 
 func TestCheckTiny(t *testing.T) {
+	t.Parallel()
 	code, out, report := runTiny(t, tinyList+"\nname: no-package\nfile: testdata/tiny/tiny.go\nfrom: return b\nto: return a\npkgs: ./testdata/none/\n", "-check")
 	if code != 1 {
 		t.Errorf("exit code %d, want 1 (invalid mutants)", code)
@@ -191,6 +193,7 @@ func TestFlakyKill(t *testing.T) {
 // TestWholeIgnoresRun: a filter that leaves out the killing test lets the
 // mutant survive; -whole runs the package whole and kills it.
 func TestWholeIgnoresRun(t *testing.T) {
+	t.Parallel()
 	list := "name: max-flipped\nfile: testdata/tiny/tiny.go\nfrom: if a > b {\nto: if a < b {\npkgs: ./testdata/tiny/\nrun: ^TestAbs$\n"
 	for _, tc := range []struct {
 		args []string
