@@ -11,7 +11,7 @@
 //	                          [-check] [-whole] [-baseline]
 //
 // Each mutant ends killed (a test failed; it fails again on a second run
-// with the mutant and passes without it), SURVIVED, flaky (the failing
+// with the mutant and passes three times without it), SURVIVED, flaky (the failing
 // test did not fail twice with the mutant, or failed without it), invalid
 // (its text is not found once, or the package or its tests do not build)
 // or timeout. -check only checks that every mutant applies and type-checks
@@ -143,6 +143,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		results = append(results, r)
 		fmt.Fprintf(stdout, "%-9s %-44s %6.1fs  %s\n", r.Status, r.Mutant.Name, r.Seconds, r.KilledBy)
+		if *report != "" && !*check {
+			// Written as it goes: a long run stopped midway keeps its results.
+			_ = os.WriteFile(*report, []byte(reportTable(results, false)), 0o644)
+		}
 		if r.Status != "killed" && !(*check && r.Status == "applies") {
 			bad++
 		}
@@ -297,12 +301,12 @@ func runMutant(ctx context.Context, m mutant, dir string, timeout time.Duration)
 		r.Status, r.KilledBy = "killed", firstFailure(out)
 		// A test that fails under load would kill mutants it never looked
 		// at: the failing test runs once more with the mutant, where it
-		// must fail again, and once without, where it must pass.
+		// must fail again, and three times without, where it must pass.
 		if pkg, test := failingTest(out); test != "" {
 			again := mutant{Pkgs: []string{pkg}, Run: runPattern(test)}
 			if _, timedOut, err := goTest(ctx, timeout, "-overlay="+overlay, again); err == nil && !timedOut {
 				r.Status, r.KilledBy = "flaky", test+" passes on a second run with the mutant: "+r.KilledBy
-			} else if aout, timedOut, err := goTest(ctx, timeout, "", again); err != nil || timedOut {
+			} else if aout, timedOut, err := goTest(ctx, timeout, "-count=3", again); err != nil || timedOut {
 				r.Status, r.KilledBy = "flaky", test+" fails without the mutant too: "+firstFailure(aout)
 			}
 		}
@@ -341,7 +345,10 @@ func runPattern(name string) string {
 func goTest(ctx context.Context, timeout time.Duration, extra string, m mutant) (out string, timedOut bool, err error) {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	args := []string{"test", "-count=1", "-failfast"}
+	args := []string{"test", "-failfast"}
+	if !strings.HasPrefix(extra, "-count=") {
+		args = append(args, "-count=1")
+	}
 	if extra != "" {
 		args = append(args, extra)
 	}
