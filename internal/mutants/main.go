@@ -300,35 +300,70 @@ func runMutant(ctx context.Context, m mutant, dir string, timeout time.Duration)
 	default:
 		r.Status, r.KilledBy = "killed", firstFailure(out)
 		// A test that fails under load would kill mutants it never looked
-		// at: the failing test runs once more with the mutant, where it
-		// must fail again, and three times without, where it must pass.
-		if pkg, test := failingTest(out); test != "" {
-			again := mutant{Pkgs: []string{pkg}, Run: runPattern(test)}
+		// at: a failing test kills the mutant only if it fails again when
+		// run alone with the mutant and passes three times without it. The
+		// failing tests are tried in order (the tests ran without
+		// -failfast, so a timing test failing first hides no real kill).
+		fs := failingTests(out)
+		if len(fs) == 0 {
+			break
+		}
+		var why []string
+		for i, f := range fs {
+			if i == maxConfirmations {
+				break
+			}
+			again := mutant{Pkgs: []string{f.pkg}, Run: runPattern(f.test)}
 			if _, timedOut, err := goTest(ctx, timeout, "-overlay="+overlay, again); err == nil && !timedOut {
-				r.Status, r.KilledBy = "flaky", test+" passes on a second run with the mutant: "+r.KilledBy
-			} else if aout, timedOut, err := goTest(ctx, timeout, "-count=3", again); err != nil || timedOut {
-				r.Status, r.KilledBy = "flaky", test+" fails without the mutant too: "+firstFailure(aout)
+				why = append(why, f.test+" passes on a second run with the mutant")
+			} else if _, timedOut, err := goTest(ctx, timeout, "-count=3", again); err != nil || timedOut {
+				why = append(why, f.test+" fails without the mutant too")
+			} else {
+				r.KilledBy = f.test
+				if f.msg != "" {
+					r.KilledBy += ": " + f.msg
+				}
+				return r
 			}
 		}
+		r.Status, r.KilledBy = "flaky", strings.Join(why, "; ")+": "+r.KilledBy
 	}
 	return r
 }
 
-// failingTest returns the package and the full name of the first failing
-// (sub)test in go test's output, or "" when no test failed (a panic, a
-// timeout, a build failure).
-func failingTest(out string) (pkg, test string) {
-	test, start, _ := deepestFailure(out)
-	if test == "" {
-		return "", ""
-	}
-	// go test prints "FAIL\t<package>\t<seconds>" after its package's tests.
-	for _, l := range strings.Split(out[start:], "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "FAIL" {
-			return f[1], test
+// maxConfirmations bounds how many failing tests are tried in turn to
+// confirm a kill.
+const maxConfirmations = 3
+
+// failure is one failing (sub)test in go test's output.
+type failure struct{ pkg, test, msg string }
+
+// failingTests returns the failing tests of go test's output, deepest
+// names only (the subtests that failed, not their parents), in order.
+func failingTests(out string) []failure {
+	m := failRE.FindAllStringSubmatchIndex(out, -1)
+	var fs []failure
+	for i, x := range m {
+		name := out[x[2]:x[3]]
+		if i+1 < len(m) && strings.HasPrefix(out[m[i+1][2]:m[i+1][3]], name+"/") {
+			continue // a parent: its failing subtest follows
+		}
+		f := failure{test: name}
+		if msg := strings.TrimSpace(lineAfter(out, x[1])); msg != "" && !strings.HasPrefix(msg, "--- ") && !strings.HasPrefix(msg, "FAIL") {
+			f.msg = clip(msg, 160)
+		}
+		// go test prints "FAIL\t<package>\t<seconds>" after its package's tests.
+		for _, l := range strings.Split(out[x[0]:], "\n") {
+			if w := strings.Fields(l); len(w) >= 2 && w[0] == "FAIL" {
+				f.pkg = w[1]
+				break
+			}
+		}
+		if f.pkg != "" {
+			fs = append(fs, f)
 		}
 	}
-	return "", ""
+	return fs
 }
 
 // runPattern is the -run pattern that selects exactly the (sub)test name.
@@ -345,7 +380,7 @@ func runPattern(name string) string {
 func goTest(ctx context.Context, timeout time.Duration, extra string, m mutant) (out string, timedOut bool, err error) {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	args := []string{"test", "-failfast"}
+	args := []string{"test"}
 	if !strings.HasPrefix(extra, "-count=") {
 		args = append(args, "-count=1")
 	}

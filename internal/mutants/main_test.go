@@ -204,3 +204,24 @@ func TestWholeIgnoresRun(t *testing.T) {
 		}
 	}
 }
+
+func TestFailingTests(t *testing.T) {
+	out := "--- FAIL: TestA (0.10s)\n    a_test.go:9: flaky timer\n--- FAIL: TestB (1.00s)\n    --- FAIL: TestB/sub_one (0.50s)\n        b_test.go:20: got 1, want 2\nFAIL\nFAIL\texample.com/p\t1.2s\n--- FAIL: TestC (0.01s)\nFAIL\nFAIL\texample.com/q\t0.1s\n"
+	want := []failure{
+		{"example.com/p", "TestA", "a_test.go:9: flaky timer"},
+		{"example.com/p", "TestB/sub_one", "b_test.go:20: got 1, want 2"},
+		{"example.com/q", "TestC", ""},
+	}
+	got := failingTests(out)
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("failure %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if p := runPattern("TestB/sub_one"); p != "^TestB$/^sub_one$" {
+		t.Errorf("runPattern = %q", p)
+	}
+}
