@@ -287,48 +287,69 @@ func runMutant(ctx context.Context, m mutant, dir string, timeout time.Duration)
 		return r
 	}
 
-	out, timedOut, err := goTest(ctx, timeout, "-overlay="+overlay, m)
-	switch {
-	case timedOut:
-		r.Status, r.KilledBy = "timeout", fmt.Sprintf("tests still running after %v", timeout)
-	case err == nil:
-		r.Status = "SURVIVED"
-	case testsDidNotBuild(out):
-		// The package builds but its tests do not: the mutant changed
-		// something the tests name, which proves nothing about them.
-		r.Status, r.KilledBy = "invalid", "tests do not build: "+firstLine(out)
-	default:
-		r.Status, r.KilledBy = "killed", firstFailure(out)
-		// A test that fails under load would kill mutants it never looked
-		// at: a failing test kills the mutant only if it fails again when
-		// run alone with the mutant and passes three times without it. The
-		// failing tests are tried in order (the tests ran without
-		// -failfast, so a timing test failing first hides no real kill).
+	// First with -failfast (a kill usually ends early); when no failing
+	// test of that run is confirmed, once more without it, so that a
+	// timing test failing first under load hides no real kill.
+	var why []string
+	for _, failfast := range []bool{true, false} {
+		flags := []string{"-count=1", "-overlay=" + overlay}
+		if failfast {
+			flags = append(flags, "-failfast")
+		}
+		out, timedOut, err := goTest(ctx, timeout, m, flags...)
+		switch {
+		case timedOut:
+			r.Status, r.KilledBy = "timeout", fmt.Sprintf("tests still running after %v", timeout)
+			return r
+		case err == nil && why == nil:
+			r.Status = "SURVIVED"
+			return r
+		case err == nil:
+			r.Status, r.KilledBy = "SURVIVED", "every test passed on a second run; the first: "+strings.Join(why, "; ")
+			return r
+		case testsDidNotBuild(out):
+			// The package builds but its tests do not: the mutant changed
+			// something the tests name, which proves nothing about them.
+			r.Status, r.KilledBy = "invalid", "tests do not build: "+firstLine(out)
+			return r
+		}
 		fs := failingTests(out)
-		if len(fs) == 0 {
+		if len(fs) == 0 { // a panic, a test binary that timed out
+			r.Status, r.KilledBy = "killed", firstFailure(out)
+			return r
+		}
+		if f, ok := confirm(ctx, timeout, overlay, fs, &why); ok {
+			r.Status, r.KilledBy = "killed", f.test
+			if f.msg != "" {
+				r.KilledBy += ": " + f.msg
+			}
+			return r
+		}
+	}
+	r.Status, r.KilledBy = "flaky", strings.Join(why, "; ")
+	return r
+}
+
+// confirm returns the first of the failing tests fs (up to
+// maxConfirmations) that fails again when run alone with the mutant and
+// passes three times without it: a test that fails under load would
+// otherwise kill mutants it never looked at. why gets the reason each
+// other test did not count.
+func confirm(ctx context.Context, timeout time.Duration, overlay string, fs []failure, why *[]string) (failure, bool) {
+	for i, f := range fs {
+		if i == maxConfirmations {
 			break
 		}
-		var why []string
-		for i, f := range fs {
-			if i == maxConfirmations {
-				break
-			}
-			again := mutant{Pkgs: []string{f.pkg}, Run: runPattern(f.test)}
-			if _, timedOut, err := goTest(ctx, timeout, "-overlay="+overlay, again); err == nil && !timedOut {
-				why = append(why, f.test+" passes on a second run with the mutant")
-			} else if _, timedOut, err := goTest(ctx, timeout, "-count=3", again); err != nil || timedOut {
-				why = append(why, f.test+" fails without the mutant too")
-			} else {
-				r.KilledBy = f.test
-				if f.msg != "" {
-					r.KilledBy += ": " + f.msg
-				}
-				return r
-			}
+		again := mutant{Pkgs: []string{f.pkg}, Run: runPattern(f.test)}
+		if _, timedOut, err := goTest(ctx, timeout, again, "-count=1", "-overlay="+overlay); err == nil && !timedOut {
+			*why = append(*why, f.test+" passes on a second run with the mutant")
+		} else if _, timedOut, err := goTest(ctx, timeout, again, "-count=3"); err != nil || timedOut {
+			*why = append(*why, f.test+" fails without the mutant too")
+		} else {
+			return f, true
 		}
-		r.Status, r.KilledBy = "flaky", strings.Join(why, "; ")+": "+r.KilledBy
 	}
-	return r
+	return failure{}, false
 }
 
 // maxConfirmations bounds how many failing tests are tried in turn to
@@ -377,16 +398,10 @@ func runPattern(name string) string {
 
 // goTest runs m's tests (with extra flags before the packages) and returns
 // their output, the error, and whether they ran out of time.
-func goTest(ctx context.Context, timeout time.Duration, extra string, m mutant) (out string, timedOut bool, err error) {
+func goTest(ctx context.Context, timeout time.Duration, m mutant, flags ...string) (out string, timedOut bool, err error) {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	args := []string{"test"}
-	if !strings.HasPrefix(extra, "-count=") {
-		args = append(args, "-count=1")
-	}
-	if extra != "" {
-		args = append(args, extra)
-	}
+	args := append([]string{"test"}, flags...)
 	if m.Run != "" {
 		args = append(args, "-run", m.Run)
 	}
@@ -408,7 +423,7 @@ func runBaseline(ctx context.Context, ms []mutant, timeout time.Duration, stdout
 		}
 		seen[k] = true
 		start := time.Now()
-		out, timedOut, err := goTest(ctx, timeout, "", m)
+		out, timedOut, err := goTest(ctx, timeout, m, "-count=1")
 		fmt.Fprintf(stdout, "baseline  %-44s %6.1fs  %s\n", k, time.Since(start).Seconds(), map[bool]string{true: "ok", false: "FAILED"}[err == nil])
 		switch {
 		case timedOut:
