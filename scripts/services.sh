@@ -83,18 +83,29 @@ stop_postgres() {
 	as_service_user "$PG_BIN/pg_ctl" -D "$SERVICES_DIR/pg/data" -m immediate -w stop >/dev/null 2>&1 || true
 }
 
-# ensure_redis installs redis-server (and redis-cli) when missing; CI runs as
-# root on a fresh machine.
-ensure_redis() {
-	command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && return
-	[ "$(id -u)" -eq 0 ] || { echo "redis-server is missing and we are not root: install redis-server" >&2; return 1; }
-	log "installing redis-server"
-	apt-get update -qq >"$SERVICES_DIR/apt.log" 2>&1 &&
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >>"$SERVICES_DIR/apt.log" 2>&1 ||
-		{ cat "$SERVICES_DIR/apt.log" >&2; return 1; }
-	# The package may start its system instance (port 6379, which the tests
-	# never use); stop it so that nothing we caused outlives the script.
+# ensure_packages installs, in one apt-get run, the Debian packages whose
+# commands are missing; each argument is COMMAND:PACKAGE. CI runs as root on a
+# fresh machine. A package's service that apt starts (redis-server's system
+# instance on port 6379, which the tests never use) is stopped, so that nothing
+# we caused outlives the script.
+ensure_packages() {
+	local spec missing=()
+	for spec in "$@"; do
+		command -v "${spec%%:*}" >/dev/null 2>&1 || missing+=("${spec#*:}")
+	done
+	[ ${#missing[@]} -eq 0 ] && return
+	[ "$(id -u)" -eq 0 ] || { echo "missing commands; install: ${missing[*]}" >&2; return 1; }
+	local apt_log="${SERVICES_DIR:-${TMPDIR:-/tmp}}/apt.$$.log"
+	log "installing ${missing[*]}"
+	apt-get update -qq >"$apt_log" 2>&1 &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >>"$apt_log" 2>&1 ||
+		{ cat "$apt_log" >&2; return 1; }
 	service redis-server stop >/dev/null 2>&1 || true
+}
+
+# ensure_redis installs redis-server (and redis-cli) when missing.
+ensure_redis() {
+	ensure_packages redis-server:redis-server redis-cli:redis-server
 }
 
 # redis_port prints a loopback port for a Redis node such that the port and

@@ -9,6 +9,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
+services_init
+
+# What waits on the network or on apt runs beside the CPU-bound checks: the
+# Debian packages the tests need, and the build of the pinned staticcheck
+# (its own module).
+ensure_packages redis-server:redis-server redis-cli:redis-server >"$SERVICES_DIR/packages.log" 2>&1 &
+packages=$!
+tools_bin="$SERVICES_DIR/bin"
+go -C tools build -o "$tools_bin/" honnef.co/go/tools/cmd/staticcheck >"$SERVICES_DIR/staticcheck-build.log" 2>&1 &
+staticcheck_build=$!
+# On an early exit the build is stopped and apt is let finish (a killed
+# dpkg leaves its lock behind), then the services are stopped.
+trap 'kill "$staticcheck_build" 2>/dev/null; wait "$packages" 2>/dev/null; services_stop' EXIT
 
 log "checking gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -22,8 +35,7 @@ log "go vet"
 go vet ./...
 
 log "building pinned staticcheck"
-tools_bin=$(mktemp -d)
-go -C tools build -o "$tools_bin/" honnef.co/go/tools/cmd/staticcheck
+wait "$staticcheck_build" || { cat "$SERVICES_DIR/staticcheck-build.log" >&2; exit 1; }
 
 log "staticcheck"
 "$tools_bin/staticcheck" ./...
@@ -43,9 +55,16 @@ else
 	}
 	log "the generated code is up to date, but sqlc.sum is stale: run scripts/sqlc.sh to record it (CI then skips this build)"
 fi
-rm -rf "$tools_bin"
 
-services_init
+# Mutation testing's list (scripts/mutants.txt) must still apply to the code:
+# every mutant's text found once, every mutated package type-checking
+# (seconds: no test runs; scripts/mutants.sh runs them).
+log "checking that every mutant of scripts/mutants.txt applies"
+go run ./internal/mutants -check >"$SERVICES_DIR/mutants-check.log" ||
+	{ cat "$SERVICES_DIR/mutants-check.log" >&2; exit 1; }
+
+wait "$packages" || { cat "$SERVICES_DIR/packages.log" >&2; exit 1; }
+cat "$SERVICES_DIR/packages.log" >&2
 start_postgres
 start_redis
 start_redis_cluster
