@@ -26,6 +26,9 @@ import (
 type NetIO struct {
 	Chain []string
 	Leaf  string
+	// Handoff, when another goroutine does the I/O: where the work is
+	// handed off (a goroutine start, a send on a channel).
+	Handoff string
 }
 
 func (*NetIO) AFact() {}
@@ -93,12 +96,19 @@ type CallsParams struct{ Params []int }
 func (*CallsParams) AFact()           {}
 func (f *CallsParams) String() string { return fmt.Sprintf("callsparams(%v)", f.Params) }
 
-// ClosesTx marks a function that commits or rolls back (not deferred) a
-// transaction it receives as parameter Param.
-type ClosesTx struct{ Params []int }
+// ClosesTx marks a function that commits or rolls back a transaction it
+// receives (as a parameter or a parameter's field): Params before every
+// normal return, OnErr exactly on the returns whose error result is not
+// nil. One that ends it only where it panics or exits is not marked.
+type ClosesTx struct{ Params, OnErr []int }
 
-func (*ClosesTx) AFact()           {}
-func (f *ClosesTx) String() string { return fmt.Sprintf("closestx(%v)", f.Params) }
+func (*ClosesTx) AFact() {}
+func (f *ClosesTx) String() string {
+	if len(f.OnErr) > 0 {
+		return fmt.Sprintf("closestx(%v, on error %v)", f.Params, f.OnErr)
+	}
+	return fmt.Sprintf("closestx(%v)", f.Params)
+}
 
 // BeginsTx marks a function that returns a freshly begun transaction (a
 // begin helper such as repo.GetTx(ctx)): its caller holds it open until

@@ -82,6 +82,8 @@ type MethodSummary struct {
 	Writes bool
 	// Begins: it returns a freshly begun transaction.
 	Begins bool
+	// Ends: how it ends the transactions it is given.
+	Ends Ends
 	// Via are the interface methods it calls (a decorator's), whose
 	// implementations may do what it is not seen doing itself.
 	Via []invokedMethod
@@ -221,7 +223,8 @@ func wantKey(want map[string]string) string {
 
 // Resolves reports whether the second pass could see more in package pkg
 // than the first: it calls an interface method that resolves to network
-// I/O, a transaction runner, a begin helper or a token delete.
+// I/O, a transaction runner, a begin helper, a helper that ends a
+// transaction or a token delete.
 func (p *Program) Resolves(pkg string) bool {
 	p.mu.Lock()
 	calls := p.calls[pkg]
@@ -231,7 +234,7 @@ func (p *Program) Resolves(pkg string) bool {
 			return true
 		}
 		for _, impl := range p.implementationsOf(c.want, c.name) {
-			if s := p.summary(impl.key); s != nil && (s.Runner >= 0 || s.TokenDel != nil || s.Begins) {
+			if s := p.summary(impl.key); s != nil && (s.Runner >= 0 || s.TokenDel != nil || s.Begins || !s.Ends.empty()) {
 				return true
 			}
 		}
@@ -378,7 +381,7 @@ func (p *Program) judgeNet(want map[string]string, method string, onPath map[str
 		}
 		for _, v := range s.Via {
 			if via, f := p.judgeNet(v.want, v.name, onPath); f != nil && net == nil {
-				netImpl, net = impl.display, &NetIO{Chain: append([]string{v.name, via}, f.Chain...), Leaf: f.Leaf}
+				netImpl, net = impl.display, &NetIO{Chain: append([]string{v.name, via}, f.Chain...), Leaf: f.Leaf, Handoff: f.Handoff}
 			}
 		}
 		if s.MayIO != nil && may == nil {

@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"go/types"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,9 @@ type Path struct {
 	Leaf    string    // file:line:col of the leaf call
 	LeafPos token.Pos // the leaf call, when it is in the analyzed package
 	Decl    token.Pos // declaration of the first callee, when known
+	// Handoff, when the I/O is done by another goroutine: where the work
+	// is handed off ("a goroutine started at webhook.go:95:2").
+	Handoff string
 }
 
 func (p *Path) String() string { return strings.Join(p.Chain, " -> ") }
@@ -48,9 +52,9 @@ type Summary struct {
 	Fail        *Action
 	StatusParam int // param index written as a status, or -1
 	TokenDel    *Path
-	Claim       bool  // claims an idempotency token atomically
-	Closes      []int // tx params committed or rolled back
-	ClosesAny   bool  // commits or rolls back some tx (not deferred)
+	Claim       bool // claims an idempotency token atomically
+	Ends        Ends // how it ends the transactions it is given, per path
+	ClosesAny   bool // commits or rolls back some tx (not deferred)
 	CallsParam  map[int]bool
 	Writes      bool  // writes to a database (SQL INSERT/UPDATE/DELETE, an ORM write)
 	Begins      bool  // returns a freshly begun transaction
@@ -291,7 +295,7 @@ func binding(fv *ssa.FreeVar) ssa.Value {
 
 // pathVia prefixes p with the callee name.
 func pathVia(name string, p *Path, decl token.Pos, local bool) *Path {
-	q := &Path{Chain: append([]string{name}, p.Chain...), Leaf: p.Leaf, Decl: decl}
+	q := &Path{Chain: append([]string{name}, p.Chain...), Leaf: p.Leaf, Decl: decl, Handoff: p.Handoff}
 	if local {
 		q.LeafPos = p.LeafPos
 	}
@@ -326,7 +330,7 @@ func (r *Result) NetCall(c *ssa.CallCommon) *Path {
 			}
 			var f NetIO
 			if r.Pass.ImportObjectFact(fn, &f) {
-				return &Path{Chain: append([]string{FuncName(fn)}, f.Chain...), Leaf: f.Leaf, Decl: fn.Pos()}
+				return &Path{Chain: append([]string{FuncName(fn)}, f.Chain...), Leaf: f.Leaf, Decl: fn.Pos(), Handoff: f.Handoff}
 			}
 			// pay := s.LN.PayInvoice: the bound method of an interface
 			if builtinNet(fn) || r.listed(fn, r.cfg.NetFuncs) {
@@ -395,7 +399,7 @@ func (r *Result) invokeNet(c *ssa.CallCommon, it *types.Interface) *Path {
 		return nil
 	}
 	chain := append([]string{FuncName(c.Method), impl}, f.Chain...)
-	return &Path{Chain: chain, Leaf: f.Leaf}
+	return &Path{Chain: chain, Leaf: f.Leaf, Handoff: f.Handoff}
 }
 
 // callbackNet: a call that runs a func argument (a transaction runner or a
@@ -771,25 +775,6 @@ func (r *Result) ClaimCall(c *ssa.CallCommon) bool {
 	return false
 }
 
-// closesParams returns the argument indexes of c whose transaction the
-// callee commits or rolls back.
-func (r *Result) closesParams(c *ssa.CallCommon) []int {
-	sf := StaticFn(c)
-	if sf == nil {
-		return nil
-	}
-	if s := r.local(sf); s != nil {
-		return s.Closes
-	}
-	if fn, ok := sf.Object().(*types.Func); ok {
-		var f ClosesTx
-		if r.Pass.ImportObjectFact(fn, &f) {
-			return f.Params
-		}
-	}
-	return nil
-}
-
 func paramIndex(fn *ssa.Function, v ssa.Value) int {
 	v = unwrap(v)
 	if p, ok := v.(*ssa.Parameter); ok {
@@ -834,6 +819,11 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 			c := ci.Common()
 			if s.Net == nil {
 				if p := r.NetCall(c); p != nil {
+					if g, isGo := instr.(*ssa.Go); isGo && p.Handoff == "" {
+						q := *p
+						q.Handoff = "a goroutine started at " + r.PosString(g.Pos())
+						p = &q
+					}
 					s.Net, changed = p, true
 				}
 			}
@@ -857,24 +847,14 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 				s.Writes, changed = true, true
 			}
 			if _, isCall := instr.(*ssa.Call); isCall {
-				if v, ok := r.TxEnd(c); ok {
+				if _, ok := r.TxEnd(c); ok {
 					if !s.ClosesAny {
 						s.ClosesAny, changed = true, true
-					}
-					if i := paramIndex(fn, v); i >= 0 && !containsInt(s.Closes, i) {
-						s.Closes, changed = append(s.Closes, i), true
 					}
 				}
 				if sf := StaticFn(c); sf != nil && sf.Parent() != nil {
 					if cs := r.local(sf); cs != nil && cs.ClosesAny && !s.ClosesAny {
 						s.ClosesAny, changed = true, true
-					}
-				}
-				for _, k := range r.closesParams(c) {
-					if k < len(c.Args) {
-						if i := paramIndex(fn, c.Args[k]); i >= 0 && !containsInt(s.Closes, i) {
-							s.Closes, changed = append(s.Closes, i), true
-						}
 					}
 				}
 			}
@@ -884,6 +864,9 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 				}
 			}
 		}
+	}
+	if e := r.endsOf(fn); !slices.Equal(e.Always, s.Ends.Always) || !slices.Equal(e.OnErr, s.Ends.OnErr) {
+		s.Ends, changed = e, true
 	}
 	if !s.Begins && r.returnsBegun(fn) {
 		s.Begins, changed = true, true
@@ -937,15 +920,6 @@ func (r *Result) statusParam(fn *ssa.Function, c *ssa.CallCommon) int {
 		return paramIndex(fn, c.Args[k])
 	}
 	return -1
-}
-
-func containsInt(s []int, x int) bool {
-	for _, y := range s {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // inferRunners computes transaction flows, infers user transaction runners
@@ -1084,14 +1058,14 @@ func (r *Result) export() {
 		}
 		s := r.sums[fn]
 		if r.cfg.Recording && r.cfg.Program != nil && fn.Signature.Recv() != nil {
-			ms := &MethodSummary{Runner: s.Runner, Writes: s.Writes, Begins: s.Begins}
+			ms := &MethodSummary{Runner: s.Runner, Writes: s.Writes, Begins: s.Begins, Ends: s.Ends}
 			if s.Net != nil {
-				ms.Net = &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf}
+				ms.Net = &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf, Handoff: s.Net.Handoff}
 			} else {
 				ms.Via = invokedBy(fn)
 			}
 			if s.MayIO != nil {
-				ms.MayIO = &NetIO{Chain: s.MayIO.Chain, Leaf: s.MayIO.Leaf}
+				ms.MayIO = &NetIO{Chain: s.MayIO.Chain, Leaf: s.MayIO.Leaf, Handoff: s.MayIO.Handoff}
 			}
 			if s.TokenDel != nil {
 				ms.TokenDel = &TokenDelete{Chain: s.TokenDel.Chain}
@@ -1099,7 +1073,7 @@ func (r *Result) export() {
 			r.cfg.Program.record(obj, ms)
 		}
 		if s.Net != nil {
-			r.Pass.ExportObjectFact(obj, &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf})
+			r.Pass.ExportObjectFact(obj, &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf, Handoff: s.Net.Handoff})
 		}
 		if s.Runner >= 0 {
 			r.Pass.ExportObjectFact(obj, &TxRunner{Param: s.Runner})
@@ -1122,8 +1096,8 @@ func (r *Result) export() {
 		if s.Begins {
 			r.Pass.ExportObjectFact(obj, &BeginsTx{})
 		}
-		if len(s.Closes) > 0 {
-			r.Pass.ExportObjectFact(obj, &ClosesTx{Params: s.Closes})
+		if !s.Ends.empty() {
+			r.Pass.ExportObjectFact(obj, &ClosesTx{Params: s.Ends.Always, OnErr: s.Ends.OnErr})
 		}
 		if len(s.CallsParam) > 0 {
 			var ps []int
@@ -1175,11 +1149,15 @@ func (r *Result) opaqueIO(instr ssa.Instruction) *Path {
 	}
 	switch in := instr.(type) {
 	case *ssa.Send:
-		return leaf("a send on a channel (a hand-off to a worker)", in.Pos())
+		p := leaf("a send on a channel (a hand-off to a worker)", in.Pos())
+		p.Handoff = "a send on a channel at " + p.Leaf
+		return p
 	case *ssa.Select:
 		for _, st := range in.States {
 			if st.Dir == types.SendOnly {
-				return leaf("a send on a channel (a hand-off to a worker)", st.Pos)
+				p := leaf("a send on a channel (a hand-off to a worker)", st.Pos)
+				p.Handoff = "a send on a channel at " + p.Leaf
+				return p
 			}
 		}
 	case ssa.CallInstruction:

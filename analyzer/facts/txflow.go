@@ -91,6 +91,14 @@ func (f *TxFlow) edgeOut(p, succ *ssa.BasicBlock) uint64 {
 	for _, instr := range p.Instrs {
 		st = f.step(st, instr)
 	}
+	if call, notNil := f.r.endErrEdge(p, succ); call != nil && notNil {
+		// a helper that ends its transactions when it returns an error
+		for _, k := range f.r.closesParams(&call.Call).OnErr {
+			if k < len(call.Call.Args) {
+				st = f.close(st, call.Call.Args[k])
+			}
+		}
+	}
 	iff, ok := p.Instrs[len(p.Instrs)-1].(*ssa.If)
 	if !ok || len(p.Succs) != 2 {
 		return st
@@ -150,9 +158,18 @@ func (f *TxFlow) step(st uint64, instr ssa.Instruction) uint64 {
 			return 0
 		}
 	}
-	for _, k := range f.r.closesParams(c) {
+	e := f.r.closesParams(c)
+	for _, k := range e.Always {
 		if k < len(c.Args) {
 			st = f.close(st, c.Args[k])
+		}
+	}
+	if len(e.OnErr) > 0 && !errTested(call) {
+		// the caller does not tell which: ended (precision first)
+		for _, k := range e.OnErr {
+			if k < len(c.Args) {
+				st = f.close(st, c.Args[k])
+			}
 		}
 	}
 	return st

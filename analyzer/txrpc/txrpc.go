@@ -36,6 +36,12 @@ sqlx Beginx/MustBegin, Firestore RunTransaction, types listed with
 Persist PROCESSING in its own transaction, commit, then call, and record the
 outcome in a second transaction.
 
+A hand-off (a goroutine started, or a worker fed through a channel, whose
+work leads to network I/O) inside the transaction is reported with its own
+message: the webhook or message may go out before the commit or for a
+change that rolls back (a dual write). Write it to an outbox table in the
+same transaction, or hand it off after the commit.
+
 Suppress with //idemlint:ignore txrpc <reason>.`
 
 // Config configures a txrpc analyzer.
@@ -77,6 +83,10 @@ func New(cfg Config) *analysis.Analyzer {
 }
 
 const advice = "persist PROCESSING in its own transaction, commit, then call, and record the outcome in a second transaction"
+
+// handoffAdvice is the remedy for a hand-off (a goroutine or a worker that
+// does the I/O): the transaction itself must carry the intent.
+const handoffAdvice = "write the event to an outbox table in the same transaction and deliver it from there, or hand it off after the commit"
 
 func run(pass *analysis.Pass, res *facts.Result) {
 	rep := directive.New(pass, Name)
@@ -156,6 +166,17 @@ func report(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, pos
 		"if the call times out or the transaction rolls back, %s may have happened while the database says it has not "+
 		"(a retry repeats it, or it is lost), and the transaction holds its locks for the whole round trip; %s",
 		what, chain, where, effectPhrase(effect), advice)
+	if handoff := p.Handoff; handoff != "" || isGo {
+		if isGo {
+			what = strings.TrimSuffix(what, ",")
+		} else {
+			what = fmt.Sprintf("%s (called at %s) hands work to another goroutine (%s) that may do network I/O", p.Chain[0], res.PosString(rep.Start(pos)), handoff)
+		}
+		msg = fmt.Sprintf("%s%s, a hand-off before the database transaction %s commits: "+
+			"%s may go out before the commit, or for a change that then rolls back (a dual write), "+
+			"and is lost if the process stops before it is sent; %s",
+			what, chain, where, effectPhrase(effect), handoffAdvice)
+	}
 	d := analysis.Diagnostic{Pos: pos, Message: msg}
 	if site.Pos.IsValid() {
 		d.Related = append(d.Related, analysis.RelatedInformation{Pos: site.Pos, Message: began})

@@ -237,6 +237,30 @@ func TestEndToEnd(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr, "shop.notify (called at shop.go:19:12) may do network I/O") {
 			t.Errorf("go vet: exit %d, stderr:\n%s", code, stderr)
 		}
+		// Each finding names its rule, as the direct run does.
+		for _, want := range []string{
+			"shop.go:19:12: shop.notify (called at shop.go:19:12) may do network I/O",
+			"shop.go:20:3: the error of shop.notify",
+		} {
+			line := ""
+			for _, l := range strings.Split(stderr, "\n") {
+				if strings.Contains(l, want) {
+					line = l
+				}
+			}
+			rule := "(txrpc)"
+			if strings.Contains(want, "the error of") {
+				rule = "(timeoutfail)"
+			}
+			if !strings.HasSuffix(line, rule) {
+				t.Errorf("go vet: the finding %q does not end in %s:\n%s", want, rule, stderr)
+			}
+		}
+		// -json keys findings by rule, as before.
+		vetJSON, vetJSONErr, _ := run(t, badDir, "go", "vet", "-vettool="+bin, "-json", "./...")
+		if out := vetJSON + vetJSONErr; !strings.Contains(out, `"txrpc": [`) || !strings.Contains(out, `"timeoutfail": [`) {
+			t.Errorf("go vet -json: want findings keyed by rule:\n%s", out)
+		}
 		_, stderr, code = run(t, goodDir, "go", "vet", "-vettool="+bin, "./...")
 		if code != 0 {
 			t.Errorf("go vet on the clean module: exit %d, stderr:\n%s", code, stderr)

@@ -13,7 +13,7 @@
 // facts.Program); under go vet it analyzes one package at a time. Both read
 // .idemlint.json from the module root (analyzer.ConfigFile); flags add to it.
 //
-// Text output is "file:line:col: message (rule)". A package that does not
+// Text output is "file:line:col: message (rule)", under go vet too. A package that does not
 // load is reported with its position and not analyzed; the others are.
 //
 // Exit status: 0 clean, 3 findings, 1 errors, such as a package that did
@@ -52,6 +52,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		nameFindings(as)
 		multichecker.Main(as...)
 		return
 	}
