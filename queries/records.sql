@@ -45,7 +45,8 @@ SELECT true AS claimed, i.scope, i.operation, i.key, i.fingerprint, i.state, i.o
 FROM ins i
 UNION ALL
 SELECT false AS claimed, e.scope, e.operation, e.key, e.fingerprint, e.state, e.owner, e.version,
-    e.lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
+    (CASE WHEN e.state = 'PROCESSING' AND e.xact IS NOT NULL AND pg_xact_status(e.xact) <> 'in progress'
+        THEN LEAST(e.lease_expires_at, (SELECT t FROM clk)) ELSE e.lease_expires_at END)::timestamptz AS lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
     e.created_at, e.updated_at, e.token, e.note, e.response_omitted,
     (SELECT t FROM clk)::timestamptz AS store_now
 FROM idem_records e
@@ -109,10 +110,14 @@ UPDATE idem_records r SET
     updated_at       = clk.t,
     token            = '',
     note             = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN '' ELSE r.note END,
-    response_omitted = false
+    response_omitted = false,
+    xact             = NULL
 FROM clk
 WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key AND r.version = @version
-  AND ((r.state = 'PROCESSING' AND r.lease_expires_at <= clk.t AND r.fingerprint = @fingerprint::bytea)
+  AND ((r.state = 'PROCESSING' AND r.fingerprint = @fingerprint::bytea
+        AND (r.lease_expires_at <= clk.t
+             -- the caller's transaction of a DoTx claim ended without SUCCESS
+             OR (r.xact IS NOT NULL AND pg_xact_status(r.xact) <> 'in progress')))
     OR (r.state IN ('SUCCESS', 'FAILED') AND r.expires_at <= clk.t)
     OR (@acquire_unknown::boolean AND r.state = 'UNKNOWN'
         AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= clk.t)
@@ -128,12 +133,14 @@ RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.versio
 -- this one SELECT by primary key, and takes no lock), the poll of a caller
 -- waiting for a call in flight, and Store.Get. The identity comes back too,
 -- and the store checks it: a record is never answered for another identity.
-SELECT scope, operation, key, fingerprint, state, owner, version,
-    lease_expires_at, expires_at, request, response, takeovers, attempts,
-    created_at, updated_at, token, note, response_omitted,
-    clock_timestamp()::timestamptz AS store_now
-FROM idem_records
-WHERE scope = @scope AND operation = @operation AND key = @key;
+SELECT r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
+    (CASE WHEN r.state = 'PROCESSING' AND r.xact IS NOT NULL AND pg_xact_status(r.xact) <> 'in progress'
+        THEN LEAST(r.lease_expires_at, clk.t) ELSE r.lease_expires_at END)::timestamptz AS lease_expires_at,
+    r.expires_at, r.request, r.response, r.takeovers, r.attempts,
+    r.created_at, r.updated_at, r.token, r.note, r.response_omitted,
+    clk.t::timestamptz AS store_now
+FROM idem_records r, (SELECT clock_timestamp() AS t) clk
+WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key;
 
 -- name: Transition :many
 -- Compare-and-set on (state, owner, version). No row means the lease was
@@ -152,7 +159,8 @@ upd AS (
         response_omitted = @response_omitted::boolean,
         note             = @note::text,
         token            = @token::text,
-        updated_at       = clk.t
+        updated_at       = clk.t,
+        xact             = NULL
     FROM clk
     WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key
       AND r.state = @from_state::text AND r.owner = @owner::text AND r.version = @version::bigint
@@ -180,7 +188,8 @@ UPDATE idem_records r SET
     response_omitted = @response_omitted::boolean,
     note             = @note::text,
     token            = @token::text,
-    updated_at       = clk.t
+    updated_at       = clk.t,
+    xact             = NULL
 FROM (SELECT clock_timestamp() AS t) clk
 WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key
   AND r.state = @from_state::text AND r.owner = @owner::text AND r.version = @version::bigint
@@ -202,6 +211,19 @@ WHERE scope = @scope AND operation = @operation AND key = @key
   AND state = @state AND owner = @owner AND version = @version
 RETURNING lease_expires_at::timestamptz;
 
+-- name: CurrentXact :one
+-- The ID of the transaction it runs in (one is assigned if it has none):
+-- DoTx asks its caller's transaction, before it claims.
+SELECT pg_current_xact_id()::text AS xact;
+
+-- name: MarkClaimTx :execrows
+-- Names, on a claim just made, the transaction that will write its
+-- SUCCESS (a DoTx caller's): see the xact column in schema.sql. No row: the
+-- claim was lost.
+UPDATE idem_records SET xact = CAST(sqlc.arg(xact)::text AS xid8)
+WHERE scope = @scope AND operation = @operation AND key = @key
+  AND state = 'PROCESSING' AND owner = @owner AND version = @version;
+
 -- name: Release :execrows
 DELETE FROM idem_records
 WHERE scope = @scope AND operation = @operation AND key = @key
@@ -215,7 +237,8 @@ WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 due AS (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= (SELECT t FROM clk))
+    WHERE ((d.state = 'PROCESSING' AND (d.lease_expires_at <= (SELECT t FROM clk)
+            OR (d.xact IS NOT NULL AND pg_xact_status(d.xact) <> 'in progress')))
         OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= (SELECT t FROM clk))
             AND (@max_attempts::integer <= 0 OR d.attempts < @max_attempts::integer)))
       AND (cardinality(@operations::text[]) = 0 OR d.operation = ANY(@operations::text[]))
@@ -230,7 +253,8 @@ UPDATE idem_records r SET
     lease_expires_at = (SELECT t FROM clk) + @lease::interval,
     attempts         = r.attempts + 1,
     token            = '',
-    updated_at       = (SELECT t FROM clk)
+    updated_at       = (SELECT t FROM clk),
+    xact             = NULL
 FROM due
 WHERE r.scope = due.scope AND r.operation = due.operation AND r.key = due.key
 RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
@@ -266,7 +290,8 @@ WHERE state = ANY(@states::text[])
   AND (NOT @by_scope::boolean OR scope = @scope::text)
   AND attempts >= @min_attempts::integer
   AND updated_at <= clock_timestamp() - @older_than::interval
-  AND (NOT @lease_free::boolean OR lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp())
+  AND (NOT @lease_free::boolean OR lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp()
+       OR (state = 'PROCESSING' AND xact IS NOT NULL AND pg_xact_status(xact) <> 'in progress'))
   AND (scope COLLATE "C", operation COLLATE "C", key COLLATE "C")
       > (@after_scope::text, @after_operation::text, @after_key::text)
 ORDER BY scope COLLATE "C", operation COLLATE "C", key COLLATE "C"

@@ -3,3 +3,7 @@ package pgstore
 // SetClaimOrder fixes the order of s's claims: > 0 reads first, < 0
 // inserts first, 0 guesses (the default).
 func SetClaimOrder(s *Store, order int) { s.order.Fix(order) }
+
+// SetBeforeSuccess makes DoTx on s call f after the effect returned and
+// before it writes SUCCESS in the caller's transaction.
+func SetBeforeSuccess(s *Store, f func()) { s.beforeSuccess = f }

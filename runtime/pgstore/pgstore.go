@@ -41,6 +41,10 @@ type Store struct {
 	maxBytes int
 	group    *groupCommit     // nil unless WithGroupCommit
 	order    claimorder.Guess // which statement a claim sends first
+
+	// beforeSuccess, when set (tests only), runs in DoTx after the effect
+	// returned and before SUCCESS is written in the caller's transaction.
+	beforeSuccess func()
 }
 
 // Option configures a [Store].

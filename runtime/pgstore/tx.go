@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/pgstore/internal/db"
 )
 
 // TxCall is a call whose effect is writes in the same PostgreSQL database as
@@ -65,7 +66,10 @@ var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled ba
 // If the caller rolls its transaction back after DoTx succeeded, nothing
 // remains of the effect, and the claim, its lease ended, is taken over by
 // the next duplicate, which runs the effect. DoTx uses a second connection
-// of the store's pool, one statement at a time. Use READ COMMITTED
+// of the store's pool, one statement at a time, while the caller holds tx:
+// bound the transactions that call DoTx at once below the pool's size, or a
+// pool whose every connection is such a transaction waits on itself. Use
+// READ COMMITTED
 // (PostgreSQL's default).
 func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c TxCall[Req, Resp]) (Resp, error) {
 	var zero Resp
@@ -104,6 +108,17 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 		return runtime.Replay[Resp](rt, rec, fp)
 	}
 	x.version = rec.Version
+	// The transaction that will write SUCCESS: once it has ended, a
+	// duplicate that finds the claim still PROCESSING takes it over at
+	// once (it rolled back, or committed without the SUCCESS write); while
+	// it is in progress, the claim is as live as its lease.
+	xact, err := s.q.WithTx(tx).CurrentXact(ctx)
+	if err != nil {
+		return zero, errors.Join(fmt.Errorf("pgstore: %s %q: reading the caller's transaction ID: %w", id.Operation, id.Key, err), x.release(ctx))
+	}
+	if err := x.markTx(ctx, xact); err != nil {
+		return zero, errors.Join(err, x.release(ctx))
+	}
 
 	sp, err := tx.Begin(ctx) // a savepoint
 	if err != nil {
@@ -180,19 +195,14 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	} else {
 		tp.Response = body
 	}
-	// The claim's lease ends now, committed: should the caller roll back,
-	// a duplicate takes the claim over at once. From the compare-and-set
-	// below until the caller's transaction ends, the record's row is locked:
-	// a takeover reads the record again until it finds SUCCESS (or, after
-	// a rollback, the claim to take), or gives up with ErrInProgress. A duplicate that takes the claim in between wins,
-	// and this call, finding the record changed, commits nothing.
-	if _, rerr := s.Renew(ctx, runtime.RenewParams{ID: id, State: runtime.StateProcessing, Owner: rt.Owner(), Version: rec.Version}); errors.Is(rerr, runtime.ErrLeaseLost) {
-		done = true
-		if ferr := finish(false); ferr != nil {
-			return zero, errors.Join(ferr, rerr)
-		}
-		return zero, x.lostErr(nil)
-	} // another error leaves the lease as it was: a duplicate then waits for it after a rollback
+	// The claim's lease stays as it is: the SUCCESS write below locks the
+	// record's row until the caller's transaction ends. A duplicate waits
+	// for that transaction while it is in progress (the row is held, or its
+	// lease is live), replays SUCCESS once it commits, and takes the claim
+	// over at once if it rolls back (see the xact column in schema.sql).
+	if s.beforeSuccess != nil {
+		s.beforeSuccess()
+	}
 	_, terr := s.transition(ctx, s.q.WithTx(sp), tp)
 	if terr != nil {
 		done = true
@@ -325,6 +335,26 @@ func (x *txCall) renew(ctx context.Context, cancel context.CancelCauseFunc) *hea
 		h.timer.Reset(next)
 	})
 	return h
+}
+
+// markTx names xact, the caller's transaction, on the claim just made,
+// committed on its own. A claim taken over in between (its lease expired
+// while the store was unreachable) is lost: the effect has not run.
+func (x *txCall) markTx(ctx context.Context, xact string) error {
+	var marked int64
+	err := x.write(ctx, false, func(wctx context.Context) error {
+		var err error
+		marked, err = x.s.q.MarkClaimTx(wctx, db.MarkClaimTxParams{Xact: xact, Scope: x.id.Scope, Operation: x.id.Operation,
+			Key: x.id.Key, Owner: x.rt.Owner(), Version: x.version})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: %s %q: naming the caller's transaction on the claim: %w", x.id.Operation, x.id.Key, err)
+	}
+	if marked == 0 {
+		return x.lostErr(nil)
+	}
+	return nil
 }
 
 // lostErr is the error of a call whose claim was taken over: another worker

@@ -66,7 +66,8 @@ upd AS (
         response_omitted = a.response_omitted,
         note             = a.note,
         token            = a.token,
-        updated_at       = clk.t
+        updated_at       = clk.t,
+        xact             = NULL
     FROM targ a CROSS JOIN clk
     WHERE r.scope = a.scope AND r.operation = a.operation AND r.key = a.key
       AND r.state = a.from_state AND r.owner = a.owner AND r.version = a.version
@@ -81,7 +82,9 @@ FROM ins n
 JOIN carg a ON a.scope = n.scope AND a.operation = n.operation AND a.key = n.key
 UNION ALL
 SELECT 'c', a.i, false, e.scope, e.operation, e.key, e.fingerprint, e.state,
-    e.owner, e.version, e.lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
+    e.owner, e.version, (CASE WHEN e.state = 'PROCESSING' AND e.xact IS NOT NULL AND pg_xact_status(e.xact) <> 'in progress'
+        THEN LEAST(e.lease_expires_at, (SELECT t FROM clk)) ELSE e.lease_expires_at END)::timestamptz,
+    e.expires_at, e.request, e.response, e.takeovers, e.attempts,
     e.created_at, e.updated_at, e.token, e.note, e.response_omitted,
     (SELECT t FROM clk)::timestamptz
 FROM carg a

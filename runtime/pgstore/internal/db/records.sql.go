@@ -16,7 +16,8 @@ WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
 due AS (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= (SELECT t FROM clk))
+    WHERE ((d.state = 'PROCESSING' AND (d.lease_expires_at <= (SELECT t FROM clk)
+            OR (d.xact IS NOT NULL AND pg_xact_status(d.xact) <> 'in progress')))
         OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= (SELECT t FROM clk))
             AND ($3::integer <= 0 OR d.attempts < $3::integer)))
       AND (cardinality($4::text[]) = 0 OR d.operation = ANY($4::text[]))
@@ -31,7 +32,8 @@ UPDATE idem_records r SET
     lease_expires_at = (SELECT t FROM clk) + $2::interval,
     attempts         = r.attempts + 1,
     token            = '',
-    updated_at       = (SELECT t FROM clk)
+    updated_at       = (SELECT t FROM clk),
+    xact             = NULL
 FROM due
 WHERE r.scope = due.scope AND r.operation = due.operation AND r.key = due.key
 RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
@@ -148,7 +150,8 @@ SELECT true AS claimed, i.scope, i.operation, i.key, i.fingerprint, i.state, i.o
 FROM ins i
 UNION ALL
 SELECT false AS claimed, e.scope, e.operation, e.key, e.fingerprint, e.state, e.owner, e.version,
-    e.lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
+    (CASE WHEN e.state = 'PROCESSING' AND e.xact IS NOT NULL AND pg_xact_status(e.xact) <> 'in progress'
+        THEN LEAST(e.lease_expires_at, (SELECT t FROM clk)) ELSE e.lease_expires_at END)::timestamptz AS lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
     e.created_at, e.updated_at, e.token, e.note, e.response_omitted,
     (SELECT t FROM clk)::timestamptz AS store_now
 FROM idem_records e
@@ -279,10 +282,14 @@ UPDATE idem_records r SET
     updated_at       = clk.t,
     token            = '',
     note             = CASE WHEN r.state IN ('SUCCESS', 'FAILED') THEN '' ELSE r.note END,
-    response_omitted = false
+    response_omitted = false,
+    xact             = NULL
 FROM clk
 WHERE r.scope = $5 AND r.operation = $6 AND r.key = $7 AND r.version = $8
-  AND ((r.state = 'PROCESSING' AND r.lease_expires_at <= clk.t AND r.fingerprint = $1::bytea)
+  AND ((r.state = 'PROCESSING' AND r.fingerprint = $1::bytea
+        AND (r.lease_expires_at <= clk.t
+             -- the caller's transaction of a DoTx claim ended without SUCCESS
+             OR (r.xact IS NOT NULL AND pg_xact_status(r.xact) <> 'in progress')))
     OR (r.state IN ('SUCCESS', 'FAILED') AND r.expires_at <= clk.t)
     OR ($9::boolean AND r.state = 'UNKNOWN'
         AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= clk.t)
@@ -446,13 +453,28 @@ func (q *Queries) ClaimInsert(ctx context.Context, arg ClaimInsertParams) (Claim
 	return i, err
 }
 
+const currentXact = `-- name: CurrentXact :one
+SELECT pg_current_xact_id()::text AS xact
+`
+
+// The ID of the transaction it runs in (one is assigned if it has none):
+// DoTx asks its caller's transaction, before it claims.
+func (q *Queries) CurrentXact(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, currentXact)
+	var xact string
+	err := row.Scan(&xact)
+	return xact, err
+}
+
 const get = `-- name: Get :one
-SELECT scope, operation, key, fingerprint, state, owner, version,
-    lease_expires_at, expires_at, request, response, takeovers, attempts,
-    created_at, updated_at, token, note, response_omitted,
-    clock_timestamp()::timestamptz AS store_now
-FROM idem_records
-WHERE scope = $1 AND operation = $2 AND key = $3
+SELECT r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
+    (CASE WHEN r.state = 'PROCESSING' AND r.xact IS NOT NULL AND pg_xact_status(r.xact) <> 'in progress'
+        THEN LEAST(r.lease_expires_at, clk.t) ELSE r.lease_expires_at END)::timestamptz AS lease_expires_at,
+    r.expires_at, r.request, r.response, r.takeovers, r.attempts,
+    r.created_at, r.updated_at, r.token, r.note, r.response_omitted,
+    clk.t::timestamptz AS store_now
+FROM idem_records r, (SELECT clock_timestamp() AS t) clk
+WHERE r.scope = $1 AND r.operation = $2 AND r.key = $3
 `
 
 type GetParams struct {
@@ -525,7 +547,8 @@ WHERE state = ANY($1::text[])
   AND (NOT $3::boolean OR scope = $4::text)
   AND attempts >= $5::integer
   AND updated_at <= clock_timestamp() - $6::interval
-  AND (NOT $7::boolean OR lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp())
+  AND (NOT $7::boolean OR lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp()
+       OR (state = 'PROCESSING' AND xact IS NOT NULL AND pg_xact_status(xact) <> 'in progress'))
   AND (scope COLLATE "C", operation COLLATE "C", key COLLATE "C")
       > ($8::text, $9::text, $10::text)
 ORDER BY scope COLLATE "C", operation COLLATE "C", key COLLATE "C"
@@ -619,6 +642,39 @@ func (q *Queries) List(ctx context.Context, arg ListParams) ([]ListRow, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const markClaimTx = `-- name: MarkClaimTx :execrows
+UPDATE idem_records SET xact = CAST($1::text AS xid8)
+WHERE scope = $2 AND operation = $3 AND key = $4
+  AND state = 'PROCESSING' AND owner = $5 AND version = $6
+`
+
+type MarkClaimTxParams struct {
+	Xact      string
+	Scope     string
+	Operation string
+	Key       string
+	Owner     string
+	Version   int64
+}
+
+// Names, on a claim just made, the transaction that will write its
+// SUCCESS (a DoTx caller's): see the xact column in schema.sql. No row: the
+// claim was lost.
+func (q *Queries) MarkClaimTx(ctx context.Context, arg MarkClaimTxParams) (int64, error) {
+	result, err := q.db.Exec(ctx, markClaimTx,
+		arg.Xact,
+		arg.Scope,
+		arg.Operation,
+		arg.Key,
+		arg.Owner,
+		arg.Version,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const release = `-- name: Release :execrows
@@ -723,7 +779,8 @@ upd AS (
         response_omitted = $6::boolean,
         note             = $7::text,
         token            = $8::text,
-        updated_at       = clk.t
+        updated_at       = clk.t,
+        xact             = NULL
     FROM clk
     WHERE r.scope = $9 AND r.operation = $10 AND r.key = $11
       AND r.state = $12::text AND r.owner = $13::text AND r.version = $14::bigint
@@ -832,7 +889,8 @@ UPDATE idem_records r SET
     response_omitted = $6::boolean,
     note             = $7::text,
     token            = $8::text,
-    updated_at       = clk.t
+    updated_at       = clk.t,
+    xact             = NULL
 FROM (SELECT clock_timestamp() AS t) clk
 WHERE r.scope = $9 AND r.operation = $10 AND r.key = $11
   AND r.state = $12::text AND r.owner = $13::text AND r.version = $14::bigint
