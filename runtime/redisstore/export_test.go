@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -102,7 +103,12 @@ func (s *Store) checkRecord(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if st.Final() != (ttl > 0) {
+	// PTTL answers -1 for a key without a TTL and -2 for a key that is gone:
+	// a finished record whose TTL is a few milliseconds may expire between
+	// the HGETALL and the PTTL (or answer 0, expiring now), which is the TTL
+	// doing its work. A finished record must have a TTL; any other, none.
+	const noTTL, gone = time.Duration(-1), time.Duration(-2)
+	if ttl != gone && st.Final() == (ttl == noTTL) {
 		return fmt.Errorf("record %s is %s with Redis TTL %v", key, st, ttl)
 	}
 	wantPending := st == runtime.StateUnknown || (st == runtime.StateProcessing && num["le"] > 0)

@@ -33,6 +33,12 @@ func (detailed) FailureDetail() []byte { return []byte(strings.Repeat("d", 8<<10
 func testEveryOutcomeOverLimit(t *testing.T, s runtime.Store) {
 	big := strings.Repeat("x", 8<<10)
 	limited := tooLarge{Store: s, limit: sizeLimit}
+	// An operation of its own: the reconcilers below answer for every
+	// record of their operation they acquire, and another case running
+	// beside this one on the same store leaves expired PROCESSING records
+	// of Payments.Charge (a reconciler here once recorded its HTML failure
+	// on a fault case's record, whose duplicate then replayed it).
+	op := "Payments.ChargeOverLimit." + uniqueScope(t)[len(uniqueScope(t))-12:]
 	type check func(t *testing.T, rec runtime.Record, dupErr error)
 	failedWith := func(code string) check {
 		return func(t *testing.T, rec runtime.Record, dupErr error) {
@@ -62,7 +68,7 @@ func testEveryOutcomeOverLimit(t *testing.T, s runtime.Store) {
 	}{
 		{"permanent failure with an HTML message", func(t *testing.T, ctx context.Context, runs *atomic.Int32) {
 			rt := newRuntime(t, limited, runtime.WithLease(shortLease))
-			_, err := runtime.Do(ctx, rt, call("k", chargeReq{"a", 1}, func(context.Context, chargeReq) (receipt, error) {
+			_, err := runtime.Do(ctx, rt, opCall(op, "k", chargeReq{"a", 1}, func(context.Context, chargeReq) (receipt, error) {
 				runs.Add(1)
 				return receipt{}, runtime.Permanent(errors.New("gateway answered: " + htmlPage))
 			}))
@@ -72,7 +78,7 @@ func testEveryOutcomeOverLimit(t *testing.T, s runtime.Store) {
 		}, failedWith("")},
 		{"permanent failure with a large detail", func(t *testing.T, ctx context.Context, runs *atomic.Int32) {
 			rt := newRuntime(t, limited, runtime.WithLease(shortLease))
-			_, err := runtime.Do(ctx, rt, call("k", chargeReq{"a", 1}, func(context.Context, chargeReq) (receipt, error) {
+			_, err := runtime.Do(ctx, rt, opCall(op, "k", chargeReq{"a", 1}, func(context.Context, chargeReq) (receipt, error) {
 				runs.Add(1)
 				return receipt{}, runtime.Permanent(detailed{})
 			}))
@@ -82,24 +88,24 @@ func testEveryOutcomeOverLimit(t *testing.T, s runtime.Store) {
 		}, failedWith("card_declined")},
 		{"failure under RecordFailed", func(t *testing.T, ctx context.Context, runs *atomic.Int32) {
 			rt := newRuntime(t, limited, runtime.WithLease(shortLease), runtime.WithErrorPolicy(runtime.RecordFailed))
-			_, _ = runtime.Do(ctx, rt, call("k", chargeReq{"a", 1}, func(context.Context, chargeReq) (receipt, error) {
+			_, _ = runtime.Do(ctx, rt, opCall(op, "k", chargeReq{"a", 1}, func(context.Context, chargeReq) (receipt, error) {
 				runs.Add(1)
 				return receipt{}, errors.New(htmlPage)
 			}))
 		}, failedWith("")},
 		{"reconciler: the query says failed, at length", func(t *testing.T, ctx context.Context, runs *atomic.Int32) {
-			converge(t, ctx, limited, runs, func(context.Context, chargeReq) (receipt, runtime.Outcome, error) {
+			converge(t, ctx, op, limited, runs, func(context.Context, chargeReq) (receipt, runtime.Outcome, error) {
 				return receipt{}, runtime.OutcomeFailed, errors.New(htmlPage)
 			})
 		}, failedWith("")},
 		{"reconciler: the query found a large response", func(t *testing.T, ctx context.Context, runs *atomic.Int32) {
-			converge(t, ctx, limited, runs, func(context.Context, chargeReq) (receipt, runtime.Outcome, error) {
+			converge(t, ctx, op, limited, runs, func(context.Context, chargeReq) (receipt, runtime.Outcome, error) {
 				return receipt{ID: big}, runtime.OutcomeSucceeded, nil
 			})
 		}, succeeded},
 		{"reconciler: the query cannot tell, at length", func(t *testing.T, ctx context.Context, runs *atomic.Int32) {
 			// Not final: the check below is for UNKNOWN with its note cut.
-			converge(t, ctx, noteLimited{tooLarge: limited}, runs, func(context.Context, chargeReq) (receipt, runtime.Outcome, error) {
+			converge(t, ctx, op, noteLimited{tooLarge: limited}, runs, func(context.Context, chargeReq) (receipt, runtime.Outcome, error) {
 				return receipt{}, runtime.OutcomeUnknown, errors.New(htmlPage)
 			})
 		}, func(t *testing.T, rec runtime.Record, dupErr error) {
@@ -108,10 +114,10 @@ func testEveryOutcomeOverLimit(t *testing.T, s runtime.Store) {
 			}
 		}},
 		{"resolved by hand as failed, at length", func(t *testing.T, ctx context.Context, runs *atomic.Int32) {
-			resolve(t, ctx, limited, runs, runtime.Resolution{To: runtime.ResolveFailed, Failure: errors.New(htmlPage), Reason: "seen in the dashboard"})
+			resolve(t, ctx, op, limited, runs, runtime.Resolution{To: runtime.ResolveFailed, Failure: errors.New(htmlPage), Reason: "seen in the dashboard"})
 		}, failedWith("")},
 		{"resolved by hand as succeeded, with a large response", func(t *testing.T, ctx context.Context, runs *atomic.Int32) {
-			resolve(t, ctx, limited, runs, runtime.Resolution{To: runtime.ResolveSuccess, Response: []byte(`{"id":"` + big + `"}`), Reason: "seen in the dashboard"})
+			resolve(t, ctx, op, limited, runs, runtime.Resolution{To: runtime.ResolveSuccess, Response: []byte(`{"id":"` + big + `"}`), Reason: "seen in the dashboard"})
 		}, succeeded},
 	}
 	for _, tc := range tests {
@@ -121,14 +127,14 @@ func testEveryOutcomeOverLimit(t *testing.T, s runtime.Store) {
 			tc.outcome(t, ctx, &runs)
 			time.Sleep(2 * shortLease) // a PROCESSING record would be taken over now
 			rt := newRuntime(t, limited, runtime.WithLease(shortLease), runtime.WithMaxWait(0))
-			_, dupErr := runtime.Do(ctx, rt, call("k", chargeReq{"a", 1}, func(context.Context, chargeReq) (receipt, error) {
+			_, dupErr := runtime.Do(ctx, rt, opCall(op, "k", chargeReq{"a", 1}, func(context.Context, chargeReq) (receipt, error) {
 				runs.Add(1)
 				return receipt{ID: "again"}, nil
 			}))
 			if n := runs.Load(); n > 1 {
 				t.Fatalf("the effect ran %d times, want at most once (duplicate got %v)", n, dupErr)
 			}
-			rec, err := s.Get(ctx, runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: "Payments.Charge", Key: "k"})
+			rec, err := s.Get(ctx, runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: op, Key: "k"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,10 +155,10 @@ func (s noteLimited) Transition(ctx context.Context, p runtime.TransitionParams)
 
 // leaveUnknown runs key k with an effect that times out, so its record is
 // UNKNOWN, and returns the runtime it used.
-func leaveUnknown(t *testing.T, ctx context.Context, s runtime.Store, runs *atomic.Int32) *runtime.Runtime {
+func leaveUnknown(t *testing.T, ctx context.Context, op string, s runtime.Store, runs *atomic.Int32) *runtime.Runtime {
 	t.Helper()
 	rt := newRuntime(t, s, runtime.WithLease(shortLease))
-	_, err := runtime.Do(ctx, rt, call("k", chargeReq{"a", 1}, func(ctx context.Context, _ chargeReq) (receipt, error) {
+	_, err := runtime.Do(ctx, rt, opCall(op, "k", chargeReq{"a", 1}, func(ctx context.Context, _ chargeReq) (receipt, error) {
 		runs.Add(1)
 		return receipt{}, context.DeadlineExceeded
 	}))
@@ -164,10 +170,10 @@ func leaveUnknown(t *testing.T, ctx context.Context, s runtime.Store, runs *atom
 
 // converge leaves key k UNKNOWN (its effect timed out) and runs a reconciler
 // whose query is q, once.
-func converge(t *testing.T, ctx context.Context, s runtime.Store, runs *atomic.Int32, q runtime.QueryFunc[chargeReq, receipt]) {
+func converge(t *testing.T, ctx context.Context, op string, s runtime.Store, runs *atomic.Int32, q runtime.QueryFunc[chargeReq, receipt]) {
 	t.Helper()
-	rt := leaveUnknown(t, ctx, s, runs)
-	if err := runtime.Register(rt, "Payments.Charge", q, runtime.QueryOptions{}); err != nil {
+	rt := leaveUnknown(t, ctx, op, s, runs)
+	if err := runtime.Register(rt, op, q, runtime.QueryOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	r := newReconciler(t, rt, runtime.ReconcileMaxAttempts(1))
@@ -177,12 +183,19 @@ func converge(t *testing.T, ctx context.Context, s runtime.Store, runs *atomic.I
 }
 
 // resolve leaves key k UNKNOWN and resolves it by hand as res says.
-func resolve(t *testing.T, ctx context.Context, s runtime.Store, runs *atomic.Int32, res runtime.Resolution) {
+func resolve(t *testing.T, ctx context.Context, op string, s runtime.Store, runs *atomic.Int32, res runtime.Resolution) {
 	t.Helper()
-	leaveUnknown(t, ctx, s, runs)
-	res.ID = runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: "Payments.Charge", Key: "k"}
+	leaveUnknown(t, ctx, op, s, runs)
+	res.ID = runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: op, Key: "k"}
 	res.Owner = "operator"
 	if _, err := runtime.Resolve(ctx, s, res); err != nil {
 		t.Fatalf("resolve: %v", err)
 	}
+}
+
+// opCall is call for operation op.
+func opCall(op, key string, req chargeReq, effect func(context.Context, chargeReq) (receipt, error)) runtime.Call[chargeReq, receipt] {
+	c := call(key, req, effect)
+	c.Operation = op
+	return c
 }
