@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,6 +193,60 @@ func TestReviewDoLongEffectKeepsLease(t *testing.T) {
 		}
 		if n := effects.Load(); n != 1 {
 			t.Fatalf("effect ran %d times", n)
+		}
+	})
+}
+
+// getHook is a store whose Get calls hook after each read.
+type getHook struct {
+	runtime.Store
+	hook func()
+}
+
+func (s getHook) Get(ctx context.Context, id runtime.Identity) (runtime.Record, error) {
+	rec, err := s.Store.Get(ctx, id)
+	s.hook()
+	return rec, err
+}
+
+// Promise: a duplicate waits on a call in flight and, when that call fails
+// with a retryable error (its claim released, the record gone), claims the
+// key and runs the effect itself, rather than being told the record was not
+// found. Schedule: the first call's effect blocks until the duplicate has
+// read the record PROCESSING (its first Get while waiting), then fails.
+func TestReviewDoWaiterClaimsAfterRelease(t *testing.T) {
+	reviewEach(t, func(t *testing.T, store runtime.Store) {
+		waiting := make(chan struct{})
+		var once sync.Once
+		rt, err := runtime.New(getHook{store, func() { once.Do(func() { close(waiting) }) }},
+			runtime.WithLease(5*time.Second), runtime.WithMaxWait(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := reviewCtx()
+		started := make(chan struct{})
+		var effects atomic.Int32
+		call := runtime.Call[reviewReq, string]{Operation: "Review.Released", Key: "k1", Request: reviewReq{1},
+			Effect: func(ctx context.Context, r reviewReq) (string, error) {
+				if effects.Add(1) == 1 {
+					close(started)
+					<-waiting
+					return "", runtime.Retryable(errors.New("the request never left the process")) // released
+				}
+				return "second", nil
+			}}
+		first := make(chan error, 1)
+		go func() { _, err := runtime.Do(ctx, rt, call); first <- err }()
+		<-started
+		resp, err := runtime.Do(ctx, rt, call)
+		if err != nil || resp != "second" {
+			t.Fatalf("duplicate got %q, %v; want it to claim the released key and run the effect", resp, err)
+		}
+		if err := <-first; err == nil {
+			t.Fatal("first call succeeded; want its effect's error")
+		}
+		if n := effects.Load(); n != 2 {
+			t.Fatalf("effect ran %d times, want 2", n)
 		}
 	})
 }

@@ -43,17 +43,18 @@ var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled ba
 // roll back together. rt's store must be a *Store on the same database.
 //
 // The claim itself is committed first, on its own (PROCESSING, with the
-// runtime's lease, renewed while the effect runs), so that a duplicate
-// (DoTx in another transaction, or [runtime.Do]) never runs the effect while
-// this call's transaction is open: it waits (up to its runtime's MaxWait
-// while this call's lease is live, then about half a second while tx holds
-// the record's row: see [Store.Claim]; then [runtime.ErrInProgress]) and
-// replays the outcome, whatever it turns out to be. The effect runs inside a savepoint; SUCCESS is a
-// compare-and-set from the claim, inside tx, so it commits with the effect's
-// writes, and a worker that lost its lease meanwhile commits nothing. Just
-// before it the claim's lease is ended: from then on the record's row,
-// locked by tx, holds duplicates off until tx ends (their claims do not wait
-// on the lock: see [Store.Claim]).
+// runtime's lease, renewed while the effect runs), and names tx's
+// transaction ID (the record's xact column), so that a duplicate (DoTx in
+// another transaction, or [runtime.Do]) never runs the effect while this
+// call's transaction is open: it waits (up to its runtime's MaxWait while
+// this call's lease is live, then about half a second while tx holds the
+// record's row: see [Store.Claim]; then [runtime.ErrInProgress]) and
+// replays the outcome, whatever it turns out to be. The effect runs inside
+// a savepoint; SUCCESS is a compare-and-set from the claim, inside tx, so
+// it commits with the effect's writes, and a worker that lost its lease
+// meanwhile commits nothing. From that write on, the record's row, locked
+// by tx, holds duplicates off until tx ends (their claims do not wait on
+// the lock: see [Store.Claim]).
 //
 // When the effect fails, DoTx rolls back to its savepoint (the effect's
 // writes are gone; the caller's transaction stays usable) and returns the
@@ -64,13 +65,17 @@ var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled ba
 // recorded shortened, as the runtime's size rule says.
 //
 // If the caller rolls its transaction back after DoTx succeeded, nothing
-// remains of the effect, and the claim, its lease ended, is taken over by
-// the next duplicate, which runs the effect. DoTx uses a second connection
-// of the store's pool, one statement at a time, while the caller holds tx:
-// bound the transactions that call DoTx at once below the pool's size, or a
-// pool whose every connection is such a transaction waits on itself. Use
-// READ COMMITTED
-// (PostgreSQL's default).
+// remains of the effect: the claim, still PROCESSING but naming a
+// transaction that has ended, is taken over at once by the next duplicate,
+// which runs the effect (so is one whose transaction commits without the
+// SUCCESS write, e.g. after rolling back a savepoint around DoTx). Every
+// query of this package reads the xact column, which [Store.Migrate] adds
+// to a table of an earlier version: run it before deploying.
+//
+// DoTx uses a second connection of the store's pool, one statement at a
+// time, while the caller holds tx: bound the transactions that call DoTx at
+// once below the pool's size, or a pool whose every connection is such a
+// transaction waits on itself. Use READ COMMITTED (PostgreSQL's default).
 func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c TxCall[Req, Resp]) (Resp, error) {
 	var zero Resp
 	s, ok := rt.Store().(*Store)
