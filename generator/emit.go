@@ -632,11 +632,14 @@ func (e *emitter) op(m *Method) {
 			g.If(pathExpr(names[m.ReqIndex], gd.expr).Op("==").Nil()).Block(jen.Return(jen.Id(zero), errv))
 		}
 		if len(m.Fingerprint) > 0 {
+			// Each field by address: json calls a MarshalJSON or
+			// MarshalText with a pointer receiver on an addressable value
+			// only, and the analysis checked the fields' pointer method sets.
 			var vals []jen.Code
 			for _, p := range m.Fingerprint {
-				vals = append(vals, pathExpr(names[p.Param], fields(p)))
+				vals = append(vals, jen.Op("&").Add(pathExpr(names[p.Param], fields(p))))
 			}
-			g.List(jen.Id(fp), jen.Id(errName)).Op(":=").Qual("encoding/json", "Marshal").Call(jen.Index().Any().Values(vals...))
+			g.List(jen.Id(fp), jen.Id(errName)).Op(":=").Id(recv).Dot(e.rtField).Dot("FingerprintOf").Call(jen.Index().Any().Values(vals...))
 			g.If(jen.Id(errName).Op("!=").Nil()).Block(jen.Return(jen.Id(zero),
 				jen.Qual("fmt", "Errorf").Call(jen.Lit(printfEscape("idem: "+m.Op+": encoding the fingerprint fields: ")+"%w"), jen.Id(errName))))
 		}
@@ -672,7 +675,7 @@ func (e *emitter) op(m *Method) {
 			}
 		}
 		if len(m.Fingerprint) > 0 {
-			items = append(items, jen.Id("Fingerprint").Op(":").Add(e.idem("Fingerprint")).Call(jen.Id(fp)))
+			items = append(items, jen.Id("Fingerprint").Op(":").Id(fp))
 		}
 		if m.Lease > 0 {
 			items = append(items, jen.Id("Lease").Op(":").Add(durationExpr(m.Lease)))

@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"sync"
 
+	"github.com/idemkit/idem/runtime/internal/canon"
 	"github.com/idemkit/idem/runtime/internal/jsonfast"
 )
 
@@ -58,6 +60,9 @@ func (JSONCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(dat
 // encodes the same bytes.
 type encoders struct {
 	plans jsonfast.Cache
+	// canon knows, by type, whether json's encoding covers a request
+	// whole (see [requestFingerprint]).
+	canon canon.Cache
 	pool  sync.Pool // *jsonEncoder, used by one call at a time
 	dec   sync.Pool // *jsonDecoder, used by one call at a time
 	// addr caches jsonAddrSafe by type (reflect.Type -> bool).
@@ -203,6 +208,11 @@ func jsonAddrSafe(t reflect.Type) bool {
 // that the caller never modifies afterwards (a store may keep them).
 func encodeRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []byte, err error) {
 	if _, ok := rt.cfg.codec.(JSONCodec); ok {
+		if fingerprint == nil {
+			if fingerprint, err = requestFingerprint(&rt.enc.canon, req); err != nil {
+				return nil, nil, err
+			}
+		}
 		if p := jsonfast.For[Req](&rt.enc.plans); p != nil {
 			fp, b = requestPlan(&rt.enc, p, req, fingerprint)
 			return fp, b, nil
@@ -219,6 +229,33 @@ func encodeRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []
 		return Fingerprint(b), b, nil
 	}
 	return bytes.Clone(fingerprint), b, nil
+}
+
+// requestFingerprint returns nil when json's encoding of *req holds all of
+// it (the fingerprint is then the SHA-256 of that encoding, as it always
+// was), else the SHA-256 of the canonical encoding of every part of *req
+// (see package canon): a request with unexported fields, fields tagged
+// `json:"-"` or fields json drops as shadowed is compared whole, though its
+// stored encoding (what replays and queries see) still leaves them out.
+func requestFingerprint[Req any](c *canon.Cache, req *Req) ([]byte, error) {
+	ti := c.Info(reflect.TypeFor[Req]())
+	if ti.Covered && !ti.Dynamic {
+		return nil, nil
+	}
+	v := reflect.ValueOf(req).Elem()
+	if ti.Covered && c.ValueCovered(v) {
+		return nil, nil
+	}
+	if v.Kind() == reflect.Interface {
+		// The request is the dynamic value, as json sees it: the same
+		// value fingerprints the same through Do[any] and Do[T].
+		v = v.Elem()
+	}
+	h := sha256.New()
+	if err := canon.Write(h, v); err != nil {
+		return nil, fmt.Errorf("fingerprint: %w", err)
+	}
+	return h.Sum(nil), nil
 }
 
 // encodeResponse encodes *resp with the runtime's codec.

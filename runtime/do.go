@@ -24,9 +24,21 @@ type Call[Req, Resp any] struct {
 	// [WithObserver] or [WithLogger] is to get it. The effect's and the
 	// query's contexts carry it.
 	Scope string
-	// Request is encoded with the runtime's codec: its SHA-256 is the
-	// fingerprint (unless Fingerprint is set) and it is stored so that a
-	// reconciler can query the downstream about it.
+	// Request is encoded with the runtime's codec and stored so that a
+	// reconciler can query the downstream about it. Unless Fingerprint is
+	// set, the fingerprint covers the whole request: with the default
+	// codec it is the SHA-256 of the encoding when the encoding holds
+	// every field, else (unexported fields, fields tagged `json:"-"`, an
+	// embedded struct's field another one shadows) the SHA-256 of a
+	// canonical encoding of every part of the request, each field by its
+	// Go value and each value json encodes by its own MarshalJSON or
+	// MarshalText by that method's bytes. The stored request still leaves
+	// out what JSON leaves out (a card number tagged `json:"-"` is compared,
+	// never stored). A part no encoding can compare (a func, a chan, a
+	// cycle of pointers, where json does not reach) makes Do fail before
+	// any claim, naming the field: set Fingerprint for such a type. With
+	// another Codec, the fingerprint is the SHA-256 of its encoding, which
+	// must then hold the whole request.
 	Request Req
 	// Effect does the work. It runs at most once per identity while
 	// outcomes are recorded; it must honour ctx, which carries the
@@ -38,7 +50,8 @@ type Call[Req, Resp any] struct {
 	// or re-executed.
 	Query QueryFunc[Req, Resp]
 	// Fingerprint, optional, overrides the fingerprint (for example a hash
-	// of chosen fields). Same key with another fingerprint is ErrKeyReused.
+	// of chosen fields: see [Runtime.FingerprintOf]). Same key with
+	// another fingerprint is ErrKeyReused.
 	Fingerprint []byte
 	// Lease and TTL, optional, override the runtime's defaults.
 	Lease time.Duration

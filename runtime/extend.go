@@ -23,6 +23,35 @@ func NewIdentity(ctx context.Context, operation, key string) (Identity, error) {
 	return id, nil
 }
 
+// EncodeRequest encodes req as [Do] does and returns its fingerprint and
+// its encoding (what a record stores), both fresh slices: fingerprint
+// itself when it is not nil (see [Call.Fingerprint]), else the runtime's
+// fingerprint of req, the one [Do] compares (see [Call.Fingerprint] for
+// what it covers). A call run its own way must use it, or its records and
+// [Do]'s would disagree on whether a duplicate is the same request.
+func EncodeRequest[Req any](rt *Runtime, req Req, fingerprint []byte) (fp, encoded []byte, err error) {
+	return encodeRequest(rt, &req, fingerprint)
+}
+
+// FingerprintOf returns the default codec's fingerprint of v, whatever
+// rt's codec: the SHA-256 of json.Marshal(v) when that encoding holds all
+// of v, else the SHA-256 of a canonical encoding of every part of v (see
+// [Call.Fingerprint]). v is seen as json.Marshal sees it: pass a pointer to
+// a value whose MarshalJSON or MarshalText has a pointer receiver.
+// Generated wrappers use it for the fingerprint of chosen fields (idemgen's
+// fingerprint=).
+func (rt *Runtime) FingerprintOf(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	fp, err := requestFingerprint(&rt.enc.canon, &v)
+	if err != nil || fp != nil {
+		return fp, err
+	}
+	return Fingerprint(b), nil
+}
+
 // Codec returns the runtime's codec.
 func (rt *Runtime) Codec() Codec { return rt.cfg.codec }
 

@@ -89,16 +89,12 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	if err != nil {
 		return zero, err
 	}
-	reqBytes, err := rt.Codec().Marshal(c.Request)
+	fp, reqBytes, err := runtime.EncodeRequest(rt, c.Request, c.Fingerprint)
 	if err != nil {
 		return zero, fmt.Errorf("pgstore: %s: encoding request: %w", c.Operation, err)
 	}
 	if err := s.checkSize("request", reqBytes); err != nil {
 		return zero, err
-	}
-	fp := c.Fingerprint
-	if fp == nil {
-		fp = runtime.Fingerprint(reqBytes)
 	}
 	ttl := c.TTL
 	if ttl <= 0 {

@@ -438,10 +438,12 @@ func testLeaseLostNotPermanent(t *testing.T, s runtime.Store) {
 	fast := newRuntime(t, s, runtime.WithMaxWait(10*time.Second))
 	tookOver := make(chan struct{})
 	var slowErr error
+	var slowRan atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_, slowErr = runtime.Do(ctx, slow, call("k", chargeReq{"a", 1}, func(ctx context.Context, r chargeReq) (receipt, error) {
+			slowRan.Store(true)
 			<-tookOver
 			return receipt{}, runtime.Permanent(errors.New("card declined"))
 		}))
@@ -454,6 +456,16 @@ func testLeaseLostNotPermanent(t *testing.T, s runtime.Store) {
 	<-done
 	if err != nil || got.ID != "ch" {
 		t.Fatalf("the worker that took over: %+v, %v", got, err)
+	}
+	if !slowRan.Load() {
+		// A starved machine: the claim's reply came so late that the
+		// slow worker renewed before its effect, the renewal was dropped,
+		// and it did not run the effect. It must say so, not FAILED.
+		if slowErr == nil || errors.Is(slowErr, runtime.ErrPermanent) {
+			t.Fatalf("the worker whose effect never started got %v: want an error, not ErrPermanent (the call succeeded)", slowErr)
+		}
+		t.Logf("the slow worker did not start its effect: %v", slowErr)
+		return
 	}
 	if !errors.Is(slowErr, runtime.ErrLeaseLost) || errors.Is(slowErr, runtime.ErrPermanent) {
 		t.Fatalf("the worker whose lease was taken over got %v: want ErrLeaseLost and not ErrPermanent (the call succeeded)", slowErr)

@@ -39,6 +39,12 @@ CREATE TABLE IF NOT EXISTS idem_records (
     note             text        NOT NULL DEFAULT '',
     -- SUCCESS whose response was not stored (too large, not encodable).
     response_omitted boolean     NOT NULL DEFAULT false,
+    -- the caller's transaction of a DoTx claim (pgstore.DoTx), which writes
+    -- SUCCESS in it: once that transaction has ended and the record is
+    -- still PROCESSING, the claim's lease counts as ended (it rolled back,
+    -- or committed without the SUCCESS write), and a duplicate takes the
+    -- claim over at once instead of waiting for the lease. NULL otherwise.
+    xact             xid8,
     PRIMARY KEY (scope, operation, key),
     CONSTRAINT idem_records_state_check
         CHECK (state IN ('PROCESSING', 'SUCCESS', 'FAILED', 'UNKNOWN')),
@@ -50,6 +56,7 @@ CREATE TABLE IF NOT EXISTS idem_records (
 ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS token text NOT NULL DEFAULT '';
 ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS note text NOT NULL DEFAULT '';
 ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS response_omitted boolean NOT NULL DEFAULT false;
+ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS xact xid8;
 -- ... and whose versions came from a counter per record: start the sequence
 -- above every version already written.
 SELECT setval('idem_records_version_seq', v, true)

@@ -1,0 +1,501 @@
+// Package canon decides whether encoding/json's encoding of a value holds
+// all of it, and writes a canonical encoding of every part of a value for
+// the runtime's fingerprint when it does not.
+//
+// encoding/json leaves out unexported fields, fields tagged `json:"-"`,
+// and fields of embedded structs that another field of the same JSON name
+// shadows or that conflict with one at the same depth. Two requests that
+// differ only there encode to the same JSON; a fingerprint of that JSON
+// would replay one request's answer to the other. [Info] tells, per type,
+// whether json's encoding covers every field (then the fingerprint stays
+// the SHA-256 of the JSON); [Write] encodes all of a value, each field by
+// its Go value, whatever its name or tag, and each value whose type has a
+// MarshalJSON or MarshalText (as json would call it) by that method's
+// bytes, so that time.Time and its kind are compared as json compares
+// them, not by their internals.
+package canon
+
+import (
+	"encoding"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Prefix starts every canonical encoding: a JSON encoding never starts
+// with it, so the two kinds of fingerprint never meet.
+const Prefix = "idem/fingerprint/v2\x00"
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// TypeInfo is what [Cache.Info] knows of a type.
+type TypeInfo struct {
+	// Covered: encoding/json's encoding of any value of the type holds
+	// every field of every struct in it, as far as the type tells.
+	Covered bool
+	// Dynamic: the type holds interfaces whose dynamic values json
+	// encodes; whether those are covered depends on the value
+	// ([ValueCovered]).
+	Dynamic bool
+}
+
+// Cache remembers [TypeInfo] by type. Its zero value is ready to use.
+type Cache struct {
+	m sync.Map // infoKey -> TypeInfo
+}
+
+type infoKey struct {
+	t    reflect.Type
+	addr bool
+}
+
+// Info returns what json's encoding of a value of t covers, t being
+// encoded as json.Marshal encodes a value (not addressable: a
+// MarshalJSON or MarshalText declared on *t is not called).
+func (c *Cache) Info(t reflect.Type) TypeInfo { return c.info(t, false) }
+
+func (c *Cache) info(t reflect.Type, addr bool) TypeInfo {
+	k := infoKey{t, addr}
+	if v, ok := c.m.Load(k); ok {
+		return v.(TypeInfo)
+	}
+	w := walker{seen: map[infoKey]bool{}}
+	ti := w.info(t, addr)
+	c.m.Store(k, ti)
+	return ti
+}
+
+// marshals reports whether json encodes a t (addressable or not) through
+// a method of its own.
+func marshals(t reflect.Type, addr bool) bool {
+	if t.Implements(jsonMarshaler) || t.Implements(textMarshaler) {
+		return true
+	}
+	if addr && t.Kind() != reflect.Pointer && t.Kind() != reflect.Interface {
+		pt := reflect.PointerTo(t)
+		return pt.Implements(jsonMarshaler) || pt.Implements(textMarshaler)
+	}
+	return false
+}
+
+type walker struct {
+	seen map[infoKey]bool // types being walked: a recursive type is as covered as the rest of it
+}
+
+func (w *walker) info(t reflect.Type, addr bool) TypeInfo {
+	if marshals(t, addr) {
+		return TypeInfo{Covered: true}
+	}
+	k := infoKey{t, addr}
+	if w.seen[k] {
+		return TypeInfo{Covered: true}
+	}
+	w.seen[k] = true
+	defer delete(w.seen, k)
+	switch t.Kind() {
+	case reflect.Interface:
+		return TypeInfo{Covered: true, Dynamic: true}
+	case reflect.Pointer, reflect.Slice:
+		return w.info(t.Elem(), true)
+	case reflect.Array:
+		return w.info(t.Elem(), addr)
+	case reflect.Map:
+		return w.info(t.Elem(), false)
+	case reflect.Struct:
+		return w.structInfo(t, addr)
+	}
+	// Scalars json encodes whole; chan, func, complex and unsafe.Pointer
+	// make json.Marshal fail, so no fingerprint is taken of them.
+	return TypeInfo{Covered: true}
+}
+
+// structInfo: every field must reach the encoding under a JSON name no
+// other field has (json drops shadowed and conflicting fields).
+func (w *walker) structInfo(t reflect.Type, addr bool) TypeInfo {
+	ti := TypeInfo{Covered: true}
+	names := map[string]bool{}
+	var fields func(t reflect.Type, addr bool, depth int)
+	fields = func(t reflect.Type, addr bool, depth int) {
+		if depth > 32 { // json's own embedding depth is bounded by the types; this is a guard
+			ti.Covered = false
+			return
+		}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			tag := f.Tag.Get("json")
+			if tag == "-" {
+				ti.Covered = false
+				continue
+			}
+			name, _, _ := strings.Cut(tag, ",")
+			ft, faddr := f.Type, addr
+			if f.Anonymous && name == "" {
+				if !f.IsExported() && ft.Kind() == reflect.Pointer {
+					ti.Covered = false // json leaves out an unexported embedded pointer
+					continue
+				}
+				et := ft
+				if et.Kind() == reflect.Pointer {
+					et, faddr = et.Elem(), true
+				}
+				if et.Kind() == reflect.Struct && !marshals(ft, addr) {
+					// json promotes the embedded struct's fields.
+					fields(et, faddr, depth+1)
+					continue
+				}
+				if !f.IsExported() {
+					ti.Covered = false // an unexported embedded non-struct: left out
+					continue
+				}
+			} else if !f.IsExported() {
+				ti.Covered = false
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			if names[name] {
+				ti.Covered = false // shadowed or conflicting: json keeps at most one
+			}
+			names[name] = true
+			fi := w.info(ft, addr)
+			ti.Covered = ti.Covered && fi.Covered
+			ti.Dynamic = ti.Dynamic || fi.Dynamic
+		}
+	}
+	fields(t, addr, 0)
+	return ti
+}
+
+// ValueCovered reports whether json's encoding of v (a value of a type
+// whose info is Covered and Dynamic) covers it: whether every dynamic
+// value of an interface in it is of a covered type.
+func (c *Cache) ValueCovered(v reflect.Value) bool { return c.valueCovered(v, false, 0) }
+
+func (c *Cache) valueCovered(v reflect.Value, addr bool, depth int) bool {
+	if depth > 1000 { // json.Marshal fails on deeper values (cycles) first
+		return false
+	}
+	t := v.Type()
+	ti := c.info(t, addr)
+	if !ti.Covered {
+		return false
+	}
+	if !ti.Dynamic {
+		return true
+	}
+	switch v.Kind() {
+	case reflect.Interface:
+		if v.IsNil() {
+			return true
+		}
+		return c.valueCovered(v.Elem(), false, depth+1)
+	case reflect.Pointer:
+		if v.IsNil() {
+			return true
+		}
+		return c.valueCovered(v.Elem(), true, depth+1)
+	case reflect.Slice, reflect.Array:
+		ea := addr || v.Kind() == reflect.Slice
+		for i := range v.Len() {
+			if !c.valueCovered(v.Index(i), ea, depth+1) {
+				return false
+			}
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			if !c.valueCovered(it.Value(), false, depth+1) {
+				return false
+			}
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			f := v.Field(i)
+			if c.info(f.Type(), addr).Dynamic && !c.valueCovered(f, addr, depth+1) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ErrNotComparable: a value holds a part no fingerprint can compare (a
+// func, a chan or an unsafe.Pointer that is not nil, or a cycle of
+// pointers), where json's encoding does not reach it.
+var ErrNotComparable = errors.New("cannot be compared by value")
+
+// Write writes the canonical encoding of v (after [Prefix]) to h. v is
+// encoded as json.Marshal would see it: MarshalJSON and MarshalText
+// declared on a pointer type are called where json calls them (on
+// addressable values: behind pointers, in slices).
+func Write(h hash.Hash, v reflect.Value) error {
+	_, _ = h.Write([]byte(Prefix))
+	e := encoder{h: h, path: map[ref]bool{}}
+	// An addressable copy, so that unexported fields can be read whole
+	// (their marshalers called) wherever they are.
+	c := reflect.New(v.Type()).Elem()
+	c.Set(v)
+	return e.value(c, false, nil)
+}
+
+type encoder struct {
+	h    hash.Hash
+	buf  [16]byte
+	path map[ref]bool // pointers being followed: a cycle is refused
+}
+
+// ref is a pointer being followed, with its type: a struct and its first
+// field share an address.
+type ref struct {
+	p unsafe.Pointer
+	t reflect.Type
+}
+
+// step is where a value is in the request, for errors: built on the way
+// down, rendered only when one is returned.
+type step struct {
+	up    *step
+	field string // a field's name, or "" for an index
+	index int    // -1 for a map's value
+}
+
+func (s *step) String() string {
+	if s == nil {
+		return "the request"
+	}
+	var parts []string
+	for ; s != nil; s = s.up {
+		switch {
+		case s.field != "":
+			parts = append(parts, "."+s.field)
+		case s.index < 0:
+			parts = append(parts, "[…]")
+		default:
+			parts = append(parts, fmt.Sprintf("[%d]", s.index))
+		}
+	}
+	slices.Reverse(parts)
+	return "field " + strings.TrimPrefix(strings.Join(parts, ""), ".")
+}
+
+func (e *encoder) tag(b byte) { e.buf[0] = b; _, _ = e.h.Write(e.buf[:1]) }
+func (e *encoder) u64(b byte, u uint64) {
+	e.buf[0] = b
+	binary.BigEndian.PutUint64(e.buf[1:9], u)
+	_, _ = e.h.Write(e.buf[:9])
+}
+func (e *encoder) bytes(b byte, p []byte) {
+	e.u64(b, uint64(len(p)))
+	_, _ = e.h.Write(p)
+}
+
+// readable returns v with its read-only mark cleared when v is addressable
+// (a field reached through unexported fields), so that its methods can be
+// called; the fingerprint only reads it.
+func readable(v reflect.Value) reflect.Value {
+	if v.CanInterface() || !v.CanAddr() {
+		return v
+	}
+	return reflect.NewAt(v.Type(), unsafe.Pointer(v.UnsafeAddr())).Elem()
+}
+
+// owned returns an addressable copy of v when v is a struct or an array
+// that is not addressable (a map's value, an interface's): its fields can
+// then be read whole.
+func owned(v reflect.Value) reflect.Value {
+	if v.CanAddr() || !v.CanInterface() || (v.Kind() != reflect.Struct && v.Kind() != reflect.Array) {
+		return v
+	}
+	c := reflect.New(v.Type()).Elem()
+	c.Set(v)
+	return c
+}
+
+func (e *encoder) value(v reflect.Value, addr bool, at *step) error {
+	v = readable(v)
+	t := v.Type()
+	if v.Kind() != reflect.Interface && v.CanInterface() {
+		if done, err := e.marshal(v, addr, at); done || err != nil {
+			return err
+		}
+	}
+	switch v.Kind() {
+	case reflect.Bool:
+		var b uint64
+		if v.Bool() {
+			b = 1
+		}
+		e.u64('b', b)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		e.u64('i', uint64(v.Int()))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		e.u64('u', v.Uint())
+	case reflect.Float32, reflect.Float64:
+		e.u64('f', math.Float64bits(v.Float()))
+	case reflect.Complex64, reflect.Complex128:
+		c := v.Complex()
+		e.u64('c', math.Float64bits(real(c)))
+		e.u64('c', math.Float64bits(imag(c)))
+	case reflect.String:
+		e.bytes('s', []byte(v.String()))
+	case reflect.Interface:
+		if v.IsNil() {
+			e.tag('n')
+			return nil
+		}
+		el := v.Elem()
+		e.bytes('I', []byte(typeName(el.Type())))
+		return e.value(owned(el), false, at)
+	case reflect.Pointer:
+		if v.IsNil() {
+			e.tag('n')
+			return nil
+		}
+		p := ref{v.UnsafePointer(), t}
+		if e.path[p] {
+			return fmt.Errorf("%s (%s): a cycle of pointers %w", at, t, ErrNotComparable)
+		}
+		e.path[p] = true
+		defer delete(e.path, p)
+		e.tag('p')
+		return e.value(v.Elem(), true, at)
+	case reflect.Slice:
+		if v.IsNil() {
+			e.tag('n')
+			return nil
+		}
+		if t.Elem().Kind() == reflect.Uint8 && !marshals(t.Elem(), true) {
+			e.bytes('B', v.Bytes())
+			return nil
+		}
+		p := ref{v.UnsafePointer(), t}
+		if v.Len() > 0 && e.path[p] {
+			return fmt.Errorf("%s (%s): a cycle through a slice %w", at, t, ErrNotComparable)
+		}
+		if v.Len() > 0 {
+			e.path[p] = true
+			defer delete(e.path, p)
+		}
+		e.u64('l', uint64(v.Len()))
+		for i := range v.Len() {
+			if err := e.value(v.Index(i), true, &step{up: at, index: i}); err != nil {
+				return err
+			}
+		}
+	case reflect.Array:
+		e.u64('a', uint64(v.Len()))
+		for i := range v.Len() {
+			if err := e.value(v.Index(i), addr, &step{up: at, index: i}); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		return e.mapValue(v, at)
+	case reflect.Struct:
+		e.u64('S', uint64(v.NumField()))
+		for i := range v.NumField() {
+			if err := e.value(v.Field(i), addr, &step{up: at, field: t.Field(i).Name}); err != nil {
+				return err
+			}
+		}
+	default: // chan, func, unsafe.Pointer
+		if v.IsNil() {
+			e.tag('n')
+			return nil
+		}
+		return fmt.Errorf("%s (%s): a %s %w; set the call's Fingerprint, or keep it out of the request type", at, t, v.Kind(), ErrNotComparable)
+	}
+	return nil
+}
+
+// marshal encodes v by its MarshalJSON or MarshalText when json would.
+func (e *encoder) marshal(v reflect.Value, addr bool, at *step) (bool, error) {
+	t := v.Type()
+	var m reflect.Value
+	switch {
+	case t.Implements(jsonMarshaler) || t.Implements(textMarshaler):
+		m = v
+	case addr && v.CanAddr() && t.Kind() != reflect.Pointer && marshals(t, true):
+		m = v.Addr()
+	default:
+		return false, nil
+	}
+	if m.Kind() == reflect.Pointer && m.IsNil() {
+		e.tag('n')
+		return true, nil
+	}
+	if jm, ok := m.Interface().(json.Marshaler); ok {
+		b, err := jm.MarshalJSON()
+		if err != nil {
+			return true, fmt.Errorf("%s (%s): MarshalJSON: %w", at, t, err)
+		}
+		e.bytes('J', b)
+		return true, nil
+	}
+	b, err := m.Interface().(encoding.TextMarshaler).MarshalText()
+	if err != nil {
+		return true, fmt.Errorf("%s (%s): MarshalText: %w", at, t, err)
+	}
+	e.bytes('T', b)
+	return true, nil
+}
+
+// mapValue encodes a map's entries in the order of their keys' encodings.
+func (e *encoder) mapValue(v reflect.Value, at *step) error {
+	if v.IsNil() {
+		e.tag('n')
+		return nil
+	}
+	type entry struct {
+		key []byte
+		val reflect.Value
+	}
+	entries := make([]entry, 0, v.Len())
+	for it := v.MapRange(); it.Next(); {
+		kh := &collect{}
+		ke := encoder{h: kh, path: e.path}
+		if err := ke.value(owned(it.Key()), false, &step{up: at, index: -1}); err != nil {
+			return err
+		}
+		entries = append(entries, entry{kh.b, it.Value()})
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(string(a.key), string(b.key)) })
+	e.u64('m', uint64(len(entries)))
+	for _, en := range entries {
+		_, _ = e.h.Write(en.key)
+		if err := e.value(owned(en.val), false, &step{up: at, index: -1}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// collect is a hash.Hash that keeps what is written (a map key's
+// encoding, to sort by).
+type collect struct{ b []byte }
+
+func (c *collect) Write(p []byte) (int, error) { c.b = append(c.b, p...); return len(p), nil }
+func (c *collect) Sum(b []byte) []byte         { return append(b, c.b...) }
+func (c *collect) Reset()                      { c.b = c.b[:0] }
+func (c *collect) Size() int                   { return len(c.b) }
+func (c *collect) BlockSize() int              { return 1 }
+
+// typeName names a dynamic type with its package path, so that two types
+// of one name in two packages differ.
+func typeName(t reflect.Type) string {
+	if t.Name() != "" && t.PkgPath() != "" {
+		return t.PkgPath() + "." + t.Name()
+	}
+	return t.String()
+}

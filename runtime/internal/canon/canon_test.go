@@ -1,0 +1,144 @@
+package canon
+
+import (
+	"crypto/sha256"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+type (
+	allExported struct {
+		A string `json:"a,omitempty"`
+		B []int
+		C map[string]*allExported
+		T time.Time
+	}
+	dash struct {
+		A, B string `json:"-"`
+	}
+	unexported struct {
+		A string
+		b int
+	}
+	Base      struct{ Note string }
+	shadowing struct {
+		Base
+		Note string
+	}
+	promoted struct {
+		Base
+		Amount int
+	}
+	withAny  struct{ V any }
+	ptrText  struct{ s string }
+	holdsPtr struct{ P ptrText }
+	embPtr   struct{ *base }
+	base     struct{ N int }
+	recur    struct{ Next *recur }
+)
+
+func (p *ptrText) MarshalText() ([]byte, error) { return []byte(p.s), nil }
+
+func TestInfo(t *testing.T) {
+	tests := []struct {
+		v                any
+		covered, dynamic bool
+	}{
+		{allExported{}, true, false},
+		{dash{}, false, false},
+		{unexported{}, false, false},
+		{shadowing{}, false, false},
+		{promoted{}, true, false},
+		{withAny{}, true, true},
+		{holdsPtr{}, false, false}, // json encodes P as {} (not addressable): s is left out
+		{&holdsPtr{}, true, false}, // through a pointer P is addressable: MarshalText
+		{embPtr{}, false, false},   // json leaves out an unexported embedded pointer
+		{recur{}, true, false},
+		{[]unexported{}, false, false},
+		{map[string]any{}, true, true},
+	}
+	var c Cache
+	for _, tc := range tests {
+		got := c.Info(reflect.TypeOf(tc.v))
+		if got.Covered != tc.covered || got.Dynamic != tc.dynamic {
+			t.Errorf("%T: %+v, want covered %v, dynamic %v", tc.v, got, tc.covered, tc.dynamic)
+		}
+	}
+	// Two fields of one JSON name (vet refuses it in source): json drops both.
+	str := reflect.TypeFor[string]()
+	conflict := reflect.StructOf([]reflect.StructField{{Name: "X", Type: str, Tag: `json:"x"`}, {Name: "Y", Type: str, Tag: `json:"x"`}})
+	if c.Info(conflict).Covered {
+		t.Errorf("%v: covered, want not", conflict)
+	}
+	if !c.ValueCovered(reflect.ValueOf(withAny{V: allExported{}})) || c.ValueCovered(reflect.ValueOf(withAny{V: dash{}})) {
+		t.Error("ValueCovered: an interface holding a covered value must be covered, one holding dash not")
+	}
+}
+
+func sum(t *testing.T, v any) ([]byte, error) {
+	t.Helper()
+	h := sha256.New()
+	err := Write(h, reflect.ValueOf(v))
+	return h.Sum(nil), err
+}
+
+func TestWriteRefuses(t *testing.T) {
+	type withFunc struct{ f func() }
+	type withChan struct {
+		A  int
+		ch chan int
+	}
+	loop := &recur{}
+	loop.Next = loop
+	tests := []struct {
+		v    any
+		want string
+	}{
+		{withFunc{f: func() {}}, "field f (func()): a func cannot be compared by value"},
+		{withChan{ch: make(chan int)}, "field ch (chan int): a chan cannot be compared by value"},
+		{loop, "field Next (*canon.recur): a cycle of pointers cannot be compared by value"},
+	}
+	for _, tc := range tests {
+		_, err := sum(t, tc.v)
+		if !errors.Is(err, ErrNotComparable) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%T: %v, want %q", tc.v, err, tc.want)
+		}
+	}
+	if _, err := sum(t, withFunc{}); err != nil {
+		t.Errorf("a nil func: %v", err)
+	}
+}
+
+// Values that differ only in what json ignores of them compare alike: a
+// time by its instant and zone as MarshalJSON writes it (not its monotonic
+// reading), map entries in any order.
+func TestWriteEqualValues(t *testing.T) {
+	now := time.Now()
+	a, _ := sum(t, unexported{A: now.Format(time.RFC3339), b: 1})
+	b, _ := sum(t, unexported{A: now.Format(time.RFC3339), b: 1})
+	if string(a) != string(b) {
+		t.Error("equal values, different sums")
+	}
+	type at struct{ when time.Time }
+	x, _ := sum(t, at{now})
+	y, _ := sum(t, at{now.Round(0)})
+	if string(x) != string(y) {
+		t.Error("a time with and without its monotonic reading: different sums")
+	}
+	m1 := map[string]int{}
+	m2 := map[string]int{}
+	for i := range 50 {
+		m1[string(rune('a'+i))] = i
+	}
+	for i := 49; i >= 0; i-- {
+		m2[string(rune('a'+i))] = i
+	}
+	p, _ := sum(t, struct{ m map[string]int }{m1})
+	q, _ := sum(t, struct{ m map[string]int }{m2})
+	if string(p) != string(q) {
+		t.Error("equal maps, different sums")
+	}
+}
