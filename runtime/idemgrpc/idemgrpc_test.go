@@ -431,3 +431,32 @@ func TestNewKey(t *testing.T) {
 		t.Fatalf("keys %q %q", a, b)
 	}
 }
+
+// The :authority a client sends (the host's case, a port, a trailing dot,
+// another name for the same service) is no part of a call's identity: the
+// operation is the method, the fingerprint the method and the message. On
+// every store.
+func TestAuthorityIsNoPartOfTheIdentity(t *testing.T) {
+	for _, st := range teststores.All() {
+		t.Run(st.Name, func(t *testing.T) {
+			f := start(t, setup{store: st.New(t)})
+			ctx := context.Background()
+			tenant := teststores.Unique()
+			var first *structpb.Struct
+			for i, authority := range []string{"api.example", "API.Example", "api.example:443", "api.example.", "payments.internal:8443"} {
+				got := f.call(t, ctx, call{tenant: tenant, keys: []string{"k1"}, cents: 100}, grpc.CallAuthority(authority))
+				if got.err != nil {
+					t.Fatalf("%s: %v", authority, got.err)
+				}
+				if i == 0 {
+					first = got.resp
+				} else if !got.replayed || !proto.Equal(got.resp, first) {
+					t.Fatalf("%s: %v (replayed %v); want the replay of %v", authority, got.resp, got.replayed, first)
+				}
+			}
+			if n := f.runs.Load(); n != 1 {
+				t.Fatalf("handler ran %d times", n)
+			}
+		})
+	}
+}

@@ -373,7 +373,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sum := sha256.Sum256(body)
 	var sumHex [2 * sha256.Size]byte
 	hex.Encode(sumHex[:], sum[:])
-	rq := request{Method: r.Method, Target: idname.Fit(target, 1024), BodyLen: len(body), BodySHA256: string(sumHex[:])}
+	// The target as one spelling (see canonicalEscapes); the query sees
+	// it as sent (URL, below).
+	rq := request{Method: r.Method, Target: idname.Fit(canonicalEscapes(target), 1024), BodyLen: len(body), BodySHA256: string(sumHex[:])}
 	op := m.operationOf(r, origPath)
 	if idScope != scope {
 		x.scope, x.rescope = scope, true
@@ -725,7 +727,7 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 		// the middleware cannot see (a mount "/api/", a catch-all
 		// "/{rest...}", "/"): that handler may route by path or by host, so
 		// the request as the client sent it is the operation.
-		return idname.Fit(r.Method+" "+r.Host+origPath, runtime.MaxKeyLen)
+		return idname.Fit(r.Method+" "+canonicalHost(r.Host, r.TLS != nil)+canonicalEscapes(origPath), runtime.MaxKeyLen)
 	}
 	cur := r.URL.EscapedPath()
 	switch {
@@ -734,11 +736,11 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 	case strings.HasSuffix(origPath, cur) && matches(path, cur):
 		// Mounted under a prefix (http.StripPrefix): the operation is the
 		// route as the client sees it, "POST /refunds/{id}".
-		return idname.Fit(method+" "+host+strings.TrimSuffix(origPath, cur)+path, runtime.MaxKeyLen)
+		return idname.Fit(method+" "+host+canonicalEscapes(strings.TrimSuffix(origPath, cur))+path, runtime.MaxKeyLen)
 	default:
 		// The path was rewritten some other way: the pattern alone would
 		// name two different routes alike, so the client's path goes in.
-		return idname.Fit(method+" "+host+path+" at "+origPath, runtime.MaxKeyLen)
+		return idname.Fit(method+" "+host+path+" at "+canonicalEscapes(origPath), runtime.MaxKeyLen)
 	}
 	return m.ops.name(method, rest, func() string { return idname.Fit(method+" "+host+path, runtime.MaxKeyLen) })
 }

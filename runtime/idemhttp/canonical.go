@@ -1,0 +1,127 @@
+package idemhttp
+
+import (
+	"net"
+	"strings"
+
+	"golang.org/x/net/idna"
+)
+
+// A request's identity must not depend on how its client spelled the same
+// thing: "API.example", "api.example:80" and "api.example." name one host,
+// and "/a%5Fb", "/a_b" one path (RFC 3986, 6.2.2 and 6.2.3; RFC 9110,
+// 4.2.3). canonicalHost and canonicalEscapes give each one spelling; the
+// operation (for a route no pattern pins) and the fingerprint's target use
+// them, the handler and a query still see the request as it was sent.
+
+// canonicalHost returns host (a Host header: a name or an IP literal, and
+// an optional port) lower-cased, without a trailing dot, without the port
+// when it is the default of the request's scheme (443 with TLS, 80
+// without), and an internationalised name as its A-label ("xn--…"). A host
+// already in that form is returned as it is, without allocating.
+func canonicalHost(host string, tls bool) string {
+	if plainHost(host) {
+		return host
+	}
+	name, port := host, ""
+	if h, p, err := net.SplitHostPort(host); err == nil {
+		name, port = h, p
+		if strings.IndexByte(name, ':') >= 0 {
+			name = "[" + name + "]" // an IPv6 literal keeps its brackets
+		}
+	} else if strings.HasSuffix(host, ":") {
+		name = host[:len(host)-1] // an empty port is no port (RFC 3986, 6.2.3)
+	}
+	if (tls && port == "443") || (!tls && port == "80") {
+		port = ""
+	}
+	name = strings.TrimSuffix(name, ".")
+	if a, err := idna.Lookup.ToASCII(name); err == nil && a != "" {
+		name = a // lower-cases too
+	} else {
+		name = strings.ToLower(name)
+	}
+	if port != "" {
+		return name + ":" + port
+	}
+	return name
+}
+
+// plainHost reports whether host is lower-case ASCII letters, digits, '-'
+// and inner dots, with a port other than 80 and 443 or none: the form
+// canonicalHost gives, reached without parsing.
+func plainHost(host string) bool {
+	name, port, hasPort := strings.Cut(host, ":")
+	if name == "" || name[len(name)-1] == '.' || (hasPort && (port == "" || port == "80" || port == "443")) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	if strings.HasPrefix(name, "xn--") || strings.Contains(name, ".xn--") {
+		return false // an A-label: let idna check it is valid
+	}
+	for i := 0; i < len(port); i++ {
+		if port[i] < '0' || port[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalEscapes returns s (an escaped path or target) with each
+// percent-encoded unreserved character (letters, digits, "-._~") decoded
+// and the hex digits of every other escape upper-cased. s without '%' is
+// returned as it is. A '%' that starts no valid escape is kept.
+func canonicalEscapes(s string) string {
+	i := strings.IndexByte(s, '%')
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	b.WriteString(s[:i])
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c != '%' || i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+			b.WriteByte(c)
+			continue
+		}
+		d := unhex(s[i+1])<<4 | unhex(s[i+2])
+		if unreserved(d) {
+			b.WriteByte(d)
+		} else {
+			b.WriteByte('%')
+			b.WriteByte(upper(s[i+1]))
+			b.WriteByte(upper(s[i+2]))
+		}
+		i += 2
+	}
+	return b.String()
+}
+
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+func upper(c byte) byte {
+	if 'a' <= c && c <= 'f' {
+		return c - 'a' + 'A'
+	}
+	return c
+}
