@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -52,8 +53,19 @@ type TypeInfo struct {
 
 // Cache remembers [TypeInfo] by type. Its zero value is ready to use.
 type Cache struct {
-	m sync.Map // infoKey -> TypeInfo
+	// recent holds the first maxRecent request types [Cache.Info] was
+	// asked about: a service has a few, and comparing them beats hashing
+	// a reflect.Type into m on every call.
+	recent atomic.Pointer[[]recentInfo]
+	m      sync.Map // infoKey -> TypeInfo
 }
+
+type recentInfo struct {
+	t  reflect.Type
+	ti TypeInfo
+}
+
+const maxRecent = 16
 
 type infoKey struct {
 	t    reflect.Type
@@ -63,7 +75,36 @@ type infoKey struct {
 // Info returns what json's encoding of a value of t covers, t being
 // encoded as json.Marshal encodes a value (not addressable: a
 // MarshalJSON or MarshalText declared on *t is not called).
-func (c *Cache) Info(t reflect.Type) TypeInfo { return c.info(t, false) }
+func (c *Cache) Info(t reflect.Type) TypeInfo {
+	r := c.recent.Load()
+	if r != nil {
+		for i := range *r {
+			if (*r)[i].t == t {
+				return (*r)[i].ti
+			}
+		}
+	}
+	ti := c.info(t, false)
+	for {
+		var n []recentInfo
+		if r != nil {
+			if len(*r) >= maxRecent {
+				return ti
+			}
+			n = append(n, *r...)
+		}
+		n = append(n, recentInfo{t, ti})
+		if c.recent.CompareAndSwap(r, &n) {
+			return ti
+		}
+		r = c.recent.Load()
+		for i := range *r {
+			if (*r)[i].t == t {
+				return ti
+			}
+		}
+	}
+}
 
 func (c *Cache) info(t reflect.Type, addr bool) TypeInfo {
 	k := infoKey{t, addr}

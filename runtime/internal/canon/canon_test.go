@@ -142,3 +142,38 @@ func TestWriteEqualValues(t *testing.T) {
 		t.Error("equal maps, different sums")
 	}
 }
+
+// Info from many goroutines, over more types than the recent list holds,
+// answers as one walker would (run with -race).
+func TestInfoConcurrent(t *testing.T) {
+	types := []reflect.Type{reflect.TypeFor[allExported](), reflect.TypeFor[dash](), reflect.TypeFor[withAny]()}
+	for i := range 20 {
+		types = append(types, reflect.ArrayOf(i+1, reflect.TypeFor[unexported]()), reflect.ArrayOf(i+1, reflect.TypeFor[int]()))
+	}
+	var c Cache
+	var want []TypeInfo
+	for _, typ := range types {
+		w := walker{seen: map[infoKey]bool{}}
+		want = append(want, w.info(typ, false))
+	}
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for round := range 3 {
+				for i := range types {
+					j := (i + g + round) % len(types)
+					if got := c.Info(types[j]); got != want[j] {
+						t.Errorf("%v: %+v, want %+v", types[j], got, want[j])
+					}
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	if n := len(*c.recent.Load()); n != maxRecent {
+		t.Errorf("recent holds %d types, want %d", n, maxRecent)
+	}
+}
