@@ -1,0 +1,74 @@
+package runtime_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/memstore"
+)
+
+// lateRenewReply applies the first renewal at once and holds its reply
+// back for delay; every later renewal is lost in the network (it never
+// answers). The store's lease then ends at the first renewal's expiry.
+type lateRenewReply struct {
+	runtime.Store
+	delay  time.Duration
+	n      atomic.Int32
+	expiry atomic.Pointer[time.Time] // what the first renewal granted
+}
+
+func (s *lateRenewReply) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
+	if s.n.Add(1) > 1 {
+		<-ctx.Done()
+		return time.Time{}, ctx.Err()
+	}
+	exp, err := s.Store.Renew(ctx, p)
+	if err == nil {
+		s.expiry.Store(&exp)
+	}
+	select {
+	case <-time.After(s.delay):
+		return exp, err
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
+
+// The lease rule: a renewal confirms the lease from when it was sent, not
+// from when its reply came back. Schedule: the first renewal is applied by
+// the store at once and its reply arrives 0.45 lease later; no renewal
+// answers after it. The store's lease ends one lease after that renewal
+// reached it; the worker must stop its effect a tenth of a lease before
+// then. Trusting the reply's arrival instead would keep the effect running
+// 0.35 lease past the store's expiry, beside a worker that took over. The
+// bound checked is the expiry plus a tenth of a lease, for a loaded
+// machine's timers.
+func TestLeaseConfirmedFromTheRenewalsSending(t *testing.T) {
+	const lease = 2 * time.Second
+	store := &lateRenewReply{Store: memstore.New(), delay: lease * 45 / 100}
+	rt, err := runtime.New(store, runtime.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopped time.Time
+	_, err = runtime.Do(reviewCtx(), rt, runtime.Call[reviewReq, string]{Operation: "Lease.LateReply", Key: "k", Request: reviewReq{1},
+		Effect: func(ctx context.Context, r reviewReq) (string, error) {
+			<-ctx.Done() // a long effect that honours its context
+			stopped = time.Now()
+			return "", context.Cause(ctx)
+		}})
+	if err == nil {
+		t.Fatal("the effect's lease could not be confirmed, yet the call succeeded")
+	}
+	exp := store.expiry.Load()
+	if exp == nil {
+		t.Fatal("no renewal reached the store")
+	}
+	if late := stopped.Sub(*exp); late > lease/10 {
+		t.Fatalf("the effect ran %v past the store's expiry of its lease (bound: a tenth of the lease): a takeover would have run beside it", late.Round(time.Millisecond))
+	}
+	t.Logf("effect stopped %v before the store's expiry", exp.Sub(stopped).Round(time.Millisecond))
+}
