@@ -72,3 +72,51 @@ func TestLeaseConfirmedFromTheRenewalsSending(t *testing.T) {
 	}
 	t.Logf("effect stopped %v before the store's expiry", exp.Sub(stopped).Round(time.Millisecond))
 }
+
+// silentRenewals is a store whose renewals are all lost in the network:
+// they never answer.
+type silentRenewals struct{ runtime.Store }
+
+func (silentRenewals) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
+	<-ctx.Done()
+	return time.Time{}, ctx.Err()
+}
+
+// The lease rule's margin: a worker that cannot confirm its lease stops
+// its effect a tenth of the lease before the lease could expire, so that a
+// worker taking over at the store's expiry never runs beside it. Schedule:
+// no renewal ever answers; the effect's context must be done by the
+// claim's expiry in the store less half the margin (the other half is for
+// a loaded machine's timers).
+func TestLeaseMarginStopsTheEffectBeforeExpiry(t *testing.T) {
+	const lease = 3 * time.Second
+	mem := memstore.New()
+	rt, err := runtime.New(silentRenewals{mem}, runtime.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := reviewCtx()
+	var stopped, expiry time.Time
+	_, err = runtime.Do(ctx, rt, runtime.Call[reviewReq, string]{Operation: "Lease.Margin", Key: "k", Request: reviewReq{1},
+		Effect: func(ectx context.Context, r reviewReq) (string, error) {
+			a, _ := runtime.AttemptFrom(ectx)
+			rec, err := mem.Get(ctx, a.ID)
+			if err != nil {
+				return "", err
+			}
+			expiry = rec.LeaseExpiresAt
+			<-ectx.Done()
+			stopped = time.Now()
+			return "", context.Cause(ectx)
+		}})
+	if err == nil {
+		t.Fatal("no renewal answered, yet the call succeeded")
+	}
+	if expiry.IsZero() {
+		t.Fatalf("the effect did not read its record: %v", err)
+	}
+	if early := expiry.Sub(stopped); early < lease/20 {
+		t.Fatalf("the effect stopped %v before the store's expiry of its lease, want at least %v (the margin is %v)",
+			early.Round(time.Millisecond), lease/20, lease/10)
+	}
+}
