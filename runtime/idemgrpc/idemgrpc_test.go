@@ -174,6 +174,10 @@ func (f *fixture) charge(ctx context.Context, in *structpb.Struct) (*structpb.St
 		if n == 1 {
 			return nil, status.Error(codes.Unavailable, "database down")
 		}
+	case "aborted-once": // a transaction conflict: nothing was done
+		if n == 1 {
+			return nil, status.Error(codes.Aborted, "serialization failure, retry")
+		}
 	case "notfound":
 		st, _ := status.New(codes.NotFound, "no such card").WithDetails(&errdetails.ResourceInfo{ResourceType: "card", ResourceName: "card_1"})
 		return nil, st.Err()
@@ -458,5 +462,20 @@ func TestAuthorityIsNoPartOfTheIdentity(t *testing.T) {
 				t.Fatalf("handler ran %d times", n)
 			}
 		})
+	}
+}
+
+// A handler's Aborted (a conflict: nothing was done, the call may be
+// retried) releases the key: the retry runs the handler again.
+func TestAbortedReleasesKey(t *testing.T) {
+	f := start(t, setup{store: memstore.New()})
+	ctx := context.Background()
+	first := f.call(t, ctx, call{tenant: "t1", keys: []string{"k1"}, mode: "aborted-once", cents: 5})
+	if status.Code(first.err) != codes.Aborted {
+		t.Fatalf("first: %v, want Aborted", first.err)
+	}
+	again := f.call(t, ctx, call{tenant: "t1", keys: []string{"k1"}, mode: "aborted-once", cents: 5})
+	if again.err != nil || again.replayed || f.runs.Load() != 2 {
+		t.Fatalf("retry: %v (replayed %v, runs %d); want the handler run again", again.err, again.replayed, f.runs.Load())
 	}
 }

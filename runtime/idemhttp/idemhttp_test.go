@@ -113,18 +113,22 @@ func TestStatuses(t *testing.T) {
 }
 
 func TestServerErrorReleasesKey(t *testing.T) {
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request, n int32) {
-		if n == 1 {
-			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		charge(w, r, n)
-	}, nil)
-	if got := send(t, s, "POST", "k1", "acme", `{}`); got.status != http.StatusServiceUnavailable {
-		t.Fatalf("first: %d %s", got.status, got.body)
-	}
-	if got := send(t, s, "POST", "k1", "acme", `{}`); got.status != http.StatusCreated || s.runs.Load() != 2 {
-		t.Fatalf("retry: %d %s (runs %d)", got.status, got.body, s.runs.Load())
+	for _, status := range []int{http.StatusInternalServerError, http.StatusServiceUnavailable} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			s := newServer(t, func(w http.ResponseWriter, r *http.Request, n int32) {
+				if n == 1 {
+					http.Error(w, "database unavailable", status)
+					return
+				}
+				charge(w, r, n)
+			}, nil)
+			if got := send(t, s, "POST", "k1", "acme", `{}`); got.status != status {
+				t.Fatalf("first: %d %s", got.status, got.body)
+			}
+			if got := send(t, s, "POST", "k1", "acme", `{}`); got.status != http.StatusCreated || s.runs.Load() != 2 {
+				t.Fatalf("retry after %d: %d %s (runs %d); want the handler run again", status, got.status, got.body, s.runs.Load())
+			}
+		})
 	}
 }
 

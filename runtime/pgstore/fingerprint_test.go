@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -59,5 +60,47 @@ func TestDoTxFingerprintCoversWhatJSONSkips(t *testing.T) {
 	}
 	if runs != 1 {
 		t.Fatalf("effect ran %d times, want 1", runs)
+	}
+}
+
+// A DoTx whose key another DoTx holds in flight with another request is
+// told ErrKeyReused at once: it does not wait for the first to finish.
+func TestDoTxKeyReusedWhileInFlight(t *testing.T) {
+	p := testPool(t)
+	rt, err := runtime.New(pgstore.New(p), runtime.WithMaxWait(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := scopedCtx(t.Name())
+	started, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			_, err := pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[cardReq, string]{Operation: "T.InFlight", Key: "k", Request: cardReq{100, "4111"},
+				Effect: func(context.Context, pgx.Tx, cardReq) (string, error) {
+					close(started)
+					<-release
+					return "charged", nil
+				}})
+			return err
+		})
+	}()
+	<-started
+	begin := time.Now()
+	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+		_, err := pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[cardReq, string]{Operation: "T.InFlight", Key: "k", Request: cardReq{999, "4111"},
+			Effect: func(context.Context, pgx.Tx, cardReq) (string, error) {
+				t.Error("the second effect ran")
+				return "", nil
+			}})
+		return err
+	})
+	waited := time.Since(begin)
+	close(release)
+	if !errors.Is(err, runtime.ErrKeyReused) || waited > time.Second {
+		t.Fatalf("another request while the first is in flight: %v after %v; want ErrKeyReused at once", err, waited.Round(time.Millisecond))
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
 	}
 }
