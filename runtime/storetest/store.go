@@ -22,6 +22,7 @@ func RunStore(t *testing.T, newStore NewStore) {
 		{"RenewKeepsVersion", testRenew},
 		{"ReleaseIsCAS", testRelease},
 		{"TakeoverAfterLeaseExpiry", testTakeover},
+		{"TakeoverBySameOwnerFencesTheOldVersion", testTakeoverSameOwner},
 		{"TakeoverRace", testTakeoverRace},
 		{"ClaimRace", testClaimRace},
 		{"TakeoverNeedsSameFingerprint", testTakeoverFingerprint},
@@ -234,6 +235,34 @@ func testTakeover(t *testing.T, s runtime.Store) {
 	}
 	if _, err := s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: "w2", Version: rec.Version, To: runtime.StateSuccess, TTL: time.Hour, Response: []byte(`1`)}); err != nil {
 		t.Fatalf("new owner's completion: %v", err)
+	}
+}
+
+// testTakeoverSameOwner: two calls of one process write under one owner
+// id; when the second takes over the first's expired claim, only the
+// version tells their writes apart, and every write of the first (renew,
+// completion, release) must be refused.
+func testTakeoverSameOwner(t *testing.T, s runtime.Store) {
+	ctx := context.Background()
+	id := ident(t, "k1")
+	old := mustClaim(t, s, claimParams(id, "proc", shortLease))
+	sleep(2 * shortLease)
+	rec := mustClaim(t, s, claimParams(id, "proc", longLease))
+	if rec.Version <= old.Version || rec.Takeovers != 1 {
+		t.Fatalf("takeover by the same owner: %+v (old version %d)", rec, old.Version)
+	}
+	if _, err := s.Renew(ctx, runtime.RenewParams{ID: id, State: runtime.StateProcessing, Owner: "proc", Version: old.Version, Lease: longLease}); !errors.Is(err, runtime.ErrLeaseLost) {
+		t.Fatalf("the first call's renew, same owner, old version: %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: "proc", Version: old.Version, To: runtime.StateSuccess, TTL: time.Hour, Response: []byte("stale")}); !errors.Is(err, runtime.ErrLeaseLost) {
+		t.Fatalf("the first call's completion, same owner, old version: %v, want ErrLeaseLost", err)
+	}
+	if err := s.Release(ctx, runtime.ReleaseParams{ID: id, State: runtime.StateProcessing, Owner: "proc", Version: old.Version}); !errors.Is(err, runtime.ErrLeaseLost) {
+		t.Fatalf("the first call's release, same owner, old version: %v, want ErrLeaseLost", err)
+	}
+	got, err := s.Get(ctx, id)
+	if err != nil || got.Version != rec.Version || got.State != runtime.StateProcessing || !got.LeaseExpiresAt.Equal(rec.LeaseExpiresAt) {
+		t.Fatalf("stale writes changed the record: %+v, %v (want version %d, lease until %v)", got, err, rec.Version, rec.LeaseExpiresAt)
 	}
 }
 
