@@ -45,6 +45,10 @@ type Store struct {
 	// beforeSuccess, when set (tests only), runs in DoTx after the effect
 	// returned and before SUCCESS is written in the caller's transaction.
 	beforeSuccess func()
+	// beforeTakeover, when set (tests only), runs in Claim between the
+	// read that found a record to take over and the takeover's
+	// compare-and-set.
+	beforeTakeover func()
 }
 
 // Option configures a [Store].
@@ -217,6 +221,9 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 		s.order.Found()
 		if !takeable(&rec, p) {
 			return runtime.ClaimResult{Record: rec}, nil
+		}
+		if s.beforeTakeover != nil {
+			s.beforeTakeover()
 		}
 		taken, err := q.ClaimExisting(ctx, db.ClaimExistingParams{
 			Fingerprint: p.Fingerprint, Owner: p.Owner, Lease: interval(p.Lease), Request: p.Request,
