@@ -2,6 +2,8 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,7 +93,10 @@ func (silentRenewals) Renew(ctx context.Context, p runtime.RenewParams) (time.Ti
 func TestLeaseMarginStopsTheEffectBeforeExpiry(t *testing.T) {
 	const lease = 3 * time.Second
 	mem := memstore.New()
-	rt, err := runtime.New(silentRenewals{mem}, runtime.WithLease(lease))
+	var mu sync.Mutex
+	kinds := map[runtime.EventKind]int{}
+	observe := runtime.ObserverFunc(func(_ context.Context, e runtime.Event) { mu.Lock(); kinds[e.Kind]++; mu.Unlock() })
+	rt, err := runtime.New(silentRenewals{mem}, runtime.WithLease(lease), runtime.WithObserver(observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +116,17 @@ func TestLeaseMarginStopsTheEffectBeforeExpiry(t *testing.T) {
 		}})
 	if err == nil {
 		t.Fatal("no renewal answered, yet the call succeeded")
+	}
+	// Nobody took over: the outcome is unknown (the effect may have
+	// happened), not a lease lost to another worker, for the caller and
+	// for the observer.
+	if !errors.Is(err, runtime.ErrOutcomeUnknown) {
+		t.Fatalf("effect stopped for want of a confirmed lease, nobody took over: %v; want ErrOutcomeUnknown", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if kinds[runtime.EventLeaseLost] > 0 || kinds[runtime.EventUnknown] == 0 {
+		t.Fatalf("events %v: want EventUnknown and no EventLeaseLost (nobody took over)", kinds)
 	}
 	if expiry.IsZero() {
 		t.Fatalf("the effect did not read its record: %v", err)
