@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,5 +135,43 @@ func TestLeaseMarginStopsTheEffectBeforeExpiry(t *testing.T) {
 	if early := expiry.Sub(stopped); early < lease/20 {
 		t.Fatalf("the effect stopped %v before the store's expiry of its lease, want at least %v (the margin is %v)",
 			early.Round(time.Millisecond), lease/20, lease/10)
+	}
+}
+
+// takenRenewals is a store whose renewals find the lease taken over.
+type takenRenewals struct{ runtime.Store }
+
+func (takenRenewals) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
+	return time.Time{}, fmt.Errorf("renew %s: %w", p.ID.Key, runtime.ErrLeaseLost)
+}
+
+// A renewal that finds the lease taken over stops the effect at once, with
+// ErrLeaseLost as its context's cause, not when the lease would have run
+// out unconfirmed (a worker that took over is running the effect already).
+func TestLeaseLostAtRenewalStopsTheEffect(t *testing.T) {
+	const lease = 3 * time.Second
+	rt, err := runtime.New(takenRenewals{memstore.New()}, runtime.WithLease(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran time.Duration
+	var cause error
+	_, err = runtime.Do(reviewCtx(), rt, runtime.Call[reviewReq, string]{Operation: "Lease.Taken", Key: "k", Request: reviewReq{1},
+		Effect: func(ctx context.Context, r reviewReq) (string, error) {
+			start := time.Now()
+			select {
+			case <-ctx.Done():
+			case <-time.After(2 * lease):
+			}
+			ran, cause = time.Since(start), context.Cause(ctx)
+			return "", cause
+		}})
+	if err == nil {
+		t.Fatal("the lease was taken over, yet the call succeeded")
+	}
+	// The first renewal is due a third of the lease in; the unconfirmed
+	// lease would stop the effect at nine tenths.
+	if ran > lease*6/10 || !errors.Is(cause, runtime.ErrLeaseLost) {
+		t.Fatalf("the effect ran %v (cause %v); want it stopped at the first renewal, a third of the lease in, with ErrLeaseLost", ran.Round(time.Millisecond), cause)
 	}
 }
