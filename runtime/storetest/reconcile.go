@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -252,6 +253,15 @@ func testReconcileGiveUp(t *testing.T, s runtime.Store) {
 	}
 	if queries.Load() != 3 || total.StillUnknown != 2 || total.GaveUp != 1 || gaveUp.Load() != 1 {
 		t.Fatalf("queries %d, stats %+v, gave-up events %d; want 3 queries, 2 backoffs, then give up once", queries.Load(), total, gaveUp.Load())
+	}
+	// The note is what `idemctl list -gave-up` finds: written with the
+	// third attempt's outcome, not one attempt later.
+	id, err := runtime.NewIdentity(ctx, op, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(ctx, id); err != nil || !strings.Contains(rec.Note, "gave up after 3 attempts") {
+		t.Fatalf("the given-up record: note %q, %v; want \"reconcile gave up after 3 attempts: …\"", rec.Note, err)
 	}
 	time.Sleep(100 * time.Millisecond)
 	if st, _ := r.RunOnce(context.Background()); st.Acquired != 0 {
