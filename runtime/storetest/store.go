@@ -23,6 +23,7 @@ func RunStore(t *testing.T, newStore NewStore) {
 		{"ReleaseIsCAS", testRelease},
 		{"TakeoverAfterLeaseExpiry", testTakeover},
 		{"TakeoverBySameOwnerFencesTheOldVersion", testTakeoverSameOwner},
+		{"SweepSparesARecordClaimedAgain", testSweepReclaimed},
 		{"TakeoverRace", testTakeoverRace},
 		{"ClaimRace", testClaimRace},
 		{"TakeoverNeedsSameFingerprint", testTakeoverFingerprint},
@@ -420,6 +421,34 @@ func testSweep(t *testing.T, s runtime.Store) {
 		if _, err := s.Get(ctx, r.ID); err != nil {
 			t.Errorf("%s was swept: %v", r.ID.Key, err)
 		}
+	}
+}
+
+// testSweepReclaimed: a record finished with a short TTL and claimed again
+// once the TTL passed is live (PROCESSING): a sweep after that, which may
+// still find the first life's expiry in an index, must not delete it.
+func testSweepReclaimed(t *testing.T, s runtime.Store) {
+	ctx := context.Background()
+	id := ident(t, "again")
+	first := mustClaim(t, s, claimParams(id, "w1", longLease))
+	finish(t, s, first, runtime.StateSuccess, shortTTL)
+	sleep(shortTTL + 100*time.Millisecond)
+	second := mustClaim(t, s, claimParams(id, "w2", longLease))
+	if second.Version <= first.Version || second.State != runtime.StateProcessing {
+		t.Fatalf("claim after the TTL: %+v", second)
+	}
+	for i := 0; i < 1000; i++ {
+		n, err := s.Sweep(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	got, err := s.Get(ctx, id)
+	if err != nil || got.Version != second.Version || got.Owner != "w2" {
+		t.Fatalf("the record claimed again after its TTL: %+v, %v; want it kept (version %d, owner w2)", got, err, second.Version)
 	}
 }
 
