@@ -36,7 +36,8 @@ type Call[Req, Resp any] struct {
 	// out what JSON leaves out (a card number tagged `json:"-"` is compared,
 	// never stored). A part no encoding can compare (a func, a chan, a
 	// cycle of pointers, where json does not reach) makes Do fail before
-	// any claim, naming the field: set Fingerprint for such a type. With
+	// any claim with [ErrNotComparable], naming the field: set Fingerprint
+	// for such a type. With
 	// another Codec, the fingerprint is the SHA-256 of its encoding, which
 	// must then hold the whole request.
 	Request Req

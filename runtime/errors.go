@@ -3,6 +3,8 @@ package runtime
 import (
 	"errors"
 	"fmt"
+
+	"github.com/idemkit/idem/runtime/internal/canon"
 )
 
 // Sentinel errors. Test for them with [errors.Is]; the runtime wraps them
@@ -58,6 +60,14 @@ var (
 	// the answer is stable for the record's TTL (HTTP: 409 or 410; a client
 	// must look the result up another way).
 	ErrNotReplayable = errors.New("idem: succeeded, but the response was not stored and cannot be replayed")
+
+	// ErrNotComparable: the request holds a part no fingerprint can
+	// compare (a func, a chan or an unsafe.Pointer that is not nil, or a
+	// cycle of pointers) where its JSON encoding does not reach, so the
+	// default fingerprint cannot tell it from another request. The call is
+	// refused before any claim; the error names the field. Set
+	// [Call.Fingerprint], or keep the part out of the request type.
+	ErrNotComparable = canon.ErrNotComparable
 )
 
 // Permanent marks err as a permanent failure of the effect: the record

@@ -115,8 +115,8 @@ func TestFingerprintRefusesFuncField(t *testing.T) {
 	defer cancel()
 	_, err = runtime.Do(ctx, rt, runtime.Call[withFunc, string]{Operation: "Fp.Func", Key: "k", Request: withFunc{1, func() {}},
 		Effect: func(ctx context.Context, r withFunc) (string, error) { t.Fatal("effect ran"); return "", nil }})
-	if err == nil || !strings.Contains(err.Error(), "field notify (func())") {
-		t.Fatalf("got %v; want an error naming field notify", err)
+	if !errors.Is(err, runtime.ErrNotComparable) || !strings.Contains(err.Error(), "field notify (func())") {
+		t.Fatalf("got %v; want ErrNotComparable naming field notify", err)
 	}
 	// nil is comparable.
 	if _, err := runtime.Do(ctx, rt, runtime.Call[withFunc, string]{Operation: "Fp.Func", Key: "k2", Request: withFunc{Amount: 1},
