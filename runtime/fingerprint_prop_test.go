@@ -304,7 +304,9 @@ func fpNull(v reflect.Value) bool {
 // receiver, time.Time, maps, interfaces, pointers, slices, arrays), two
 // requests built alike fingerprint alike, and a request with any one part
 // changed fingerprints differently, whether or not JSON shows the change.
-// Replay a failure with -fp.seed.
+// Replay a failure with -fp.seed. (reflect.StructOf cannot embed a type
+// with methods, so an embedded time.Time, whose MarshalJSON json promotes,
+// is TestFingerprintCoversWhatJSONSkips's case.)
 func TestFingerprintProperty(t *testing.T) {
 	rt, err := runtime.New(memstore.New())
 	if err != nil {

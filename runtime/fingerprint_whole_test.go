@@ -30,6 +30,12 @@ type (
 	fpIfaceReq struct {
 		Detail any `json:"detail"`
 	}
+	// json encodes it as the time alone: time.Time's MarshalJSON is
+	// promoted, and Amount is left out.
+	fpTimedReq struct {
+		time.Time
+		Amount int
+	}
 )
 
 // Promise: a key reused with another request is ErrKeyReused, whatever part
@@ -47,11 +53,13 @@ func TestFingerprintCoversWhatJSONSkips(t *testing.T) {
 			first, same any
 			other       any
 		}
+		at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
 		cases := []variant{
 			{"json dash", fpCardReq{100, "4111111111111111"}, fpCardReq{100, "4111111111111111"}, fpCardReq{100, "5500000000000004"}},
 			{"unexported", fpHiddenReq{1, 100}, fpHiddenReq{1, 100}, fpHiddenReq{1, 999999}},
 			{"shadowed", fpShadowReq{fpShadowBase{"a"}, "x"}, fpShadowReq{fpShadowBase{"a"}, "x"}, fpShadowReq{fpShadowBase{"b"}, "x"}},
 			{"interface", fpIfaceReq{fpHiddenReq{1, 100}}, fpIfaceReq{fpHiddenReq{1, 100}}, fpIfaceReq{fpHiddenReq{1, 999999}}},
+			{"embedded time", fpTimedReq{at, 100}, fpTimedReq{at, 100}, fpTimedReq{at, 999999}},
 		}
 		for i, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {

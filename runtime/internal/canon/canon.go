@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode"
 	"unsafe"
 )
 
@@ -134,8 +135,30 @@ type walker struct {
 	seen map[infoKey]bool // types being walked: a recursive type is as covered as the rest of it
 }
 
+// promotesMarshaler reports whether struct t gets a MarshalJSON or MarshalText
+// from a field it embeds while it has other fields: json then encodes the
+// embedded field alone (a request embedding time.Time encodes as the
+// time) and leaves the others out. A struct that declares its own method
+// besides is taken as promoted too: reflect does not tell them apart, and
+// the canonical encoding is only more thorough.
+func promotesMarshaler(t reflect.Type) bool {
+	if t.Kind() != reflect.Struct || t.NumField() < 2 {
+		return false
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous && (marshals(f.Type, true) || f.Type.Kind() == reflect.Pointer && marshals(f.Type.Elem(), true)) {
+			return true
+		}
+	}
+	return false
+}
+
 func (w *walker) info(t reflect.Type, addr bool) TypeInfo {
 	if marshals(t, addr) {
+		if promotesMarshaler(t) {
+			return TypeInfo{} // the other fields are left out
+		}
 		return TypeInfo{Covered: true}
 	}
 	k := infoKey{t, addr}
@@ -180,6 +203,9 @@ func (w *walker) structInfo(t reflect.Type, addr bool) TypeInfo {
 				continue
 			}
 			name, _, _ := strings.Cut(tag, ",")
+			if !validTag(name) {
+				name = "" // json falls back to the field's name
+			}
 			ft, faddr := f.Type, addr
 			if f.Anonymous && name == "" {
 				if !f.IsExported() && ft.Kind() == reflect.Pointer {
@@ -463,6 +489,9 @@ func (e *encoder) value(v reflect.Value, addr bool, at *step) error {
 // marshal encodes v by its MarshalJSON or MarshalText when json would.
 func (e *encoder) marshal(v reflect.Value, addr bool, at *step) (bool, error) {
 	t := v.Type()
+	if promotesMarshaler(t) {
+		return false, nil // every field, not the embedded one's method alone
+	}
 	var m reflect.Value
 	switch {
 	case t.Implements(jsonMarshaler) || t.Implements(textMarshaler):
@@ -539,4 +568,21 @@ func typeName(t reflect.Type) string {
 		return t.PkgPath() + "." + t.Name()
 	}
 	return t.String()
+}
+
+// validTag reports whether json takes name from a tag (encoding/json's
+// rule: letters, digits and some punctuation); otherwise it names the
+// field by its Go name.
+func validTag(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range name {
+		switch {
+		case strings.ContainsRune("!#$%&()*+-./:;<=>?@[]^_{|}~ ", c):
+		case !unicode.IsLetter(c) && !unicode.IsDigit(c):
+			return false
+		}
+	}
+	return true
 }

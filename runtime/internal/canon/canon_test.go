@@ -177,3 +177,34 @@ func TestInfoConcurrent(t *testing.T) {
 		t.Errorf("recent holds %d types, want %d", n, maxRecent)
 	}
 }
+
+// A struct that embeds a type with MarshalJSON and has other fields: json
+// encodes the embedded value alone (its method is promoted), so the other
+// fields are not covered, and the canonical encoding compares them.
+func TestPromotedMarshaler(t *testing.T) {
+	type charge struct {
+		time.Time
+		Amount int
+	}
+	type onlyTime struct{ time.Time }
+	var c Cache
+	if c.Info(reflect.TypeFor[charge]()).Covered {
+		t.Error("a struct embedding time.Time beside other fields: covered, want not (json encodes the time alone)")
+	}
+	if !c.Info(reflect.TypeFor[onlyTime]()).Covered {
+		t.Error("a struct embedding time.Time alone: not covered, want covered")
+	}
+	at := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	a, _ := sum(t, charge{at, 100})
+	b, _ := sum(t, charge{at, 999999})
+	if string(a) == string(b) {
+		t.Error("two amounts, one time: same canonical sum")
+	}
+	// A tag json does not accept names the field by its Go name: that
+	// name can meet another field's.
+	str := reflect.TypeFor[string]()
+	bad := reflect.StructOf([]reflect.StructField{{Name: "X", Type: str, Tag: `json:"\\"`}, {Name: "Y", Type: str, Tag: `json:"X"`}})
+	if c.Info(bad).Covered {
+		t.Errorf("%v: covered, want not (both fields are named X)", bad)
+	}
+}
