@@ -472,8 +472,10 @@ func testStaleOwner(t *testing.T, s runtime.Store) {
 	var c counter
 	taken := make(chan struct{})
 	slowDone := make(chan error, 1)
+	var slowRan atomic.Bool
 	go func() {
 		_, err := runtime.Do(ctx, slowRT, call("k", chargeReq{"a", 1}, func(ctx context.Context, r chargeReq) (receipt, error) {
+			slowRan.Store(true)
 			<-taken // the lease expires and another worker takes over meanwhile
 			return receipt{ID: "stale"}, nil
 		}))
@@ -492,7 +494,15 @@ func testStaleOwner(t *testing.T, s runtime.Store) {
 		t.Fatalf("takeover: %+v, %v", got, err)
 	}
 	close(taken)
-	if err := <-slowDone; !errors.Is(err, runtime.ErrLeaseLost) {
+	switch err := <-slowDone; {
+	case !slowRan.Load():
+		// A starved machine: the claim's reply came so late that the slow
+		// worker renewed before its effect, the renewal was dropped, and
+		// it ran nothing. It must say so, not succeed.
+		if err == nil {
+			t.Fatal("the stale owner never ran its effect, yet succeeded")
+		}
+	case !errors.Is(err, runtime.ErrLeaseLost):
 		t.Fatalf("stale owner's result: %v, want ErrLeaseLost", err)
 	}
 	rec, err := s.Get(ctx, id)
