@@ -125,7 +125,11 @@ func TestAttackSavepointRollbackAroundDoTx(t *testing.T) {
 		// duplicates while the caller's transaction is open
 		for i := range 3 {
 			wg.Add(2)
-			go func() { defer wg.Done(); o, err := txDup(ctx, rt, p, call); results <- res{fmt.Sprint("dotx", i), o, err} }()
+			go func() {
+				defer wg.Done()
+				o, err := txDup(ctx, rt, p, call)
+				results <- res{fmt.Sprint("dotx", i), o, err}
+			}()
 			go func() {
 				defer wg.Done()
 				o, err := doDup(ctx, rt, p, table, &doRuns, call)
