@@ -28,8 +28,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unicode"
 	"unsafe"
+
+	"github.com/idemkit/idem/runtime/internal/jsonfast"
 )
 
 // Prefix starts every canonical encoding: a JSON encoding never starts
@@ -203,7 +204,7 @@ func (w *walker) structInfo(t reflect.Type, addr bool) TypeInfo {
 				continue
 			}
 			name, _, _ := strings.Cut(tag, ",")
-			if !validTag(name) {
+			if !jsonfast.ValidTag(name) {
 				name = "" // json falls back to the field's name
 			}
 			ft, faddr := f.Type, addr
@@ -568,21 +569,4 @@ func typeName(t reflect.Type) string {
 		return t.PkgPath() + "." + t.Name()
 	}
 	return t.String()
-}
-
-// validTag reports whether json takes name from a tag (encoding/json's
-// rule: letters, digits and some punctuation); otherwise it names the
-// field by its Go name.
-func validTag(name string) bool {
-	if name == "" {
-		return false
-	}
-	for _, c := range name {
-		switch {
-		case strings.ContainsRune("!#$%&()*+-./:;<=>?@[]^_{|}~ ", c):
-		case !unicode.IsLetter(c) && !unicode.IsDigit(c):
-			return false
-		}
-	}
-	return true
 }

@@ -373,7 +373,7 @@ func (b *builder) structNode(t reflect.Type) *node {
 			}
 			omitEmpty = true
 		}
-		if !validTag(name) {
+		if !ValidTag(name) {
 			name = sf.Name
 		}
 		if names[name] {
@@ -390,9 +390,9 @@ func (b *builder) structNode(t reflect.Type) *node {
 	return n
 }
 
-// validTag is encoding/json's isValidTag: a tag name json uses, where any
+// ValidTag is encoding/json's isValidTag: a tag name json uses, where any
 // other falls back to the field's name.
-func validTag(s string) bool {
+func ValidTag(s string) bool {
 	if s == "" {
 		return false
 	}
