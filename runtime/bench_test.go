@@ -123,3 +123,60 @@ func memBench(b *testing.B) (*runtime.Runtime, []string) {
 	}
 	return rt, keys
 }
+
+type (
+	benchItem struct {
+		SKU string `json:"sku"`
+		Qty int    `json:"qty"`
+	}
+	// benchOrder's JSON tells every two orders apart: fingerprinted by
+	// the SHA-256 of its JSON.
+	benchOrder struct {
+		Account string      `json:"account"`
+		Cents   int64       `json:"cents"`
+		Items   []benchItem `json:"items"`
+		Note    string      `json:"note,omitempty"`
+	}
+	// benchOrderOmit is benchOrder with omitempty on the slice: nil and
+	// empty encode alike, so each value is checked (a non-empty slice is
+	// told apart by its JSON).
+	benchOrderOmit struct {
+		Account string      `json:"account"`
+		Cents   int64       `json:"cents"`
+		Items   []benchItem `json:"items,omitempty"`
+		Note    string      `json:"note,omitempty"`
+	}
+	// benchOrderCard has a field JSON leaves out: fingerprinted by the
+	// canonical encoding.
+	benchOrderCard struct {
+		Account string      `json:"account"`
+		Cents   int64       `json:"cents"`
+		Items   []benchItem `json:"items"`
+		Card    string      `json:"-"`
+	}
+)
+
+// BenchmarkEncodeRequest compares, in one run, the cost of encoding and
+// fingerprinting a request whose JSON tells it apart (json), one whose
+// value is checked first (omitempty) and one fingerprinted by the
+// canonical encoding (canonical): run with -bench EncodeRequest and read
+// the ratios.
+func BenchmarkEncodeRequest(b *testing.B) {
+	rt, err := runtime.New(memstore.New())
+	if err != nil {
+		b.Fatal(err)
+	}
+	items := []benchItem{{"sku-1", 2}, {"sku-2", 1}, {"sku-3", 5}}
+	b.Run("json", func(b *testing.B) { benchEncode(b, rt, benchOrder{"acct", 100, items, ""}) })
+	b.Run("omitempty", func(b *testing.B) { benchEncode(b, rt, benchOrderOmit{"acct", 100, items, ""}) })
+	b.Run("canonical", func(b *testing.B) { benchEncode(b, rt, benchOrderCard{"acct", 100, items, "4242"}) })
+}
+
+func benchEncode[Req any](b *testing.B, rt *runtime.Runtime, req Req) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := runtime.EncodeRequest(rt, req, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

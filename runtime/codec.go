@@ -213,11 +213,20 @@ func encodeRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []
 				return nil, nil, err
 			}
 		}
+		covered := fingerprint == nil
 		if p := jsonfast.For[Req](&rt.enc.plans); p != nil {
 			fp, b = requestPlan(&rt.enc, p, req, fingerprint)
-			return fp, b, nil
+		} else if fp, b, err = rt.enc.request(jsonValue(rt, req), fingerprint); err != nil {
+			return nil, nil, err
 		}
-		return rt.enc.request(jsonValue(rt, req), fingerprint)
+		if covered && lossyUTF8(b) {
+			sum, err := canonicalFingerprint(reflect.ValueOf(req).Elem())
+			if err != nil {
+				return nil, nil, err
+			}
+			copy(fp, sum) // fp is b's fresh SHA-256, of the same size
+		}
+		return fp, b, nil
 	}
 	if b, err = rt.cfg.codec.Marshal(*req); err != nil {
 		return nil, nil, err
@@ -238,7 +247,13 @@ func encodeRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []
 // `json:"-"` or fields json drops as shadowed is compared whole, though its
 // stored encoding (what replays and queries see) still leaves them out.
 func requestFingerprint[Req any](c *canon.Cache, req *Req) ([]byte, error) {
-	ti := c.Info(reflect.TypeFor[Req]())
+	t := reflect.TypeFor[Req]()
+	if t.Kind() == reflect.Interface {
+		// The request is the dynamic value, as json sees it: the same
+		// value fingerprints the same through Do[any] and Do[T].
+		return valueFingerprint(c, reflect.ValueOf(req).Elem().Elem())
+	}
+	ti := c.Info(t)
 	if ti.Covered && !ti.Dynamic {
 		return nil, nil
 	}
@@ -246,10 +261,25 @@ func requestFingerprint[Req any](c *canon.Cache, req *Req) ([]byte, error) {
 	if ti.Covered && c.ValueCovered(v) {
 		return nil, nil
 	}
+	return canonicalFingerprint(v)
+}
+
+// valueFingerprint is [requestFingerprint] for a dynamic value (invalid
+// for nil, which json encodes whole as null).
+func valueFingerprint(c *canon.Cache, v reflect.Value) ([]byte, error) {
+	if !v.IsValid() {
+		return nil, nil
+	}
+	if ti := c.Info(v.Type()); ti.Covered && (!ti.Dynamic || c.ValueCovered(v)) {
+		return nil, nil
+	}
+	return canonicalFingerprint(v)
+}
+
+// canonicalFingerprint returns the SHA-256 of the canonical encoding of v.
+func canonicalFingerprint(v reflect.Value) ([]byte, error) {
 	if v.Kind() == reflect.Interface {
-		// The request is the dynamic value, as json sees it: the same
-		// value fingerprints the same through Do[any] and Do[T].
-		v = v.Elem()
+		v = v.Elem() // the dynamic value, as in requestFingerprint
 	}
 	h := sha256.New()
 	if err := canon.Write(h, v); err != nil {
@@ -257,6 +287,13 @@ func requestFingerprint[Req any](c *canon.Cache, req *Req) ([]byte, error) {
 	}
 	return h.Sum(nil), nil
 }
+
+// lossyUTF8 reports whether a JSON encoding may hold a string with invalid
+// UTF-8: json writes each invalid byte as \ufffd (a valid U+FFFD is
+// written as itself), so that "\xff" and "\xfe" encode alike. (A
+// MarshalJSON that writes the escape itself costs only the canonical
+// encoding.)
+func lossyUTF8(b []byte) bool { return bytes.Contains(b, []byte(`\ufffd`)) }
 
 // encodeResponse encodes *resp with the runtime's codec.
 func encodeResponse[Resp any](rt *Runtime, resp *Resp) ([]byte, error) {

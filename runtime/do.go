@@ -27,12 +27,15 @@ type Call[Req, Resp any] struct {
 	// Request is encoded with the runtime's codec and stored so that a
 	// reconciler can query the downstream about it. Unless Fingerprint is
 	// set, the fingerprint covers the whole request: with the default
-	// codec it is the SHA-256 of the encoding when the encoding holds
-	// every field, else (unexported fields, fields tagged `json:"-"`, an
-	// embedded struct's field another one shadows) the SHA-256 of a
-	// canonical encoding of every part of the request, each field by its
-	// Go value and each value json encodes by its own MarshalJSON or
-	// MarshalText by that method's bytes. The stored request still leaves
+	// codec it is the SHA-256 of the encoding when the encoding tells
+	// every two requests that differ apart, else (unexported fields,
+	// fields tagged `json:"-"`, an embedded struct's field another one
+	// shadows, what omitempty or omitzero leave out for values that
+	// differ, a nil pointer beside a pointer to a nil, strings with
+	// invalid UTF-8) the SHA-256 of a canonical encoding of every part of
+	// the request, each field by its Go value (floats by their bits) and
+	// each value json encodes by its own MarshalJSON or MarshalText by
+	// that method's bytes. The stored request still leaves
 	// out what JSON leaves out (a card number tagged `json:"-"` is compared,
 	// never stored). A part no encoding can compare (a func, a chan, a
 	// cycle of pointers, where json does not reach) makes Do fail before

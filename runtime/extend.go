@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -45,9 +46,12 @@ func (rt *Runtime) FingerprintOf(v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	fp, err := requestFingerprint(&rt.enc.canon, &v)
+	fp, err := valueFingerprint(&rt.enc.canon, reflect.ValueOf(v))
 	if err != nil || fp != nil {
 		return fp, err
+	}
+	if lossyUTF8(b) {
+		return canonicalFingerprint(reflect.ValueOf(v))
 	}
 	return Fingerprint(b), nil
 }

@@ -40,6 +40,7 @@ const Prefix = "idem/fingerprint/v2\x00"
 var (
 	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
 	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+	isZeroer      = reflect.TypeFor[interface{ IsZero() bool }]()
 )
 
 // TypeInfo is what [Cache.Info] knows of a type.
@@ -47,9 +48,15 @@ type TypeInfo struct {
 	// Covered: encoding/json's encoding of any value of the type holds
 	// every field of every struct in it, as far as the type tells.
 	Covered bool
-	// Dynamic: the type holds interfaces whose dynamic values json
-	// encodes; whether those are covered depends on the value
-	// ([ValueCovered]).
+	// Dynamic: whether json's encoding tells every two values apart
+	// depends on the value ([ValueCovered]): the type holds interfaces
+	// (json encodes their dynamic values), or parts json may encode alike
+	// for values that differ (what omitempty or omitzero leave out, a nil
+	// pointer beside a pointer to a nil, a nil embedded pointer beside
+	// one to a struct whose fields are all left out). A value is covered
+	// when it is the one of those that json's encoding stands for: nil,
+	// not empty; 0, not -0; the zero value, not one a type's IsZero calls
+	// zero.
 	Dynamic bool
 }
 
@@ -108,15 +115,54 @@ func (c *Cache) Info(t reflect.Type) TypeInfo {
 	}
 }
 
-func (c *Cache) info(t reflect.Type, addr bool) TypeInfo {
+func (c *Cache) info(t reflect.Type, addr bool) TypeInfo { return c.entry(t, addr).ti }
+
+// typeEntry is what the cache keeps of a type: its info and, for a
+// Dynamic struct, what [Cache.ValueCovered] checks of each field.
+type typeEntry struct {
+	ti     TypeInfo
+	fields []fieldCheck
+}
+
+// fieldCheck is a field of a Dynamic struct that ValueCovered looks at.
+type fieldCheck struct {
+	index int
+	// omitEmpty, omitZero: its tag's omitempty or omitzero may leave out
+	// values that differ.
+	omitEmpty, omitZero bool
+	embPtr              bool // an embedded pointer to a struct json may encode as nothing
+	dynamic             bool // its type is Dynamic: ValueCovered goes into it
+}
+
+func (c *Cache) entry(t reflect.Type, addr bool) *typeEntry {
 	k := infoKey{t, addr}
 	if v, ok := c.m.Load(k); ok {
-		return v.(TypeInfo)
+		return v.(*typeEntry)
 	}
 	w := walker{seen: map[infoKey]bool{}}
-	ti := w.info(t, addr)
-	c.m.Store(k, ti)
-	return ti
+	e := &typeEntry{ti: w.info(t, addr)}
+	if e.ti.Covered && e.ti.Dynamic && t.Kind() == reflect.Struct {
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			if !sf.IsExported() && !sf.Anonymous {
+				continue // not encoded: the type is not covered if it counts
+			}
+			tag := sf.Tag.Get("json")
+			name, opts, _ := strings.Cut(tag, ",")
+			ft := sf.Type
+			fc := fieldCheck{index: i,
+				omitEmpty: hasOpt(opts, "omitempty") && omitsOthers(ft, ",omitempty"),
+				omitZero:  hasOpt(opts, "omitzero") && omitsOthers(ft, ",omitzero"),
+				embPtr: sf.Anonymous && !jsonfast.ValidTag(name) && ft.Kind() == reflect.Pointer &&
+					ft.Elem().Kind() == reflect.Struct && !alwaysEncodesAField(ft.Elem()),
+				dynamic: c.info(ft, addr).Dynamic}
+			if fc.omitEmpty || fc.omitZero || fc.embPtr || fc.dynamic {
+				e.fields = append(e.fields, fc)
+			}
+		}
+	}
+	c.m.Store(k, e)
+	return e
 }
 
 // marshals reports whether json encodes a t (addressable or not) through
@@ -171,7 +217,14 @@ func (w *walker) info(t reflect.Type, addr bool) TypeInfo {
 	switch t.Kind() {
 	case reflect.Interface:
 		return TypeInfo{Covered: true, Dynamic: true}
-	case reflect.Pointer, reflect.Slice:
+	case reflect.Pointer:
+		ti := w.info(t.Elem(), true)
+		if nullable(t.Elem()) {
+			// A nil pointer and a pointer to a nil are both null.
+			ti.Dynamic = true
+		}
+		return ti
+	case reflect.Slice:
 		return w.info(t.Elem(), true)
 	case reflect.Array:
 		return w.info(t.Elem(), addr)
@@ -203,7 +256,7 @@ func (w *walker) structInfo(t reflect.Type, addr bool) TypeInfo {
 				ti.Covered = false
 				continue
 			}
-			name, _, _ := strings.Cut(tag, ",")
+			name, opts, _ := strings.Cut(tag, ",")
 			if !jsonfast.ValidTag(name) {
 				name = "" // json falls back to the field's name
 			}
@@ -217,8 +270,17 @@ func (w *walker) structInfo(t reflect.Type, addr bool) TypeInfo {
 				if et.Kind() == reflect.Pointer {
 					et, faddr = et.Elem(), true
 				}
-				if et.Kind() == reflect.Struct && !marshals(ft, addr) {
-					// json promotes the embedded struct's fields.
+				if et.Kind() == reflect.Struct {
+					// json promotes the embedded struct's fields, whatever
+					// its methods: the struct itself marshals by fields
+					// (Info checked), so a method of the embedded type is
+					// not promoted (two at one depth are ambiguous, or it
+					// needs an address the value does not have).
+					if ft.Kind() == reflect.Pointer && !alwaysEncodesAField(et) {
+						// A nil pointer encodes nothing, and so may a
+						// pointer to a struct whose fields are all omitted.
+						ti.Dynamic = true
+					}
 					fields(et, faddr, depth+1)
 					continue
 				}
@@ -237,6 +299,9 @@ func (w *walker) structInfo(t reflect.Type, addr bool) TypeInfo {
 				ti.Covered = false // shadowed or conflicting: json keeps at most one
 			}
 			names[name] = true
+			if omitsOthers(ft, opts) {
+				ti.Dynamic = true
+			}
 			fi := w.info(ft, addr)
 			ti.Covered = ti.Covered && fi.Covered
 			ti.Dynamic = ti.Dynamic || fi.Dynamic
@@ -246,9 +311,91 @@ func (w *walker) structInfo(t reflect.Type, addr bool) TypeInfo {
 	return ti
 }
 
+// nullable reports whether json encodes some values of t (not the nil of
+// a pointer to t) as null.
+func nullable(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return true // nil is null, whatever the methods
+	case reflect.Slice, reflect.Map:
+		// json calls a method on a nil slice or map (its answer is
+		// trusted); one on the pointer type may not be called: counted
+		// as null.
+		return !t.Implements(jsonMarshaler) && !t.Implements(textMarshaler)
+	}
+	return false
+}
+
+// hasOpt reports whether a json tag's options (after the name) list opt.
+func hasOpt(opts, opt string) bool {
+	for opts != "" {
+		var o string
+		o, opts, _ = strings.Cut(opts, ",")
+		if o == opt {
+			return true
+		}
+	}
+	return false
+}
+
+// omitsOthers reports whether a field of type t with the json tag options
+// opts may be left out of the encoding for two values that differ: under
+// omitempty, a nil and an empty slice or map, 0 and -0; under omitzero, -0
+// (reflect's IsZero holds it zero) or any value a type's own IsZero calls
+// zero. (omitempty leaves out one value of every other kind: false, 0, "",
+// nil, a zero-length array.)
+func omitsOthers(t reflect.Type, opts string) bool {
+	if hasOpt(opts, "omitempty") {
+		switch t.Kind() {
+		case reflect.Slice, reflect.Map, reflect.Float32, reflect.Float64:
+			return true
+		}
+	}
+	if hasOpt(opts, "omitzero") {
+		return zeroHidesFloats(t) || t.Implements(isZeroer) || reflect.PointerTo(t).Implements(isZeroer)
+	}
+	return false
+}
+
+// zeroHidesFloats reports whether reflect's IsZero may hold a value of t
+// zero that holds -0.
+func zeroHidesFloats(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return true
+	case reflect.Array:
+		return t.Len() > 0 && zeroHidesFloats(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if zeroHidesFloats(t.Field(i).Type) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// alwaysEncodesAField reports whether json encodes at least one field of
+// every value of struct t: a field of its own, exported, not "-" and
+// never omitted. (A promoted field counts not: it may be shadowed.)
+func alwaysEncodesAField(t reflect.Type) bool {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		_, opts, _ := strings.Cut(tag, ",")
+		if f.IsExported() && !f.Anonymous && tag != "-" && !hasOpt(opts, "omitempty") && !hasOpt(opts, "omitzero") {
+			return true
+		}
+	}
+	return false
+}
+
 // ValueCovered reports whether json's encoding of v (a value of a type
-// whose info is Covered and Dynamic) covers it: whether every dynamic
-// value of an interface in it is of a covered type.
+// whose info is Covered and Dynamic) tells it apart from every other
+// value: whether every dynamic value of an interface in it is of a
+// covered type and holds no null but the interface's own, and every part
+// that json may encode alike for values that differ is the one value the
+// encoding stands for (see [TypeInfo]).
 func (c *Cache) ValueCovered(v reflect.Value) bool { return c.valueCovered(v, false, 0) }
 
 func (c *Cache) valueCovered(v reflect.Value, addr bool, depth int) bool {
@@ -256,11 +403,11 @@ func (c *Cache) valueCovered(v reflect.Value, addr bool, depth int) bool {
 		return false
 	}
 	t := v.Type()
-	ti := c.info(t, addr)
-	if !ti.Covered {
+	e := c.entry(t, addr)
+	if !e.ti.Covered {
 		return false
 	}
-	if !ti.Dynamic {
+	if !e.ti.Dynamic {
 		return true
 	}
 	switch v.Kind() {
@@ -268,10 +415,16 @@ func (c *Cache) valueCovered(v reflect.Value, addr bool, depth int) bool {
 		if v.IsNil() {
 			return true
 		}
+		if el := v.Elem(); nullable(el.Type()) && el.IsNil() {
+			return false // null, as the nil interface is
+		}
 		return c.valueCovered(v.Elem(), false, depth+1)
 	case reflect.Pointer:
 		if v.IsNil() {
 			return true
+		}
+		if el := v.Elem(); nullable(el.Type()) && el.IsNil() {
+			return false // null, as the nil pointer is
 		}
 		return c.valueCovered(v.Elem(), true, depth+1)
 	case reflect.Slice, reflect.Array:
@@ -288,9 +441,85 @@ func (c *Cache) valueCovered(v reflect.Value, addr bool, depth int) bool {
 			}
 		}
 	case reflect.Struct:
-		for i := range v.NumField() {
-			f := v.Field(i)
-			if c.info(f.Type(), addr).Dynamic && !c.valueCovered(f, addr, depth+1) {
+		for _, fc := range e.fields {
+			f := v.Field(fc.index)
+			if fc.embPtr && !f.IsNil() {
+				// A nil embedded pointer stands for itself; a pointer to
+				// a struct json may encode as nothing is not told apart
+				// from it.
+				return false
+			}
+			if (fc.omitEmpty || fc.omitZero) && !omittedValueCovered(f, fc.omitEmpty, fc.omitZero) {
+				return false
+			}
+			if fc.dynamic && !c.valueCovered(f, addr, depth+1) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// omittedValueCovered reports whether field f, whose omitempty or
+// omitzero may leave out values that differ, is, when left out, the value
+// json's encoding stands for.
+func omittedValueCovered(f reflect.Value, omitEmpty, omitZero bool) bool {
+	if omitEmpty {
+		switch f.Kind() {
+		case reflect.Slice, reflect.Map:
+			if !f.IsNil() && f.Len() == 0 {
+				return false // empty, left out as nil is
+			}
+		case reflect.Float32, reflect.Float64:
+			if fl := f.Float(); fl == 0 && math.Signbit(fl) {
+				return false // -0, left out as 0 is
+			}
+		}
+	}
+	if omitZero && isZero(f) {
+		// Left out: it must be the zero value itself, bit for bit.
+		return bitwiseZero(f)
+	}
+	return true
+}
+
+// isZero reports whether json's omitzero leaves f out: by the type's own
+// IsZero when it has one, else by reflect's.
+func isZero(f reflect.Value) bool {
+	t := f.Type()
+	switch {
+	case t.Kind() == reflect.Pointer && t.Implements(isZeroer):
+		return f.IsNil() || f.Interface().(interface{ IsZero() bool }).IsZero()
+	case t.Implements(isZeroer) && f.CanInterface():
+		return f.Interface().(interface{ IsZero() bool }).IsZero()
+	case reflect.PointerTo(t).Implements(isZeroer) && f.CanInterface():
+		c := reflect.New(t) // json calls it only on an addressable value: a copy tells the same
+		c.Elem().Set(f)
+		return c.Interface().(interface{ IsZero() bool }).IsZero()
+	}
+	return f.IsZero()
+}
+
+// bitwiseZero reports whether f is its type's zero value with no -0 in it.
+func bitwiseZero(f reflect.Value) bool {
+	if !f.IsZero() {
+		return false
+	}
+	switch f.Kind() {
+	case reflect.Float32, reflect.Float64:
+		return !math.Signbit(f.Float())
+	case reflect.Complex64, reflect.Complex128:
+		c := f.Complex()
+		return !math.Signbit(real(c)) && !math.Signbit(imag(c))
+	case reflect.Array:
+		for i := range f.Len() {
+			if !bitwiseZero(f.Index(i)) {
+				return false
+			}
+		}
+	case reflect.Struct:
+		for i := range f.NumField() {
+			if !bitwiseZero(f.Field(i)) {
 				return false
 			}
 		}
@@ -522,32 +751,55 @@ func (e *encoder) marshal(v reflect.Value, addr bool, at *step) (bool, error) {
 	return true, nil
 }
 
-// mapValue encodes a map's entries in the order of their keys' encodings.
+// mapValue encodes a map's entries in the order of their keys' encodings,
+// then of their values' (two keys a lossy MarshalText encodes alike are
+// still written in one order). A key of string kind is its string, as
+// json takes it, whatever its methods.
 func (e *encoder) mapValue(v reflect.Value, at *step) error {
 	if v.IsNil() {
 		e.tag('n')
 		return nil
 	}
-	type entry struct {
-		key []byte
-		val reflect.Value
+	t := v.Type()
+	p := ref{v.UnsafePointer(), t}
+	if e.path[p] {
+		return fmt.Errorf("%s (%s): a cycle through a map %w", at, t, ErrNotComparable)
 	}
+	e.path[p] = true
+	defer delete(e.path, p)
+	type entry struct{ key, val []byte }
 	entries := make([]entry, 0, v.Len())
+	stringKeys := t.Key().Kind() == reflect.String
 	for it := v.MapRange(); it.Next(); {
-		kh := &collect{}
-		ke := encoder{h: kh, path: e.path}
-		if err := ke.value(owned(it.Key()), false, &step{up: at, index: -1}); err != nil {
+		var en entry
+		if stringKeys {
+			kh := &collect{}
+			(&encoder{h: kh}).bytes('s', []byte(it.Key().String()))
+			en.key = kh.b
+		} else {
+			kh := &collect{}
+			if err := (&encoder{h: kh, path: e.path}).value(owned(it.Key()), false, &step{up: at, index: -1}); err != nil {
+				return err
+			}
+			en.key = kh.b
+		}
+		vh := &collect{}
+		if err := (&encoder{h: vh, path: e.path}).value(owned(it.Value()), false, &step{up: at, index: -1}); err != nil {
 			return err
 		}
-		entries = append(entries, entry{kh.b, it.Value()})
+		en.val = vh.b
+		entries = append(entries, en)
 	}
-	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(string(a.key), string(b.key)) })
+	slices.SortFunc(entries, func(a, b entry) int {
+		if c := strings.Compare(string(a.key), string(b.key)); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.val), string(b.val))
+	})
 	e.u64('m', uint64(len(entries)))
 	for _, en := range entries {
 		_, _ = e.h.Write(en.key)
-		if err := e.value(owned(en.val), false, &step{up: at, index: -1}); err != nil {
-			return err
-		}
+		_, _ = e.h.Write(en.val)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package canon
 import (
 	"crypto/sha256"
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -38,7 +39,55 @@ type (
 	embPtr   struct{ *base }
 	base     struct{ N int }
 	recur    struct{ Next *recur }
+
+	// What omitempty and omitzero leave out: one value (covered) or
+	// several that differ (not).
+	omitOne struct {
+		S string  `json:",omitempty"`
+		N int     `json:",omitempty"`
+		P *int    `json:",omitempty"`
+		Z [2]int  `json:",omitzero"`
+		Q []int   `json:",omitzero"`
+		T *string `json:",omitzero"`
+	}
+	omitEmptySlice struct {
+		S []int `json:",omitempty"`
+	}
+	omitEmptyMap struct {
+		M map[string]int `json:",omitempty"`
+	}
+	omitEmptyFloat struct {
+		F float64 `json:",omitempty"`
+	}
+	omitZeroFloats struct {
+		A [1]struct{ F float32 } `json:",omitzero"`
+	}
+	zeroer       struct{ Set, V bool }
+	omitZeroerer struct {
+		Z zeroer `json:",omitzero"`
+	}
+	// A nil embedded pointer and one to a struct whose fields are all
+	// left out encode alike; one with a field always encoded does not.
+	Sparse struct {
+		A int `json:",omitempty"`
+	}
+	Dense         struct{ A int }
+	embSparse     struct{ *Sparse }
+	embDense      struct{ *Dense }
+	ptrToNullable struct{ P *[]int }
+	// Two embedded marshalers at one depth: neither method is promoted,
+	// json promotes their fields, and T conflicts.
+	MarshA   struct{ T int }
+	MarshB   struct{ T int }
+	twoMarsh struct {
+		MarshA
+		MarshB
+	}
 )
+
+func (z zeroer) IsZero() bool               { return !z.Set }
+func (MarshA) MarshalJSON() ([]byte, error) { return []byte(`"a"`), nil }
+func (MarshB) MarshalJSON() ([]byte, error) { return []byte(`"b"`), nil }
 
 func (p *ptrText) MarshalText() ([]byte, error) { return []byte(p.s), nil }
 
@@ -59,6 +108,16 @@ func TestInfo(t *testing.T) {
 		{recur{}, true, false},
 		{[]unexported{}, false, false},
 		{map[string]any{}, true, true},
+		{omitOne{}, true, false},
+		{omitEmptySlice{}, true, true},
+		{omitEmptyMap{}, true, true},
+		{omitEmptyFloat{}, true, true},
+		{omitZeroFloats{}, true, true},
+		{omitZeroerer{}, true, true},
+		{embSparse{}, true, true},
+		{embDense{}, true, false},
+		{ptrToNullable{}, true, true},
+		{twoMarsh{}, false, false},
 	}
 	var c Cache
 	for _, tc := range tests {
@@ -75,6 +134,38 @@ func TestInfo(t *testing.T) {
 	}
 	if !c.ValueCovered(reflect.ValueOf(withAny{V: allExported{}})) || c.ValueCovered(reflect.ValueOf(withAny{V: dash{}})) {
 		t.Error("ValueCovered: an interface holding a covered value must be covered, one holding dash not")
+	}
+	negZero := math.Copysign(0, -1)
+	var nilSlice []int
+	values := []struct {
+		v       any
+		covered bool
+	}{
+		{withAny{V: []int(nil)}, false}, // null, as the nil interface is
+		{withAny{V: []int{}}, true},
+		{omitEmptySlice{}, true}, // nil: what the encoding stands for
+		{omitEmptySlice{S: []int{}}, false},
+		{omitEmptySlice{S: []int{1}}, true},
+		{omitEmptyMap{}, true},
+		{omitEmptyMap{M: map[string]int{}}, false},
+		{omitEmptyFloat{}, true},
+		{omitEmptyFloat{F: negZero}, false},
+		{omitEmptyFloat{F: 1}, true},
+		{omitZeroFloats{}, true},
+		{omitZeroFloats{A: [1]struct{ F float32 }{{float32(negZero)}}}, false},
+		{omitZeroerer{}, true},
+		{omitZeroerer{Z: zeroer{V: true}}, false}, // IsZero holds it zero: left out
+		{omitZeroerer{Z: zeroer{Set: true}}, true},
+		{embSparse{}, true},
+		{embSparse{&Sparse{}}, false},
+		{ptrToNullable{}, true},
+		{ptrToNullable{P: &nilSlice}, false},
+		{ptrToNullable{P: &[]int{}}, true},
+	}
+	for _, tc := range values {
+		if got := c.ValueCovered(reflect.ValueOf(tc.v)); got != tc.covered {
+			t.Errorf("ValueCovered(%#v) = %v, want %v", tc.v, got, tc.covered)
+		}
 	}
 }
 
