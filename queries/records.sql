@@ -212,9 +212,10 @@ WHERE scope = @scope AND operation = @operation AND key = @key
 RETURNING lease_expires_at::timestamptz;
 
 -- name: CurrentXact :one
--- The ID of the transaction it runs in (one is assigned if it has none):
--- DoTx asks its caller's transaction, before it claims.
-SELECT pg_current_xact_id()::text AS xact;
+-- The ID of the transaction it runs in (one is assigned if it has none)
+-- and its isolation level: DoTx asks its caller's transaction once it has
+-- claimed, and refuses one that is not READ COMMITTED.
+SELECT pg_current_xact_id()::text AS xact, current_setting('transaction_isolation') AS isolation;
 
 -- name: MarkClaimTx :execrows
 -- Names, on a claim just made, the transaction that will write its

@@ -57,36 +57,8 @@ func txDup(ctx context.Context, rt *runtime.Runtime, p *pgxpool.Pool, call pgsto
 	return o, err
 }
 
-// Attack 1: REPEATABLE READ / SERIALIZABLE with DoTx as the transaction's
-// first statement (so the snapshot is taken by DoTx itself, after the claim
-// committed). The docs: "under REPEATABLE READ a transaction whose snapshot
-// predates the claim cannot see it, and DoTx says so". Here the snapshot
-// does not predate the claim. What happens?
-func TestAttackIsolationFirstStatement(t *testing.T) {
-	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
-		t.Run(string(iso), func(t *testing.T) {
-			p := testPool(t)
-			table := ordersTable(t, p)
-			rt, err := runtime.New(pgstore.New(p))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := scopedCtx(t.Name())
-			var runs atomic.Int32
-			call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5}, Effect: insertOrder(table, &runs)}
-			var dotxErr error
-			err = pgx.BeginTxFunc(ctx, p, pgx.TxOptions{IsoLevel: iso}, func(tx pgx.Tx) error {
-				_, dotxErr = pgstore.DoTx(ctx, rt, tx, call)
-				return dotxErr
-			})
-			t.Logf("%s, DoTx first: DoTx err=%v; tx err=%v; rows=%d; record: %s", iso, dotxErr, err,
-				count(t, p, "SELECT count(*) FROM "+table), atkRecord(t, p, runtime.ScopeFrom(ctx), "Orders.Create", "o-1"))
-			if err != nil {
-				t.Errorf("DoTx as the first statement under %s failed: %v (sentinel ErrLeaseLost=%v)", iso, err, errors.Is(err, runtime.ErrLeaseLost))
-			}
-		})
-	}
-}
+// Attack 1 (REPEATABLE READ / SERIALIZABLE with DoTx as the first
+// statement) is TestDoTxIsolationIsRefused now.
 
 // Attack 2: a savepoint around DoTx is rolled back after DoTx succeeded,
 // the caller's transaction stays open a while, then commits. Duplicates

@@ -157,7 +157,7 @@ func (s *Store) checkSize(what string, b []byte) error {
 // A takeover of an expired PROCESSING record does not wait on a lock of
 // the record's row: it reads the record again after a pause (5 ms,
 // doubling, up to 100 ms), and when another transaction still holds the
-// row after the last of ten tries (about half a second: a [DoTx] that
+// row after the last of ten tries (0.66 s of pauses: a [DoTx] that
 // recorded the outcome in its caller's transaction, not yet committed), the
 // claim fails with [runtime.ErrInProgress].
 func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {

@@ -38,6 +38,14 @@ type TxCall[Req, Resp any] struct {
 // the effect twice.
 var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled back")
 
+// ErrNotReadCommitted is returned by [DoTx] for a transaction whose
+// isolation level is not READ COMMITTED (PostgreSQL's default), before the
+// effect runs (its claim is freed; a duplicate of a recorded call still
+// replays): a REPEATABLE READ or SERIALIZABLE snapshot cannot see the
+// claim DoTx commits on its own connection, so the SUCCESS write would
+// fail after the effect ran. The transaction stays usable.
+var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED transaction")
+
 // DoTx runs a local effect exactly once: the effect's writes and the SUCCESS
 // record are written inside tx, the caller's transaction, so they commit or
 // roll back together. rt's store must be a *Store on the same database.
@@ -46,10 +54,10 @@ var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled ba
 // runtime's lease, renewed while the effect runs), and names tx's
 // transaction ID (the record's xact column), so that a duplicate (DoTx in
 // another transaction, or [runtime.Do]) never runs the effect while this
-// call's transaction is open: it waits (up to its runtime's MaxWait while
-// this call's lease is live, then about half a second while tx holds the
-// record's row: see [Store.Claim]; then [runtime.ErrInProgress]) and
-// replays the outcome, whatever it turns out to be. The effect runs inside
+// call's transaction is open: it waits up to its runtime's MaxWait (while
+// this call's lease is live, or tx holds the record's row: see
+// [Store.Claim]), then gets [runtime.ErrInProgress], and replays the
+// outcome, whatever it turns out to be. The effect runs inside
 // a savepoint; SUCCESS is a compare-and-set from the claim, inside tx, so
 // it commits with the effect's writes, and a worker that lost its lease
 // meanwhile commits nothing. From that write on, the record's row, locked
@@ -75,7 +83,9 @@ var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled ba
 // DoTx uses a second connection of the store's pool, one statement at a
 // time, while the caller holds tx: bound the transactions that call DoTx at
 // once below the pool's size, or a pool whose every connection is such a
-// transaction waits on itself. Use READ COMMITTED (PostgreSQL's default).
+// transaction waits on itself. tx must be READ COMMITTED (PostgreSQL's
+// default): any other level gets [ErrNotReadCommitted] before the effect
+// runs.
 func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c TxCall[Req, Resp]) (Resp, error) {
 	var zero Resp
 	s, ok := rt.Store().(*Store)
@@ -113,11 +123,20 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 	// duplicate that finds the claim still PROCESSING takes it over at
 	// once (it rolled back, or committed without the SUCCESS write); while
 	// it is in progress, the claim is as live as its lease.
-	xact, err := s.q.WithTx(tx).CurrentXact(ctx)
+	// The caller's transaction: its ID names the claim (see markTx), and
+	// its isolation level must be READ COMMITTED: under REPEATABLE READ or
+	// SERIALIZABLE its snapshot (taken by now) predates the claim's
+	// marking, and the SUCCESS write would fail after the effect ran. (A
+	// replay reads nothing in it.)
+	cur, err := s.q.WithTx(tx).CurrentXact(ctx)
 	if err != nil {
 		return zero, errors.Join(fmt.Errorf("pgstore: %s %q: reading the caller's transaction ID: %w", id.Operation, id.Key, err), x.release(ctx))
 	}
-	if err := x.markTx(ctx, xact); err != nil {
+	if cur.Isolation != "read committed" {
+		return zero, errors.Join(fmt.Errorf("%w: %s %q: this transaction is %s; the effect did not run",
+			ErrNotReadCommitted, id.Operation, id.Key, strings.ToUpper(cur.Isolation)), x.release(ctx))
+	}
+	if err := x.markTx(ctx, cur.Xact); err != nil {
 		return zero, errors.Join(err, x.release(ctx))
 	}
 
@@ -211,10 +230,6 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 			return zero, errors.Join(rerr, terr)
 		}
 		if errors.Is(terr, runtime.ErrLeaseLost) {
-			if ierr := x.isolationErr(ctx, tx); ierr != nil {
-				// Not taken over: the claim is invisible to this snapshot.
-				return zero, errors.Join(ierr, x.release(ctx))
-			}
 			return zero, x.lostErr(nil)
 		}
 		return zero, errors.Join(fmt.Errorf("pgstore: %s %q: recording success: %w", id.Operation, id.Key, terr), x.release(ctx))
@@ -243,8 +258,35 @@ func (x *txCall) claim(ctx context.Context, p runtime.ClaimParams) (rec runtime.
 	id := x.id
 	var waitUntil time.Time
 	backoff := 5 * time.Millisecond
+	wait := func(what error) error { // one pause of the wait, or the error that ends it
+		if waitUntil.IsZero() {
+			waitUntil = time.Now().Add(x.rt.MaxWait())
+		}
+		left := time.Until(waitUntil)
+		if left <= 0 {
+			return what
+		}
+		if err := sleepCtx(ctx, min(backoff, left)); err != nil {
+			return fmt.Errorf("pgstore: %s %q: waiting for the call in flight: %w", id.Operation, id.Key, err)
+		}
+		backoff = min(backoff*2, 250*time.Millisecond)
+		return nil
+	}
 	for range 1000 {
+		start := time.Now()
 		res, err := x.s.claim(ctx, x.s.q, p)
+		if errors.Is(err, runtime.ErrInProgress) {
+			// Another transaction holds the record's row (a DoTx that
+			// recorded its outcome, not yet committed): wait as for a live
+			// lease, as runtime.Do does, the store's tries included.
+			if waitUntil.IsZero() {
+				waitUntil = start.Add(x.rt.MaxWait())
+			}
+			if werr := wait(fmt.Errorf("pgstore: %s %q: claim: %w", id.Operation, id.Key, err)); werr != nil {
+				return rec, false, werr
+			}
+			continue
+		}
 		if err != nil {
 			return rec, false, fmt.Errorf("pgstore: %s %q: claim: %w", id.Operation, id.Key, err)
 		}
@@ -269,12 +311,8 @@ func (x *txCall) claim(ctx context.Context, p runtime.ClaimParams) (rec runtime.
 			}
 			sleep := min(backoff, left, rec.LeaseExpiresAt.Sub(rec.StoreNow)+time.Millisecond)
 			backoff = min(backoff*2, 250*time.Millisecond)
-			t := time.NewTimer(sleep)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return rec, false, fmt.Errorf("pgstore: %s %q: waiting for the call in flight: %w", id.Operation, id.Key, context.Cause(ctx))
-			case <-t.C:
+			if err := sleepCtx(ctx, sleep); err != nil {
+				return rec, false, fmt.Errorf("pgstore: %s %q: waiting for the call in flight: %w", id.Operation, id.Key, err)
 			}
 			rec, err = x.s.Get(ctx, id)
 			if errors.Is(err, runtime.ErrNotFound) {
@@ -368,18 +406,6 @@ func (x *txCall) lostErr(attempt error) error {
 		msg += fmt.Sprintf(" (this attempt: %v)", attempt)
 	}
 	return fmt.Errorf("%w: %s", runtime.ErrLeaseLost, msg)
-}
-
-// isolationErr explains a SUCCESS compare-and-set that found no record in a
-// transaction that cannot see the committed claim (REPEATABLE READ or
-// SERIALIZABLE, whose snapshot predates it); nil under READ COMMITTED.
-func (x *txCall) isolationErr(ctx context.Context, tx pgx.Tx) error {
-	var level string
-	if err := tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation')").Scan(&level); err != nil || level == "read committed" {
-		return nil
-	}
-	return fmt.Errorf("pgstore: %s %q: DoTx needs READ COMMITTED; this transaction is %s, and its snapshot predates the claim; the effect's writes were rolled back",
-		x.id.Operation, x.id.Key, level)
 }
 
 // write runs a write of the record outside the caller's transaction, on a

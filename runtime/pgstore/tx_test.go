@@ -519,34 +519,50 @@ func TestDoTxRoundTrips(t *testing.T) {
 	}
 }
 
-// TestDoTxRepeatableReadIsRefused: under REPEATABLE READ a transaction
-// whose snapshot predates the claim cannot see it; DoTx says so, rolls the
-// effect back and frees the claim, rather than report a lost lease.
-func TestDoTxRepeatableReadIsRefused(t *testing.T) {
-	p := testPool(t)
-	table := ordersTable(t, p)
-	rt, err := runtime.New(pgstore.New(p))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := scopedCtx(t.Name())
-	var runs atomic.Int32
-	call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5}, Effect: insertOrder(table, &runs)}
-	err = pgx.BeginTxFunc(ctx, p, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // takes the snapshot
-			return err
+// TestDoTxIsolationIsRefused: under REPEATABLE READ or SERIALIZABLE the
+// transaction's snapshot cannot see the claim DoTx commits on its own
+// connection; DoTx refuses it with ErrNotReadCommitted, frees its claim
+// and runs nothing, whether DoTx is the transaction's first statement (it
+// failed with a raw 40001 after the effect ran) or not.
+func TestDoTxIsolationIsRefused(t *testing.T) {
+	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		for _, first := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/first=%v", iso, first), func(t *testing.T) {
+				p := testPool(t)
+				table := ordersTable(t, p)
+				rt, err := runtime.New(pgstore.New(p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := scopedCtx(t.Name())
+				var runs atomic.Int32
+				call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5}, Effect: insertOrder(table, &runs)}
+				var dotxErr error
+				err = pgx.BeginTxFunc(ctx, p, pgx.TxOptions{IsoLevel: iso}, func(tx pgx.Tx) error {
+					if !first {
+						if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // takes the snapshot
+							return err
+						}
+					}
+					_, dotxErr = pgstore.DoTx(ctx, rt, tx, call)
+					if !errors.Is(dotxErr, pgstore.ErrNotReadCommitted) {
+						return dotxErr
+					}
+					// The transaction is still usable.
+					_, err := tx.Exec(ctx, "SELECT 1")
+					return err
+				})
+				if err != nil || !errors.Is(dotxErr, pgstore.ErrNotReadCommitted) {
+					t.Fatalf("DoTx under %s: %v (transaction: %v), want ErrNotReadCommitted", iso, dotxErr, err)
+				}
+				if runs.Load() != 0 {
+					t.Fatalf("effect ran %d times, want 0", runs.Load())
+				}
+				if n := count(t, p, "SELECT count(*) FROM idem_records WHERE scope = $1", runtime.ScopeFrom(ctx)); n != 0 {
+					t.Fatalf("%d records, want the claim freed", n)
+				}
+			})
 		}
-		_, err := pgstore.DoTx(ctx, rt, tx, call)
-		return err
-	})
-	if err == nil || !strings.Contains(err.Error(), "READ COMMITTED") || errors.Is(err, runtime.ErrLeaseLost) {
-		t.Fatalf("DoTx under REPEATABLE READ: %v, want a clear refusal", err)
-	}
-	if n := count(t, p, "SELECT count(*) FROM idem_records WHERE scope = $1", runtime.ScopeFrom(ctx)); n != 0 {
-		t.Fatalf("%d records left, want the claim released", n)
-	}
-	if n := count(t, p, "SELECT count(*) FROM "+table); n != 0 {
-		t.Fatalf("%d business rows, want 0", n)
 	}
 }
 

@@ -454,16 +454,22 @@ func (q *Queries) ClaimInsert(ctx context.Context, arg ClaimInsertParams) (Claim
 }
 
 const currentXact = `-- name: CurrentXact :one
-SELECT pg_current_xact_id()::text AS xact
+SELECT pg_current_xact_id()::text AS xact, current_setting('transaction_isolation') AS isolation
 `
 
-// The ID of the transaction it runs in (one is assigned if it has none):
-// DoTx asks its caller's transaction, before it claims.
-func (q *Queries) CurrentXact(ctx context.Context) (string, error) {
+type CurrentXactRow struct {
+	Xact      string
+	Isolation string
+}
+
+// The ID of the transaction it runs in (one is assigned if it has none)
+// and its isolation level: DoTx asks its caller's transaction once it has
+// claimed, and refuses one that is not READ COMMITTED.
+func (q *Queries) CurrentXact(ctx context.Context) (CurrentXactRow, error) {
 	row := q.db.QueryRow(ctx, currentXact)
-	var xact string
-	err := row.Scan(&xact)
-	return xact, err
+	var i CurrentXactRow
+	err := row.Scan(&i.Xact, &i.Isolation)
+	return i, err
 }
 
 const get = `-- name: Get :one
