@@ -295,3 +295,42 @@ func TestExpiryIndexTrimmedByClaims(t *testing.T) {
 		t.Fatalf("CheckIndexes = %d, %v; want 5", n, err)
 	}
 }
+
+// TestSweepSparesLiveRecordsWithStaleEntries: an expiry index entry that
+// points at a record no longer finished (left by a store that failed half
+// way, an older version, or a hand edit) must not make Sweep delete that
+// record: a PROCESSING claim and an UNKNOWN record stay, and the stale
+// entries are dropped.
+func TestSweepSparesLiveRecordsWithStaleEntries(t *testing.T) {
+	c := standaloneClient(t)
+	s := newStore(t, c, redisstore.WithPrefix(testPrefix(t)), redisstore.WithBuckets(1))
+	ctx := context.Background()
+	live := runtime.Identity{Scope: "stale", Operation: "T.Op", Key: "live"}
+	unknown := runtime.Identity{Scope: "stale", Operation: "T.Op", Key: "unknown"}
+	mustClaim(t, s, claimP(live, "w", time.Minute))
+	mustFinish(t, s, mustClaim(t, s, claimP(unknown, "w", time.Minute)), runtime.StateUnknown, 0)
+	before := map[runtime.Identity]runtime.Record{}
+	for _, id := range []runtime.Identity{live, unknown} {
+		rec, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[id] = rec
+		key, _, expiryIdx := redisstore.KeysOf(s, id)
+		if err := c.ZAdd(ctx, expiryIdx, redis.Z{Score: 1, Member: key}).Err(); err != nil { // due long ago
+			t.Fatal(err)
+		}
+	}
+	n, err := s.Sweep(ctx, 100)
+	if err != nil || n != 0 {
+		t.Fatalf("Sweep = %d, %v; want 0 deleted", n, err)
+	}
+	for id, want := range before {
+		if got, err := s.Get(ctx, id); err != nil || got.Version != want.Version || got.State != want.State {
+			t.Fatalf("%s after Sweep: %+v, %v; want it kept (%s, version %d)", id.Key, got, err, want.State, want.Version)
+		}
+	}
+	if n, err := redisstore.CheckIndexes(ctx, s); err != nil || n != 2 {
+		t.Fatalf("CheckIndexes = %d, %v; want 2 records, no stale entry", n, err)
+	}
+}
