@@ -178,6 +178,8 @@ func testRenewals(t *testing.T, s runtime.Store) {
 type slowClaimReply struct {
 	runtime.Store
 	delay time.Duration
+	// release, when not nil, ends the delay instead.
+	release <-chan struct{}
 	// applied is closed when the claim has been applied.
 	applied chan struct{}
 }
@@ -185,7 +187,11 @@ type slowClaimReply struct {
 func (s *slowClaimReply) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, p)
 	close(s.applied)
-	time.Sleep(s.delay)
+	if s.release != nil {
+		<-s.release
+	} else {
+		time.Sleep(s.delay)
+	}
 	return res, err
 }
 
@@ -194,29 +200,48 @@ func (s *slowClaimReply) Claim(ctx context.Context, p runtime.ClaimParams) (runt
 // effect) must not start the effect: the worker first confirms its lease,
 // and the confirmation fails. Found by the exhaustive model check.
 func testSlowClaimReply(t *testing.T, s runtime.Store) {
-	ctx := scoped(t)
-	var o owners
-	effect := ownedEffect(&o, renewLease)
-	slow := &slowClaimReply{Store: s, delay: 2 * renewLease, applied: make(chan struct{})}
-	first := newRuntime(t, slow, runtime.WithLease(renewLease), runtime.WithOwner("slow-reply"))
-	dup := newRuntime(t, s, runtime.WithLease(renewLease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))
-	done := make(chan error, 1)
-	go func() {
-		_, err := runtime.Do(ctx, first, call("k", chargeReq{"a", 1}, effect))
-		done <- err
-	}()
-	<-slow.applied
-	time.Sleep(renewLease + renewLease/4) // the first worker's lease expires
-	if _, err := runtime.Do(ctx, dup, call("k", chargeReq{"a", 1}, effect)); err != nil {
-		t.Fatalf("the duplicate's takeover: %v", err)
-	}
-	err := <-done
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.ran != 1 {
-		t.Fatalf("the effect ran %d times (max %d at once); the late claim's call returned %v", o.ran, o.max, err)
-	}
-	if !errors.Is(err, runtime.ErrLeaseLost) {
-		t.Fatalf("the late claim's call: %v, want ErrLeaseLost", err)
+	// The reply arrives two leases late, or as soon as the duplicate's
+	// effect runs (a little over one lease late: the worker must confirm
+	// its lease as soon as it may have expired, not only when it
+	// certainly has).
+	for _, whenDupRuns := range []bool{false, true} {
+		t.Run(fmt.Sprintf("whenDupRuns=%v", whenDupRuns), func(t *testing.T) {
+			ctx := scoped(t)
+			var o owners
+			effect := ownedEffect(&o, renewLease)
+			slow := &slowClaimReply{Store: s, delay: 2 * renewLease, applied: make(chan struct{})}
+			dupRuns := make(chan struct{})
+			var once sync.Once
+			defer once.Do(func() { close(dupRuns) }) // never leave the first worker blocked
+			dupEffect := effect
+			if whenDupRuns {
+				slow.release = dupRuns
+				dupEffect = func(ctx context.Context, r chargeReq) (receipt, error) {
+					once.Do(func() { close(dupRuns) })
+					return effect(ctx, r)
+				}
+			}
+			first := newRuntime(t, slow, runtime.WithLease(renewLease), runtime.WithOwner("slow-reply"))
+			dup := newRuntime(t, s, runtime.WithLease(renewLease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))
+			done := make(chan error, 1)
+			go func() {
+				_, err := runtime.Do(ctx, first, call("k", chargeReq{"a", 1}, effect))
+				done <- err
+			}()
+			<-slow.applied
+			time.Sleep(renewLease + renewLease/4) // the first worker's lease expires
+			if _, err := runtime.Do(ctx, dup, call("k", chargeReq{"a", 1}, dupEffect)); err != nil {
+				t.Fatalf("the duplicate's takeover: %v", err)
+			}
+			err := <-done
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			if o.ran != 1 {
+				t.Fatalf("the effect ran %d times (max %d at once); the late claim's call returned %v", o.ran, o.max, err)
+			}
+			if !errors.Is(err, runtime.ErrLeaseLost) {
+				t.Fatalf("the late claim's call: %v, want ErrLeaseLost", err)
+			}
+		})
 	}
 }
