@@ -219,8 +219,8 @@ func encodeRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []
 		} else if fp, b, err = rt.enc.request(jsonValue(rt, req), fingerprint); err != nil {
 			return nil, nil, err
 		}
-		if covered && lossyUTF8(b) {
-			sum, err := canonicalFingerprint(reflect.ValueOf(req).Elem())
+		if covered && canon.LossyUTF8(b) {
+			sum, err := canonicalFingerprint(&rt.enc.canon, reflect.ValueOf(req).Elem())
 			if err != nil {
 				return nil, nil, err
 			}
@@ -261,7 +261,7 @@ func requestFingerprint[Req any](c *canon.Cache, req *Req) ([]byte, error) {
 	if ti.Covered && c.ValueCovered(v) {
 		return nil, nil
 	}
-	return canonicalFingerprint(v)
+	return canonicalFingerprint(c, v)
 }
 
 // valueFingerprint is [requestFingerprint] for a dynamic value (invalid
@@ -273,27 +273,20 @@ func valueFingerprint(c *canon.Cache, v reflect.Value) ([]byte, error) {
 	if ti := c.Info(v.Type()); ti.Covered && (!ti.Dynamic || c.ValueCovered(v)) {
 		return nil, nil
 	}
-	return canonicalFingerprint(v)
+	return canonicalFingerprint(c, v)
 }
 
 // canonicalFingerprint returns the SHA-256 of the canonical encoding of v.
-func canonicalFingerprint(v reflect.Value) ([]byte, error) {
+func canonicalFingerprint(c *canon.Cache, v reflect.Value) ([]byte, error) {
 	if v.Kind() == reflect.Interface {
 		v = v.Elem() // the dynamic value, as in requestFingerprint
 	}
 	h := sha256.New()
-	if err := canon.Write(h, v); err != nil {
+	if err := c.Write(h, v); err != nil {
 		return nil, fmt.Errorf("fingerprint: %w", err)
 	}
 	return h.Sum(nil), nil
 }
-
-// lossyUTF8 reports whether a JSON encoding may hold a string with invalid
-// UTF-8: json writes each invalid byte as \ufffd (a valid U+FFFD is
-// written as itself), so that "\xff" and "\xfe" encode alike. (A
-// MarshalJSON that writes the escape itself costs only the canonical
-// encoding.)
-func lossyUTF8(b []byte) bool { return bytes.Contains(b, []byte(`\ufffd`)) }
 
 // encodeResponse encodes *resp with the runtime's codec.
 func encodeResponse[Resp any](rt *Runtime, resp *Resp) ([]byte, error) {

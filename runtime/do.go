@@ -33,9 +33,10 @@ type Call[Req, Resp any] struct {
 	// shadows, what omitempty or omitzero leave out for values that
 	// differ, a nil pointer beside a pointer to a nil, strings with
 	// invalid UTF-8) the SHA-256 of a canonical encoding of every part of
-	// the request, each field by its Go value (floats by their bits) and
-	// each value json encodes by its own MarshalJSON or MarshalText by
-	// that method's bytes. The stored request still leaves
+	// the request, each field by its Go value (floats by their bits), each
+	// value json encodes by its own MarshalJSON or MarshalText by that
+	// method's output as json writes it, and each value in an interface
+	// whose JSON tells it apart by that JSON. The stored request still leaves
 	// out what JSON leaves out (a card number tagged `json:"-"` is compared,
 	// never stored). A part no encoding can compare (a func, a chan, a
 	// cycle of pointers, where json does not reach) makes Do fail before

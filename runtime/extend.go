@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"reflect"
 	"time"
+
+	"github.com/idemkit/idem/runtime/internal/canon"
 )
 
 // This file is the runtime's surface for code that runs calls its own way:
@@ -50,8 +52,8 @@ func (rt *Runtime) FingerprintOf(v any) ([]byte, error) {
 	if err != nil || fp != nil {
 		return fp, err
 	}
-	if lossyUTF8(b) {
-		return canonicalFingerprint(reflect.ValueOf(v))
+	if canon.LossyUTF8(b) {
+		return canonicalFingerprint(&rt.enc.canon, reflect.ValueOf(v))
 	}
 	return Fingerprint(b), nil
 }

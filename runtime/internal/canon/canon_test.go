@@ -172,7 +172,7 @@ func TestInfo(t *testing.T) {
 func sum(t *testing.T, v any) ([]byte, error) {
 	t.Helper()
 	h := sha256.New()
-	err := Write(h, reflect.ValueOf(v))
+	err := new(Cache).Write(h, reflect.ValueOf(v))
 	return h.Sum(nil), err
 }
 
@@ -244,7 +244,7 @@ func TestInfoConcurrent(t *testing.T) {
 	var c Cache
 	var want []TypeInfo
 	for _, typ := range types {
-		w := walker{seen: map[infoKey]bool{}}
+		w := walker{c: new(Cache), seen: map[infoKey]bool{}}
 		want = append(want, w.info(typ, false))
 	}
 	done := make(chan struct{})
