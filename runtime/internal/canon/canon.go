@@ -591,7 +591,7 @@ var ErrNotComparable = errors.New("cannot be compared by value")
 // share parts through unexported pointers is walked once per path) or
 // past the stack (a very long list).
 const (
-	maxParts = 1 << 23
+	maxParts = 1 << 20
 	maxDepth = 100_000
 )
 

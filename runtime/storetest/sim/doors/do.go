@@ -44,10 +44,16 @@ func (d *doDoor) call(ctx context.Context, dl *delivery) answer {
 }
 
 // query is the downstream's "did it happen?" for route's operation: it
-// answers from the ledger.
+// answers from the ledger of the tenant its context's scope names, as a
+// multi-tenant downstream does; a query that lost its scope (or got
+// another's) answers "not happened", and the effect runs again.
 func (r *run) query(route int) func(ctx context.Context, req simpay.Request) (simpay.Receipt, runtime.Outcome, error) {
 	return func(ctx context.Context, req simpay.Request) (simpay.Receipt, runtime.Outcome, error) {
-		ident := r.ident(route, req.Key)
+		tenant, ok := r.tenantOf(runtime.ScopeFrom(ctx))
+		if !ok {
+			return simpay.Receipt{}, runtime.OutcomeNotHappened, nil
+		}
+		ident := r.identIn(tenant, route, req.Key)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for _, e := range r.ledger[ident] {

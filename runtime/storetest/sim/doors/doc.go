@@ -81,6 +81,18 @@
 //     final record agrees with the downstream (SUCCESS only if applied,
 //     FAILED only if not), and no record is left PROCESSING or UNKNOWN.
 //
+// # Tenants
+//
+// Each request is sent in one of three tenants' scopes (a short one, a
+// long one and a third; the long one is over 255 bytes behind the HTTP and
+// gRPC adapters, whose identities then keep a fixed-size name of it, and
+// cut to 255 bytes where runtime.Do takes the scope as it is). One key
+// under two tenants is two identities. The downstream is multi-tenant: its
+// query looks a charge up in the ledger of the tenant its context's scope
+// names, so a query that lost its scope, or got another's, answers "not
+// happened" and the effect runs again, which at-most-once reports; a
+// replay across tenants is a receipt of another identity.
+//
 // IDEM_SIM_SEED replays a run's schedule (see sim.Runs); goroutine
 // interleaving and, outside synctest, timing are the machine's.
 package doors

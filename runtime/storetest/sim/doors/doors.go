@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/idname"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/storetest/sim"
 	"github.com/idemkit/idem/runtime/storetest/sim/doors/internal/simpay"
@@ -198,11 +199,12 @@ const (
 )
 
 type request struct {
-	id    int
-	route int // 0: the operation with a query (where the door has one), 1: without
-	key   string
-	req   simpay.Request
-	plans []plan
+	id     int
+	tenant int // index in run.tenants: the scope the client calls in
+	route  int // 0: the operation with a query (where the door has one), 1: without
+	key    string
+	req    simpay.Request
+	plans  []plan
 }
 
 // kind is a client's answer, as the door's protocol expresses it.
@@ -270,8 +272,14 @@ type run struct {
 	name  string
 	seed  uint64
 	scope string
-	door  door
-	store *faultStore
+	// tenants are the scopes clients call in (see [tenantNames]): one
+	// key under two tenants is two identities, and the downstream's query
+	// looks a charge up by the scope in its context, so a query that lost
+	// its tenant (or got another's) answers "not happened" and the effect
+	// runs twice, which the ledger shows.
+	tenants []string
+	door    door
+	store   *faultStore
 
 	workers    []*runtime.Runtime
 	reconciler *runtime.Reconciler
@@ -295,8 +303,33 @@ type run struct {
 	t0         time.Time
 }
 
-func (r *run) ident(route int, key string) string {
-	return fmt.Sprintf("%s %s", r.door.ops()[route], key)
+// tenantNames: a short tenant, a long one and a third. The long one's
+// scope is cut to runtime.MaxKeyLen bytes where the door takes the scope as
+// the identity's (runtime.Do refuses a longer one); behind the HTTP and
+// gRPC adapters it is longer, so that the identity keeps a fixed-size name
+// of it while the handler, the query and the record keep it whole.
+var tenantNames = [...]string{"acme", "tenant-with-a-long-name/" + strings.Repeat("0123456789abcdef", 20), "globex"}
+
+func (r *run) ident(rq *request) string { return r.identIn(rq.tenant, rq.route, rq.key) }
+
+func (r *run) identIn(tenant, route int, key string) string {
+	return fmt.Sprintf("%s %s %s", tenantNames[tenant], r.door.ops()[route], key)
+}
+
+// tenantOf returns the tenant whose scope is scope.
+func (r *run) tenantOf(scope string) (int, bool) {
+	for i, s := range r.tenants {
+		if s == scope {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// idOf is rq's identity in the store (an adapter names a scope over
+// runtime.MaxKeyLen bytes by idname.Fit).
+func (r *run) idOf(rq *request) runtime.Identity {
+	return runtime.Identity{Scope: idname.Fit(r.tenants[rq.tenant], runtime.MaxKeyLen), Operation: r.opOf(rq.route), Key: rq.key}
 }
 
 func (r *run) note(ident, format string, args ...any) {
@@ -346,6 +379,13 @@ func Run(t testing.TB, doorName string, cfg Config) Report {
 		byID:   map[int]*delivery{},
 		ledger: map[string][]effectRec{}, trail: map[string][]string{}, faults: map[string]int{}, modes: map[string]int{},
 		renewing: map[runtime.Identity]*delivery{}, faulted: map[string]bool{}}
+	for _, name := range tenantNames {
+		scope := r.scope + "/" + name
+		if doorName != DoorHTTP && doorName != DoorGRPC {
+			scope = scope[:min(len(scope), runtime.MaxKeyLen)]
+		}
+		r.tenants = append(r.tenants, scope)
+	}
 	t.Logf("doors %s/%s: seed %d (replay with IDEM_SIM_SEED=%d)", cfg.Name, doorName, cfg.Seed, cfg.Seed)
 	rep := r.run()
 	t.Log(rep.Summary())
@@ -429,7 +469,7 @@ func (r *run) schedule() {
 	for i := range r.cfg.Requests {
 		k := rng.IntN(keys)
 		route := rng.IntN(2)
-		rq := &request{id: i, route: route, key: fmt.Sprintf("k%03d", k),
+		rq := &request{id: i, tenant: rng.IntN(len(tenantNames)), route: route, key: fmt.Sprintf("k%03d", k),
 			req: simpay.Request{Amount: int64(100 + k), Large: large[k]}}
 		rq.req.Key = rq.key
 		if rng.IntN(100) < 4 {
@@ -538,13 +578,13 @@ func failurePage() string {
 // error in one of six shapes, or the context's error.
 func (r *run) handle(ctx context.Context, route int, dID int, req simpay.Request) (simpay.Receipt, error) {
 	d := r.deliveryByID(dID)
-	ident := r.ident(route, req.Key)
 	if d == nil {
 		return simpay.Receipt{}, fmt.Errorf("doors: no delivery %d", dID)
 	}
+	ident := r.ident(d.req)
 	m := d.plan.mode
 	r.note(ident, "handler runs for delivery %d (%s)", d.id, m)
-	id := runtime.Identity{Scope: r.scope, Operation: r.door.ops()[route], Key: req.Key}
+	id := runtime.Identity{Scope: idname.Fit(r.tenants[d.req.tenant], runtime.MaxKeyLen), Operation: r.door.ops()[route], Key: req.Key}
 	if a, ok := runtime.AttemptFrom(ctx); ok {
 		id = a.ID
 		r.learn(route, a.ID.Operation)
@@ -621,7 +661,7 @@ func (r *run) deliver(rq *request, pl plan, final bool) *delivery {
 		r.modes[pl.mode.String()]++
 	}
 	r.mu.Unlock()
-	ident := r.ident(rq.route, rq.key)
+	ident := r.ident(rq)
 	desc := pl.mode.String()
 	switch pl.mode {
 	case mWrapped, mTimeoutBefore:
@@ -630,7 +670,7 @@ func (r *run) deliver(rq *request, pl plan, final bool) *delivery {
 		desc += " (" + renewNames[pl.variant] + ")"
 	}
 	r.note(ident, "delivery %d starts: request %d (amount %d, large %v) on w%d, %s, deadline %v, final %v", d.id, rq.id, rq.req.Amount, rq.req.Large, pl.worker, desc, pl.deadline, final)
-	ctx := runtime.WithScope(context.Background(), r.scope)
+	ctx := runtime.WithScope(context.Background(), r.tenants[rq.tenant])
 	cancel := context.CancelFunc(func() {})
 	if pl.deadline > 0 {
 		ctx, cancel = context.WithTimeout(ctx, pl.deadline)
@@ -695,7 +735,7 @@ func (r *run) run() Report {
 	seen := map[string]bool{}
 	var finals []*request
 	for _, rq := range r.requests {
-		id := r.ident(rq.route, rq.key)
+		id := r.ident(rq)
 		if !seen[id] {
 			seen[id] = true
 			finals = append(finals, rq)
@@ -715,7 +755,7 @@ func (r *run) run() Report {
 		}
 	}
 	if a, b := r.opOf(0), r.opOf(1); a == b {
-		r.violate("no client gets another identity's response", r.ident(1, "*"), "two routes are stored under one operation %q: their keys collide", a)
+		r.violate("no client gets another identity's response", r.identIn(0, 1, "*"), "two routes are stored under one operation %q: their keys collide", a)
 	}
 	r.check()
 	r.mu.Lock()
@@ -749,12 +789,12 @@ func (r *run) quiesce() {
 func (r *run) resolveLeft() {
 	seen := map[string]bool{}
 	for _, rq := range r.requests {
-		ident := r.ident(rq.route, rq.key)
+		ident := r.ident(rq)
 		if seen[ident] {
 			continue
 		}
 		seen[ident] = true
-		id := runtime.Identity{Scope: r.scope, Operation: r.opOf(rq.route), Key: rq.key}
+		id := r.idOf(rq)
 		rec, err := r.cfg.Store.Get(context.Background(), id)
 		if err != nil || rec.State == runtime.StateSuccess || rec.State == runtime.StateFailed {
 			continue
@@ -798,7 +838,7 @@ func (r *run) check() {
 	byIdent := map[string][]*delivery{}
 	var order []string
 	for _, d := range deliveries {
-		id := r.ident(d.req.route, d.req.key)
+		id := r.ident(d.req)
 		if byIdent[id] == nil {
 			order = append(order, id)
 		}
@@ -867,7 +907,7 @@ func (r *run) check() {
 }
 
 func (r *run) checkRecord(ident string, rq *request, effs []effectRec) {
-	id := runtime.Identity{Scope: r.scope, Operation: r.opOf(rq.route), Key: rq.key}
+	id := r.idOf(rq)
 	rec, err := r.cfg.Store.Get(context.Background(), id)
 	switch {
 	case errors.Is(err, runtime.ErrNotFound):
@@ -942,7 +982,7 @@ func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Tim
 	if d == nil {
 		return f.Store.Renew(ctx, p)
 	}
-	ident := r.ident(d.req.route, d.req.key)
+	ident := r.ident(d.req)
 	r.mu.Lock()
 	r.faults[renewNames[d.plan.variant]]++
 	r.faulted[ident] = true

@@ -44,7 +44,15 @@ func (g *grpcDoor) setup(r *run) error {
 	for _, rt := range r.workers {
 		srv := grpc.NewServer(grpc.ChainUnaryInterceptor(g.lossy,
 			idemgrpc.UnaryServerInterceptor(rt, idemgrpc.Required(true), idemgrpc.Logger(slog.New(&errorLog{r: r})),
-				idemgrpc.Scope(func(context.Context) string { return r.scope }))))
+				idemgrpc.Scope(func(ctx context.Context) string {
+					md, _ := metadata.FromIncomingContext(ctx)
+					if v := md.Get("x-sim-tenant"); len(v) == 1 {
+						if t, err := strconv.Atoi(v[0]); err == nil && t >= 0 && t < len(r.tenants) {
+							return r.tenants[t]
+						}
+					}
+					return r.scope
+				}))))
 		var methods []grpc.MethodDesc
 		for route, full := range grpcMethods {
 			methods = append(methods, grpc.MethodDesc{MethodName: full[len("/simdoors.Ledger/"):],
@@ -101,7 +109,7 @@ func (g *grpcDoor) lossy(ctx context.Context, req any, info *grpc.UnaryServerInf
 	id := deliveryOf(ctx)
 	if d := g.r.deliveryByID(id); err == nil && d != nil && d.plan.mode == mLostReply {
 		if _, lost := g.lost.LoadOrStore(id, true); !lost {
-			g.r.note(g.r.ident(d.req.route, d.req.key), "fault: delivery %d's answer is lost in transport (Unavailable): grpc retries", id)
+			g.r.note(g.r.ident(d.req), "fault: delivery %d's answer is lost in transport (Unavailable): grpc retries", id)
 			return nil, status.Error(codes.Unavailable, "connection reset (simulated)")
 		}
 	}
@@ -147,7 +155,7 @@ func (g *grpcDoor) call(ctx context.Context, dl *delivery) answer {
 	rq := dl.req
 	in, _ := structpb.NewStruct(map[string]any{"key": rq.key, "amount": float64(rq.req.Amount), "large": rq.req.Large})
 	ctx = idemgrpc.WithKey(ctx, rq.key)
-	ctx = metadata.AppendToOutgoingContext(ctx, "x-sim-delivery", strconv.Itoa(dl.id))
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-sim-delivery", strconv.Itoa(dl.id), "x-sim-tenant", strconv.Itoa(rq.tenant))
 	out := &structpb.Struct{}
 	err := g.conns[dl.plan.worker].Invoke(ctx, grpcMethods[rq.route], in, out)
 	if err == nil {

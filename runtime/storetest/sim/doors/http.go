@@ -39,7 +39,12 @@ func (h *httpDoor) setup(r *run) error {
 	h.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	for _, rt := range r.workers {
 		mw := idemhttp.Middleware(rt, idemhttp.Logger(slog.New(&errorLog{r: r})),
-			idemhttp.Scope(func(*http.Request) string { return r.scope }))
+			idemhttp.Scope(func(req *http.Request) string {
+				if t, err := strconv.Atoi(req.Header.Get("X-Sim-Tenant")); err == nil && t >= 0 && t < len(r.tenants) {
+					return r.tenants[t]
+				}
+				return r.scope
+			}))
 		sub := func(route int) http.Handler {
 			m := http.NewServeMux()
 			m.Handle("POST /{id}", mw(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { h.serve(w, req, route) })))
@@ -118,6 +123,7 @@ func (h *httpDoor) call(ctx context.Context, dl *delivery) answer {
 	}
 	req.Header.Set(idemhttp.DefaultHeader, rq.key)
 	req.Header.Set("X-Sim-Delivery", strconv.Itoa(dl.id))
+	req.Header.Set("X-Sim-Tenant", strconv.Itoa(rq.tenant))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := h.client.Do(req)
 	if err != nil {

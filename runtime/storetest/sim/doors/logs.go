@@ -34,7 +34,7 @@ func (h *errorLog) Handle(ctx context.Context, rec slog.Record) error {
 		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
 		return true
 	})
-	ident := r.ident(d.req.route, d.req.key)
+	ident := r.ident(d.req)
 	r.note(ident, "adapter log for delivery %d: %s", d.id, short(b.String()))
 	if rec.Level >= slog.LevelError {
 		r.mu.Lock()

@@ -59,7 +59,7 @@ var txReceipts atomic.Int64
 
 func (x *txDoor) call(ctx context.Context, dl *delivery) answer {
 	r, rq := x.r, dl.req
-	ident := r.ident(rq.route, rq.key)
+	ident := r.ident(rq)
 	tx, err := r.cfg.Pool.Begin(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
