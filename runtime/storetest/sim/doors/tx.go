@@ -24,12 +24,18 @@ import (
 type txDoor struct {
 	r       *run
 	workers []*runtime.Runtime
+	// slots bounds the callers' transactions open at once below the
+	// pool's size, as DoTx's doc asks: each DoTx also needs a connection
+	// of the pool for its claim, and a pool whose every connection is a
+	// caller's transaction waiting in DoTx cannot make progress.
+	slots chan struct{}
 }
 
 const txTable = "idem_sim_doors_effects"
 
 func (x *txDoor) setup(r *run) error {
 	x.r = r
+	x.slots = make(chan struct{}, max(1, r.cfg.Pool.Config().MaxConns/2))
 	if _, ok := r.cfg.Store.(*pgstore.Store); !ok {
 		return fmt.Errorf("DoorTx needs a *pgstore.Store, not %T", r.cfg.Store)
 	}
@@ -60,6 +66,12 @@ var txReceipts atomic.Int64
 func (x *txDoor) call(ctx context.Context, dl *delivery) answer {
 	r, rq := x.r, dl.req
 	ident := r.ident(rq)
+	select {
+	case x.slots <- struct{}{}:
+		defer func() { <-x.slots }()
+	case <-ctx.Done():
+		return answer{kind: ansDeadline, detail: "waiting for a transaction slot: " + ctx.Err().Error()}
+	}
 	tx, err := r.cfg.Pool.Begin(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
