@@ -17,7 +17,7 @@ import (
 //   - FAILED: the failure's [Detailer] payload is dropped, then its message
 //     is cut to [shortFailureMessage] bytes, then left out (the code stays:
 //     duplicates still get a [*FailedError]), then the stored failure is
-//     empty ("failed");
+//     empty ("failed"), the code too when even it is refused;
 //   - any state: the record's note is cut, then left out.
 //
 // Each step says in the note what was left out. Only when even the smallest
@@ -44,7 +44,9 @@ type responseCutter interface{ cutResponse() []byte }
 // c, when not nil, gives the short form of a SUCCESS response ([Cutter]).
 func fitTransition(ctx context.Context, store Store, tp *TransitionParams, c responseCutter) (int64, error) {
 	v, err := store.Transition(ctx, *tp)
-	for errors.Is(err, ErrTooLarge) {
+	// Each step makes the record smaller, and there are a handful of
+	// steps; the bound is a guard, never reached.
+	for steps := 0; errors.Is(err, ErrTooLarge) && steps < 64; steps++ {
 		if !shrink(tp, err, &c) {
 			return v, err
 		}
@@ -111,6 +113,10 @@ func shrinkFailure(data []byte) ([]byte, string, bool) {
 		return encodeFailure(f), "failure code cut", true
 	case len(data) > 2 && f.Code == "":
 		return []byte("{}"), "failure not stored", true
+	case len(data) > 2:
+		// A store that refuses even the code (a limit of a few dozen
+		// bytes): the failure is recorded all the same, as "failed".
+		return []byte("{}"), fmt.Sprintf("failure code %q not stored", cut(f.Code, 64)), true
 	}
 	return nil, "", false
 }
@@ -127,5 +133,6 @@ func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
+	const mark = "…"
+	return strings.ToValidUTF8(s[:max(0, n-len(mark))], "") + mark
 }

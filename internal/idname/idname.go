@@ -50,6 +50,25 @@ func hasControl(s string) bool {
 	return false
 }
 
+// StoreScope returns how an adapter stores scope with a request for its
+// query: as text when it is valid UTF-8, else as bytes (JSON would replace
+// each invalid byte by U+FFFD, and the query would look in another
+// tenant).
+func StoreScope(scope string) (text string, raw []byte) {
+	if utf8.ValidString(scope) {
+		return scope, nil
+	}
+	return "", []byte(scope)
+}
+
+// StoredScope is the scope StoreScope stored as text or raw.
+func StoredScope(text string, raw []byte) string {
+	if raw != nil {
+		return string(raw)
+	}
+	return text
+}
+
 // QueryScope returns the scope an adapter's query runs in: stored, the
 // scope stored with the request when the identity's is a digest of it,
 // else the identity's scope (the attempt's in ctx), which is then the

@@ -202,9 +202,11 @@ type request struct {
 	Type    string `json:"type,omitempty"`
 	Message []byte `json:"message,omitempty"`
 	// Scope is the scope the handler saw, stored for the query when the
-	// identity's is a digest of it (over 255 bytes); otherwise the
-	// identity's scope is the scope.
-	Scope string `json:"scope,omitempty"`
+	// identity's is a digest of it (over 255 bytes, or not valid UTF-8);
+	// otherwise the identity's scope is the scope. ScopeBytes holds it
+	// instead when it is not valid UTF-8 (JSON text would not keep it).
+	Scope      string `json:"scope,omitempty"`
+	ScopeBytes []byte `json:"scope_bytes,omitempty"`
 }
 
 // record is a stored success: a response message (Type and Message, or
@@ -347,7 +349,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	if query != nil {
 		rq.Type, rq.Message = string(msg.ProtoReflect().Descriptor().FullName()), b
 		if idScope != scope {
-			rq.Scope = scope
+			rq.Scope, rq.ScopeBytes = idname.StoreScope(scope)
 		}
 	}
 	var (
@@ -470,7 +472,12 @@ func (cfg *config) failed(ctx context.Context, fe *runtime.FailedError) error {
 	if c, ok := parseCode(fe.Code); ok {
 		return status.Error(c, fe.Message)
 	}
-	st := status.New(codes.FailedPrecondition, fe.Message)
+	msg := fe.Message
+	if msg == "" && fe.Code == "" {
+		// The size rule kept nothing of it (a store's tiny record limit).
+		msg = "the first call with this idempotency key failed; its status was not stored (over the store's record limit)"
+	}
+	st := status.New(codes.FailedPrecondition, msg)
 	info := &errdetails.ErrorInfo{Reason: ReasonFailed, Domain: Domain}
 	if fe.Code != "" {
 		info.Metadata = map[string]string{"code": fe.Code}

@@ -90,7 +90,7 @@ func (cfg *config) query(q CallQueryFunc) runtime.QueryFunc[request, record] {
 		if err := proto.Unmarshal(rq.Message, m); err != nil {
 			return record{}, runtime.OutcomeUnknown, fmt.Errorf("idemgrpc: decoding the stored request: %w", err)
 		}
-		scope := idname.QueryScope(ctx, rq.Scope)
+		scope := idname.QueryScope(ctx, idname.StoredScope(rq.Scope, rq.ScopeBytes))
 		ctx = runtime.WithScope(ctx, scope)
 		resp, o, qerr := q(ctx, StoredCall{Method: rq.Method, Request: m, Scope: scope})
 		switch o {

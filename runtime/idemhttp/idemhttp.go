@@ -225,9 +225,11 @@ type request struct {
 	URL        string `json:"url,omitempty"`
 	Body       []byte `json:"body,omitempty"`
 	// Scope is the scope the handler saw, stored for the query when the
-	// identity's is a digest of it (over 255 bytes); otherwise the
-	// identity's scope is the scope.
-	Scope string `json:"scope,omitempty"`
+	// identity's is a digest of it (over 255 bytes, or not valid UTF-8);
+	// otherwise the identity's scope is the scope. ScopeBytes holds it
+	// instead when it is not valid UTF-8 (JSON text would not keep it).
+	Scope      string `json:"scope,omitempty"`
+	ScopeBytes []byte `json:"scope_bytes,omitempty"`
 }
 
 // Response is a recorded HTTP response.
@@ -396,7 +398,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// itself): its body must not be the pooled buffer.
 		c.Request.URL, c.Request.Body = target, bytes.Clone(body)
 		if x.rescope {
-			c.Request.Scope = scope
+			c.Request.Scope, c.Request.ScopeBytes = idname.StoreScope(scope)
 		}
 	}
 	resp, err := runtime.Do(ctx, m.rt, c)

@@ -67,7 +67,7 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, Response] {
 		if rq.URL == "" {
 			return Response{}, runtime.OutcomeUnknown, errors.New("idemhttp: the request was not stored (the query was registered after it)")
 		}
-		scope := idname.QueryScope(ctx, rq.Scope)
+		scope := idname.QueryScope(ctx, idname.StoredScope(rq.Scope, rq.ScopeBytes))
 		resp, o, err := q(runtime.WithScope(ctx, scope), StoredRequest{Method: rq.Method, Target: rq.URL, Body: rq.Body, Scope: scope})
 		if o == runtime.OutcomeSucceeded {
 			if resp.Status < 100 || resp.Status > 999 {
