@@ -23,14 +23,26 @@ type renewFaults struct {
 	// renew decides what renewal n (from 1) does: nil passes it to the
 	// store.
 	renew func(ctx context.Context, n int) error
-	n     atomic.Int32
+	// replyLate, when not nil, holds back the reply of renewal n, once
+	// the store has applied it, for the duration it returns.
+	replyLate func(n int) time.Duration
+	n         atomic.Int32
 }
 
 func (s *renewFaults) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
-	if err := s.renew(ctx, int(s.n.Add(1))); err != nil {
+	n := int(s.n.Add(1))
+	if err := s.renew(ctx, n); err != nil {
 		return time.Time{}, err
 	}
-	return s.Store.Renew(ctx, p)
+	exp, err := s.Store.Renew(ctx, p)
+	if s.replyLate != nil {
+		if d := s.replyLate(n); d > 0 {
+			if serr := slow(ctx, d); serr != nil {
+				return time.Time{}, serr
+			}
+		}
+	}
+	return exp, err
 }
 
 // hang blocks until the renewal's context ends: a store that does not
@@ -96,23 +108,24 @@ func testRenewals(t *testing.T, s runtime.Store) {
 		name  string
 		renew func(ctx context.Context, n int) error
 		// keeps: the first worker keeps its lease and records its outcome.
-		keeps bool
+		keeps     bool
+		replyLate func(n int) time.Duration
 	}{
 		{"one renewal times out", func(ctx context.Context, n int) error {
 			if n == 1 {
 				return hang(ctx)
 			}
 			return nil
-		}, true},
+		}, true, nil},
 		{"two renewals fail fast", func(ctx context.Context, n int) error {
 			if n <= 2 {
 				return errRenewRefused
 			}
 			return nil
-		}, true},
+		}, true, nil},
 		{"every renewal takes a third of the lease", func(ctx context.Context, n int) error {
 			return slow(ctx, renewLease/3)
-		}, true},
+		}, true, nil},
 		{"renewals time out, then fail, then time out", func(ctx context.Context, n int) error {
 			switch n {
 			case 1, 3:
@@ -121,16 +134,32 @@ func testRenewals(t *testing.T, s runtime.Store) {
 				return errRenewRefused
 			}
 			return nil
-		}, true},
-		{"the store never answers renewals", func(ctx context.Context, n int) error { return hang(ctx) }, false},
-		{"the store refuses every renewal", func(ctx context.Context, n int) error { return errRenewRefused }, false},
+		}, true, nil},
+		{"the store never answers renewals", func(ctx context.Context, n int) error { return hang(ctx) }, false, nil},
+		{"the store refuses every renewal", func(ctx context.Context, n int) error { return errRenewRefused }, false, nil},
+		// The lease rule: a renewal confirms the lease from its sending.
+		// The first is applied at once and its reply comes 0.45 lease
+		// late; none answers after it. Counting from the reply would keep
+		// the effect running 0.35 lease past the store's expiry, beside
+		// the duplicate that takes over there.
+		{"a renewal is applied and its reply comes late, then none answers", func(ctx context.Context, n int) error {
+			if n > 1 {
+				return hang(ctx)
+			}
+			return nil
+		}, false, func(n int) time.Duration {
+			if n == 1 {
+				return renewLease * 45 / 100
+			}
+			return 0
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := scoped(t)
 			var o owners
 			effect := ownedEffect(&o, 3*renewLease) // three leases
-			faulty := &renewFaults{Store: s, renew: tc.renew}
+			faulty := &renewFaults{Store: s, renew: tc.renew, replyLate: tc.replyLate}
 			first := newRuntime(t, faulty, runtime.WithLease(renewLease), runtime.WithOwner("first"))
 			dup := newRuntime(t, s, runtime.WithLease(renewLease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))
 
