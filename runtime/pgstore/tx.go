@@ -258,15 +258,15 @@ func (x *txCall) claim(ctx context.Context, p runtime.ClaimParams) (rec runtime.
 	id := x.id
 	var waitUntil time.Time
 	backoff := 5 * time.Millisecond
-	wait := func(what error) error { // one pause of the wait, or the error that ends it
-		if waitUntil.IsZero() {
-			waitUntil = time.Now().Add(x.rt.MaxWait())
-		}
+	// wait pauses once (at most until limit) while MaxWait, counted from
+	// the first claim that saw the call in flight, allows; past it, it
+	// returns what says.
+	wait := func(limit time.Duration, what func() error) error {
 		left := time.Until(waitUntil)
 		if left <= 0 {
-			return what
+			return what()
 		}
-		if err := sleepCtx(ctx, min(backoff, left)); err != nil {
+		if err := sleepCtx(ctx, min(backoff, left, limit)); err != nil {
 			return fmt.Errorf("pgstore: %s %q: waiting for the call in flight: %w", id.Operation, id.Key, err)
 		}
 		backoff = min(backoff*2, 250*time.Millisecond)
@@ -282,7 +282,9 @@ func (x *txCall) claim(ctx context.Context, p runtime.ClaimParams) (rec runtime.
 			if waitUntil.IsZero() {
 				waitUntil = start.Add(x.rt.MaxWait())
 			}
-			if werr := wait(fmt.Errorf("pgstore: %s %q: claim: %w", id.Operation, id.Key, err)); werr != nil {
+			if werr := wait(time.Hour, func() error {
+				return fmt.Errorf("pgstore: %s %q: claim: %w", id.Operation, id.Key, err)
+			}); werr != nil {
 				return rec, false, werr
 			}
 			continue
@@ -304,15 +306,12 @@ func (x *txCall) claim(ctx context.Context, p runtime.ClaimParams) (rec runtime.
 			if waitUntil.IsZero() {
 				waitUntil = time.Now().Add(x.rt.MaxWait())
 			}
-			left := time.Until(waitUntil)
-			if left <= 0 {
-				return rec, false, fmt.Errorf("%w: %s %q (lease held by another worker for %v more)",
-					runtime.ErrInProgress, id.Operation, id.Key, rec.LeaseExpiresAt.Sub(rec.StoreNow).Round(time.Millisecond))
-			}
-			sleep := min(backoff, left, rec.LeaseExpiresAt.Sub(rec.StoreNow)+time.Millisecond)
-			backoff = min(backoff*2, 250*time.Millisecond)
-			if err := sleepCtx(ctx, sleep); err != nil {
-				return rec, false, fmt.Errorf("pgstore: %s %q: waiting for the call in flight: %w", id.Operation, id.Key, err)
+			leaseLeft := rec.LeaseExpiresAt.Sub(rec.StoreNow)
+			if werr := wait(leaseLeft+time.Millisecond, func() error {
+				return fmt.Errorf("%w: %s %q (lease held by another worker for %v more)",
+					runtime.ErrInProgress, id.Operation, id.Key, leaseLeft.Round(time.Millisecond))
+			}); werr != nil {
+				return rec, false, werr
 			}
 			rec, err = x.s.Get(ctx, id)
 			if errors.Is(err, runtime.ErrNotFound) {

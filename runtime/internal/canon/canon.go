@@ -155,12 +155,9 @@ func (c *Cache) entry(t reflect.Type, addr bool) *typeEntry {
 			tag := sf.Tag.Get("json")
 			name, opts, _ := strings.Cut(tag, ",")
 			ft := sf.Type
-			fc := fieldCheck{index: i,
-				omitEmpty: hasOpt(opts, "omitempty") && omitsOthers(ft, ",omitempty"),
-				omitZero:  hasOpt(opts, "omitzero") && omitsOthers(ft, ",omitzero"),
-				embPtr: sf.Anonymous && !jsonfast.ValidTag(name) && ft.Kind() == reflect.Pointer &&
-					ft.Elem().Kind() == reflect.Struct && !alwaysEncodesAField(ft.Elem()),
+			fc := fieldCheck{index: i, embPtr: sf.Anonymous && !jsonfast.ValidTag(name) && mayVanish(ft),
 				dynamic: c.info(ft, addr).Dynamic}
+			fc.omitEmpty, fc.omitZero = omitsOthers(ft, opts)
 			if fc.omitEmpty || fc.omitZero || fc.embPtr || fc.dynamic {
 				e.fields = append(e.fields, fc)
 			}
@@ -321,9 +318,7 @@ func (w *walker) structInfo(t reflect.Type, addr bool) TypeInfo {
 					// (Info checked), so a method of the embedded type is
 					// not promoted (two at one depth are ambiguous, or it
 					// needs an address the value does not have).
-					if ft.Kind() == reflect.Pointer && !alwaysEncodesAField(et) {
-						// A nil pointer encodes nothing, and so may a
-						// pointer to a struct whose fields are all omitted.
+					if mayVanish(ft) {
 						ti.Dynamic = true
 					}
 					fields(et, faddr, depth+1)
@@ -344,7 +339,7 @@ func (w *walker) structInfo(t reflect.Type, addr bool) TypeInfo {
 				ti.Covered = false // shadowed or conflicting: json keeps at most one
 			}
 			names[name] = true
-			if omitsOthers(ft, opts) {
+			if empty, zero := omitsOthers(ft, opts); empty || zero {
 				ti.Dynamic = true
 			}
 			fi := w.info(ft, addr)
@@ -383,23 +378,30 @@ func hasOpt(opts, opt string) bool {
 	return false
 }
 
-// omitsOthers reports whether a field of type t with the json tag options
-// opts may be left out of the encoding for two values that differ: under
-// omitempty, a nil and an empty slice or map, 0 and -0; under omitzero, -0
-// (reflect's IsZero holds it zero) or any value a type's own IsZero calls
-// zero. (omitempty leaves out one value of every other kind: false, 0, "",
-// nil, a zero-length array.)
-func omitsOthers(t reflect.Type, opts string) bool {
+// omitsOthers reports whether the omitempty (empty) or the omitzero (zero)
+// among a field's json tag options opts may leave out, for a field of type
+// t, two values that differ: under omitempty, a nil and an empty slice or
+// map, 0 and -0; under omitzero, -0 (reflect's IsZero holds it zero) or any
+// value a type's own IsZero calls zero. (omitempty leaves out one value of
+// every other kind: false, 0, "", nil, a zero-length array.)
+func omitsOthers(t reflect.Type, opts string) (empty, zero bool) {
 	if hasOpt(opts, "omitempty") {
 		switch t.Kind() {
 		case reflect.Slice, reflect.Map, reflect.Float32, reflect.Float64:
-			return true
+			empty = true
 		}
 	}
 	if hasOpt(opts, "omitzero") {
-		return zeroHidesFloats(t) || t.Implements(isZeroer) || reflect.PointerTo(t).Implements(isZeroer)
+		zero = zeroHidesFloats(t) || t.Implements(isZeroer) || reflect.PointerTo(t).Implements(isZeroer)
 	}
-	return false
+	return empty, zero
+}
+
+// mayVanish reports whether an embedded field of type t may encode as
+// nothing for two values that differ: a nil pointer to a struct, and a
+// pointer to one whose fields are all left out.
+func mayVanish(t reflect.Type) bool {
+	return t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct && !alwaysEncodesAField(t.Elem())
 }
 
 // zeroHidesFloats reports whether reflect's IsZero may hold a value of t
