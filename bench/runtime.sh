@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runtime benchmarks side by side in one run: the effect alone vs runtime.Do
 # on the memory store, and a raw INSERT vs runtime.Do on PostgreSQL 15
-# (started here on a loopback port). Prints the ratios.
+# (started here on a loopback port), and the request fingerprint's three
+# ways (JSON, value-checked, canonical). Prints the ratios.
 #
 #   bench/runtime.sh [-count N]
 set -euo pipefail
@@ -23,5 +24,9 @@ END {
 	if (b > 0)
 		printf "\nPostgreSQL: Do happy path / one raw INSERT = %.2fx; Do replay / one raw INSERT = %.2fx\n",
 			avg["BenchmarkPGDoFirstCall"] / b, avg["BenchmarkPGDoReplay"] / b
+	j = avg["BenchmarkEncodeRequest/json"]
+	if (j > 0)
+		printf "fingerprint: value-checked (omitempty) / JSON = %.2fx; canonical / JSON = %.2fx\n",
+			avg["BenchmarkEncodeRequest/omitempty"] / j, avg["BenchmarkEncodeRequest/canonical"] / j
 }' "$out"
 rm -f "$out"

@@ -630,3 +630,52 @@ func TestDoTxLeaseRenewal(t *testing.T) {
 		})
 	}
 }
+
+// TestDoTxDuplicateWaitsForAHeldRow: a DoTx duplicate that finds the
+// record's row held by the first call's open transaction (SUCCESS written,
+// the lease run out) waits up to its MaxWait, as runtime.Do does, and
+// replays the first call's answer once that transaction commits within
+// MaxWait. (It was told ErrInProgress after one claim's tries, 0.7 s,
+// whatever its MaxWait.)
+func TestDoTxDuplicateWaitsForAHeldRow(t *testing.T) {
+	p := testPool(t)
+	table := ordersTable(t, p)
+	rt, err := runtime.New(pgstore.New(p), runtime.WithLease(150*time.Millisecond), runtime.WithMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := scopedCtx(t.Name())
+	var runs atomic.Int32
+	call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5}, Effect: insertOrder(table, &runs)}
+	tx, err := p.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	first, err := pgstore.DoTx(ctx, rt, tx, call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		o   order
+		err error
+	}
+	dup := make(chan result, 1)
+	go func() {
+		var r result
+		r.err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			var err error
+			r.o, err = pgstore.DoTx(ctx, rt, tx, call)
+			return err
+		})
+		dup <- r
+	}()
+	time.Sleep(1500 * time.Millisecond) // the lease has run out; the row stays held
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-dup
+	if r.err != nil || r.o != first || runs.Load() != 1 {
+		t.Fatalf("the duplicate: %+v, %v (effect ran %d times); want the first call's %+v replayed", r.o, r.err, runs.Load(), first)
+	}
+}
