@@ -74,6 +74,12 @@ type Call[Req, Resp any] struct {
 // [*FailedError] replaying a permanent failure; the effect's own error
 // otherwise. Store errors are returned wrapped.
 func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Resp, error) {
+	return do(ctx, rt, c, nil)
+}
+
+// do is the protocol, the one every door drives: [Do], [DoLocal] (with
+// local set), the adapters and generated wrappers.
+func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], local Local) (Resp, error) {
 	var zero Resp
 	switch {
 	case rt == nil:
@@ -104,7 +110,7 @@ func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Res
 	}
 	// One allocation carries the call (a replay decodes into it), and one
 	// more what a claim runs with.
-	ex := &execution[Req, Resp]{rt: rt, c: c, id: id, lease: lease, ttl: ttl}
+	ex := &execution[Req, Resp]{rt: rt, c: c, id: id, lease: lease, ttl: ttl, local: local}
 	fp, reqBytes, err := encodeRequest(rt, &ex.c.Request, c.Fingerprint)
 	if err != nil {
 		return zero, fmt.Errorf("idem: %s: encoding request: %w", c.Operation, err)
@@ -255,6 +261,9 @@ type execution[Req, Resp any] struct {
 	// granted is when (local clock) the write that granted the lease held
 	// now was sent: see the lease rule.
 	granted time.Time
+	// local, when set, runs the effect in its own transaction: see
+	// [DoLocal].
+	local Local
 
 	// resp is the response: decoded by a replay, encoded by a completion.
 	resp Resp
@@ -296,6 +305,9 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	// retries through a store outage must not lose the record to a takeover.
 	hb := &ex.run.hb
 	ex.startHeartbeat(hb, ctx, rec, ex.granted, true, effCtx)
+	if ex.local != nil {
+		return ex.executeLocal(ctx, rec, effCtx, hb)
+	}
 	start := ex.rt.phaseStart()
 	panicked, err := ex.runEffect(effCtx)
 	resp := ex.resp

@@ -67,6 +67,17 @@ func (rt *Runtime) MaxWait() time.Duration { return rt.cfg.maxWait }
 // CompletionTimeout returns the bound on recording an outcome.
 func (rt *Runtime) CompletionTimeout() time.Duration { return rt.cfg.completionTimeout }
 
+// RetryWrite runs write, a write of a record outside any transaction of
+// the caller's, as the runtime records outcomes: on a context the caller
+// cannot cancel, bounded by the completion timeout, retrying transient
+// store errors with backoff. [ErrLeaseLost] and [ErrTooLarge] are final;
+// the last error is returned when the time is up.
+func (rt *Runtime) RetryWrite(ctx context.Context, write func(context.Context) error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.completionTimeout)
+	defer cancel()
+	return retryWrite(wctx, false, write, nil)
+}
+
 // WithAttempt returns a context carrying a, for an effect run outside [Do].
 // Its DownstreamKey field is ignored: the key is always derived from a.ID.
 func WithAttempt(ctx context.Context, a Attempt) context.Context {

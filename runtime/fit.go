@@ -38,11 +38,17 @@ type Cutter[Resp any] interface {
 // recorded (nil when it has none).
 type responseCutter interface{ cutResponse() []byte }
 
+// transitioner writes a transition: a [Store], or a [Local] inside its
+// transaction.
+type transitioner interface {
+	Transition(ctx context.Context, p TransitionParams) (int64, error)
+}
+
 // fitTransition runs tp on store, shrinking it as the size rule says while
 // the store answers ErrTooLarge. It updates *tp to what was written.
 //
 // c, when not nil, gives the short form of a SUCCESS response ([Cutter]).
-func fitTransition(ctx context.Context, store Store, tp *TransitionParams, c responseCutter) (int64, error) {
+func fitTransition(ctx context.Context, store transitioner, tp *TransitionParams, c responseCutter) (int64, error) {
 	v, err := store.Transition(ctx, *tp)
 	// Each step makes the record smaller, and there are a handful of
 	// steps; the bound is a guard, never reached.

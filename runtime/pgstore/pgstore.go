@@ -45,6 +45,9 @@ type Store struct {
 	// beforeSuccess, when set (tests only), runs in DoTx after the effect
 	// returned and before SUCCESS is written in the caller's transaction.
 	beforeSuccess func()
+	// renewHook, when set (tests only), runs Renew's work (renew) as it
+	// decides: late, never, or with its reply held back.
+	renewHook func(ctx context.Context, renew func() (time.Time, error)) (time.Time, error)
 	// beforeTakeover, when set (tests only), runs in Claim between the
 	// read that found a record to take over and the takeover's
 	// compare-and-set.
@@ -413,6 +416,13 @@ func (s *Store) transition(ctx context.Context, q *db.Queries, p runtime.Transit
 
 // Renew implements [runtime.Store].
 func (s *Store) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
+	if s.renewHook != nil {
+		return s.renewHook(ctx, func() (time.Time, error) { return s.renew(ctx, p) })
+	}
+	return s.renew(ctx, p)
+}
+
+func (s *Store) renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
 	until, err := s.q.Renew(ctx, db.RenewParams{
 		Lease: interval(p.Lease), Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
 		State: string(p.State), Owner: p.Owner, Version: p.Version,

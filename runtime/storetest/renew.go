@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/overlap"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -64,52 +65,14 @@ func slow(ctx context.Context, d time.Duration) error {
 
 var errRenewRefused = errors.New("renew: connection refused")
 
-// owners tracks the effects that run for one identity and counts the
-// overlaps: an effect that starts while another one's context is still
-// live. The promise is about the runtime's part, telling an effect to stop
-// (cancelling its context) before its lease can expire; how fast an effect
-// returns once told is the effect's part, and under a loaded scheduler an
-// effect goroutine can be woken long after its context ended.
-type owners struct {
-	mu       sync.Mutex
-	live     map[*context.Context]struct{}
-	ran      int
-	overlaps int
-}
-
-func (o *owners) enter(ctx *context.Context) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.live == nil {
-		o.live = make(map[*context.Context]struct{})
-	}
-	for c := range o.live {
-		if (*c).Err() == nil {
-			o.overlaps++
-		}
-	}
-	o.live[ctx] = struct{}{}
-	o.ran++
-}
-
-func (o *owners) leave(ctx *context.Context) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.live, ctx)
-}
-
 // ownedEffect is an effect that lasts d, honours its context and records
-// in o the effects that overlap.
-func ownedEffect(o *owners, d time.Duration) func(context.Context, chargeReq) (receipt, error) {
+// itself in o, which counts the effects that overlap.
+func ownedEffect(o *overlap.Effects, d time.Duration) func(context.Context, chargeReq) (receipt, error) {
 	return func(ctx context.Context, r chargeReq) (receipt, error) {
-		o.enter(&ctx)
-		defer o.leave(&ctx)
-		select {
-		case <-time.After(d):
-			return receipt{ID: "ch", Amount: r.Amount}, nil
-		case <-ctx.Done():
-			return receipt{}, context.Cause(ctx)
+		if err := o.Run(ctx, d); err != nil {
+			return receipt{}, err
 		}
+		return receipt{ID: "ch", Amount: r.Amount}, nil
 	}
 }
 
@@ -171,7 +134,7 @@ func testRenewals(t *testing.T, s runtime.Store) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := scoped(t)
-			var o owners
+			var o overlap.Effects
 			effect := ownedEffect(&o, 3*renewLease) // three leases
 			faulty := &renewFaults{Store: s, renew: tc.renew, replyLate: tc.replyLate}
 			first := newRuntime(t, faulty, runtime.WithLease(renewLease), runtime.WithOwner("first"))
@@ -198,14 +161,13 @@ func testRenewals(t *testing.T, s runtime.Store) {
 					}
 				}
 			}
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			if o.overlaps > 0 {
-				t.Fatalf("two owners ran the effect at once (%d effects; first call: %v; duplicate: %v)", o.ran, firstErr, dupErrs)
+			ran, overlaps := o.Counts()
+			if overlaps > 0 {
+				t.Fatalf("two owners ran the effect at once (%d effects; first call: %v; duplicate: %v)", ran, firstErr, dupErrs)
 			}
 			if tc.keeps {
-				if firstErr != nil || o.ran != 1 {
-					t.Fatalf("the first call lost a lease its store kept answering for: %v (%d effects; duplicate: %v)", firstErr, o.ran, dupErrs)
+				if firstErr != nil || ran != 1 {
+					t.Fatalf("the first call lost a lease its store kept answering for: %v (%d effects; duplicate: %v)", firstErr, ran, dupErrs)
 				}
 				return
 			}
@@ -250,7 +212,7 @@ func testSlowClaimReply(t *testing.T, s runtime.Store) {
 	for _, whenDupRuns := range []bool{false, true} {
 		t.Run(fmt.Sprintf("whenDupRuns=%v", whenDupRuns), func(t *testing.T) {
 			ctx := scoped(t)
-			var o owners
+			var o overlap.Effects
 			effect := ownedEffect(&o, renewLease)
 			slow := &slowClaimReply{Store: s, delay: 2 * renewLease, applied: make(chan struct{})}
 			dupRuns := make(chan struct{})
@@ -277,10 +239,8 @@ func testSlowClaimReply(t *testing.T, s runtime.Store) {
 				t.Fatalf("the duplicate's takeover: %v", err)
 			}
 			err := <-done
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			if o.ran != 1 {
-				t.Fatalf("the effect ran %d times (%d overlaps); the late claim's call returned %v", o.ran, o.overlaps, err)
+			if ran, overlaps := o.Counts(); ran != 1 {
+				t.Fatalf("the effect ran %d times (%d overlaps); the late claim's call returned %v", ran, overlaps, err)
 			}
 			if !errors.Is(err, runtime.ErrLeaseLost) {
 				t.Fatalf("the late claim's call: %v, want ErrLeaseLost", err)
