@@ -127,7 +127,7 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 			return zero, fmt.Errorf("idem: %s %q: the store neither grants nor refuses the claim (%d tries)", id.Operation, id.Key, claims-1)
 		}
 		start := time.Now()
-		res, err := rt.store.Claim(ctx, claim)
+		res, err := claimOnce(ctx, rt, claim, local != nil)
 		rt.phase(ctx, id.Operation, PhaseClaim, start)
 		if errors.Is(err, ErrInProgress) {
 			// The store saw the call in flight but could not read its
@@ -235,6 +235,20 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 			}
 		}
 	}
+}
+
+// claimOnce runs one claim. A local call's claim runs on a context the
+// caller cannot cancel, bounded by the completion timeout: a claim applied
+// whose reply a cancellation cut would hold the key for its whole lease,
+// naming no transaction that could free it; run to its end, the claim is
+// released at once when the caller is gone (see execute).
+func claimOnce(ctx context.Context, rt *Runtime, p ClaimParams, local bool) (ClaimResult, error) {
+	if !local {
+		return rt.store.Claim(ctx, p)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.completionTimeout)
+	defer cancel()
+	return rt.store.Claim(cctx, p)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -595,7 +609,7 @@ func (h *heartbeat) round() {
 	every := h.lease / renewEvery
 	margin := h.lease / leaseMargin
 	safeUntil := h.confirmed.Add(h.lease - margin)
-	if late := time.Until(safeUntil) < 0; late {
+	if late := time.Until(safeUntil) <= 0; late {
 		// This round starts after the lease could have expired (the
 		// process was starved or paused): one quick renewal tells
 		// whether anyone took over meanwhile (a takeover changes the

@@ -139,20 +139,24 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 	}
 
 	// The effect failed, panicked or lost its lease: its writes go first.
+	attempt := err
+	if panicked != nil {
+		attempt = panicked
+	}
 	if ferr := l.Finish(ctx, false); ferr != nil {
 		ex.observeOutcome(ctx, "", err, ferr, false)
 		if panicked != nil && !ex.rt.cfg.recoverPanics {
 			panic(panicked.Value)
 		}
 		// The effect's error is quoted, not wrapped: it is not the outcome.
-		return zero, fmt.Errorf("%w (the effect returned: %v)", ferr, errors.Join(err, panicked))
+		return zero, fmt.Errorf("%w (the effect returned: %v)", ferr, attempt)
 	}
 	if leaseLost {
 		ex.observeOutcome(ctx, "", err, nil, true)
 		if panicked != nil && !ex.rt.cfg.recoverPanics {
 			panic(panicked.Value)
 		}
-		return zero, ex.localLost(rec, errors.Join(err, panicked))
+		return zero, ex.localLost(rec, attempt)
 	}
 	release := panicked != nil || !errors.Is(err, ErrPermanent)
 	if !release {
@@ -166,7 +170,7 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		if !ex.rt.cfg.recoverPanics {
 			panic(panicked.Value)
 		}
-		return zero, errors.Join(panicked, ex.releaseErr(cerr))
+		return zero, errors.Join(attempt, ex.releaseErr(cerr))
 	}
 	switch {
 	case release:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: starts the servers the tests need (PostgreSQL 15, a
 # standalone Redis and a 3-master Redis Cluster, on loopback ports), checks formatting, vet, staticcheck and generated-code
-# drift, runs `go test -race ./...` (the rules' analysistest suites without
-# -race), and stops what it started.
+# drift, runs `go test -race ./...` (the stores' suites beside the rest, the
+# rules' analysistest suites without -race), and stops what it started.
 #
 #   scripts/test.sh              everything
 #   scripts/test.sh -run Foo     extra flags go to `go test`
@@ -23,7 +23,9 @@ staticcheck_build=$!
 # dpkg leaves its lock behind), then the services are stopped.
 # Each step may fail (the build ended long ago, apt was waited for): under
 # set -e a failing command in the trap would make a green run exit 1.
-trap 'kill "$staticcheck_build" 2>/dev/null || true; wait "$packages" 2>/dev/null || true; services_stop' EXIT
+# The stores' go test, when it still runs (another suite failed first), is
+# stopped with the test binaries it started.
+trap 'kill "$staticcheck_build" 2>/dev/null || true; if [ -n "${stores_test:-}" ]; then pkill -P "$stores_test" 2>/dev/null || true; kill "$stores_test" 2>/dev/null || true; fi; wait "$packages" 2>/dev/null || true; services_stop' EXIT
 
 log "checking gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -76,10 +78,25 @@ start_redis_cluster
 # code (analyzer/facts, the plugin, cmd/idemlint's whole-program driver) is
 # tested with -race below; the rule packages run once without it.
 rules=$(go list ./analyzer/... | grep -E '/analyzer/(blindupdate|bypass|checkthenact|serverkey|timeoutfail|tokenorder|txrpc)$')
-log "go test -race (everything but the rules' analysistest suites)"
+# The stores' suites (PostgreSQL, Redis) mostly wait on leases and servers,
+# not on the CPU: they run in a go test of their own beside the rest, which
+# would otherwise leave the two slowest packages to the end of the queue.
+stores=$(go list ./runtime/pgstore ./runtime/redisstore)
+log "go test -race (the stores' suites, beside the rest)"
+# shellcheck disable=SC2086
+go test -race -count=1 "$@" $stores >"$SERVICES_DIR/stores.log" 2>&1 &
+stores_test=$!
+log "go test -race (everything else but the rules' analysistest suites)"
 # shellcheck disable=SC2046
-go test -race -count=1 "$@" $(go list ./... | grep -v -x -F "$rules")
+go test -race -count=1 "$@" $(go list ./... | grep -v -x -F "$rules" | grep -v -x -F "$stores")
 log "go test (the rules' analysistest suites)"
 # shellcheck disable=SC2086
 go test -count=1 "$@" $rules
+log "waiting for the stores' suites"
+stores_ok=0
+wait "$stores_test" || stores_ok=$?
+cat "$SERVICES_DIR/stores.log"
+if [ "$stores_ok" -ne 0 ]; then
+	exit "$stores_ok"
+fi
 log "all tests passed"

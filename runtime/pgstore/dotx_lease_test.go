@@ -1,13 +1,22 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/testenv"
 
 	"github.com/idemkit/idem/internal/overlap"
 	"github.com/idemkit/idem/runtime"
@@ -147,5 +156,173 @@ func TestDoTxLeaseRule(t *testing.T) {
 				t.Fatalf("DoTx: %v, want its effect stopped with ErrLeaseLost", firstErr)
 			}
 		})
+	}
+}
+
+// replyCut is a connection whose next reply, once armed, meets a
+// cancellation of the caller's context on its way: the reply is read in
+// full from the server (the statement was applied and committed), then
+// the context is cancelled; if the driver then interrupts the read (it
+// sets a deadline in the past, as pgx does for a context that ends), the
+// reply is lost, otherwise it is delivered.
+type replyCut struct {
+	net.Conn
+	armed       *atomic.Pointer[context.CancelFunc]
+	interrupted atomic.Bool
+	pending     []byte
+}
+
+func (c *replyCut) SetDeadline(t time.Time) error {
+	if !t.IsZero() && time.Until(t) < time.Millisecond {
+		c.interrupted.Store(true)
+	}
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *replyCut) SetReadDeadline(t time.Time) error {
+	if !t.IsZero() && time.Until(t) < time.Millisecond {
+		c.interrupted.Store(true)
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *replyCut) Read(b []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(b, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	cancel := c.armed.Swap(nil)
+	if cancel == nil {
+		return c.Conn.Read(b)
+	}
+	// Read up to the ReadyForQuery message ('Z', length 5, status): the
+	// statement's implicit transaction has committed by then.
+	var reply []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Conn.Read(buf)
+		reply = append(reply, buf[:n]...)
+		if err != nil {
+			return 0, err
+		}
+		if k := len(reply); k >= 6 && bytes.Equal(reply[k-6:k-1], []byte{'Z', 0, 0, 0, 5}) {
+			break
+		}
+	}
+	c.interrupted.Store(false)
+	(*cancel)()
+	for range 50 {
+		if c.interrupted.Load() {
+			return 0, &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	n := copy(b, reply)
+	c.pending = reply[n:]
+	return n, nil
+}
+
+// TestDoTxCallerCancelledDuringClaimFreesTheKey: a caller whose context
+// ends while DoTx claims, the claim applied and its reply lost, leaves no
+// claim behind that holds the key: the next duplicate gets the outcome
+// within its MaxWait, not ErrInProgress for the whole lease.
+func TestDoTxCallerCancelledDuringClaimFreesTheKey(t *testing.T) {
+	p := testPool(t)
+	table := ordersTable(t, p)
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Pointer[context.CancelFunc]
+	var d net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &replyCut{Conn: c, armed: &armed}, nil
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // one round trip per statement
+	storePool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(storePool.Close)
+	if err := storePool.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store := pgstore.New(storePool)
+	pgstore.SetClaimOrder(store, -1) // the claim is one INSERT
+	rt, err := runtime.New(store, runtime.WithLease(time.Minute), runtime.WithMaxWait(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := scopedCtx(t.Name())
+	req := orderReq{OrderID: "o-1", Amount: 3}
+	insert := func(ctx context.Context, q interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}, r orderReq) (order, error) {
+		_, err := q.Exec(ctx, "INSERT INTO "+table+" (ref, amount) VALUES ($1, $2)", r.OrderID, r.Amount)
+		return order{Ref: r.OrderID, Amount: r.Amount}, err
+	}
+	tx, err := p.Begin(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(base) }()
+	ctx, cancel := context.WithCancel(base)
+	defer cancel()
+	armed.Store(&cancel)
+	_, derr := pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "k", Request: req,
+		Effect: func(ctx context.Context, tx pgx.Tx, r orderReq) (order, error) { return insert(ctx, tx, r) }})
+	if armed.Load() != nil {
+		t.Fatal("the claim's reply was not cut")
+	}
+	if !errors.Is(derr, context.Canceled) {
+		t.Fatalf("DoTx: %v, want context.Canceled (the effect did not run: the caller was gone)", derr)
+	}
+	if err := tx.Commit(base); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := runtime.Do(base, rt, runtime.Call[orderReq, order]{Operation: "Orders.Create", Key: "k", Request: req,
+		Effect: func(ctx context.Context, r orderReq) (order, error) { return insert(ctx, p, r) }}); err != nil {
+		t.Fatalf("the duplicate after DoTx (%v): %v (after %v)", derr, err, time.Since(start).Round(time.Millisecond))
+	}
+	if n := count(t, p, "SELECT count(*) FROM "+table); n != 1 {
+		t.Fatalf("%d orders committed, want 1", n)
+	}
+}
+
+// TestDoTxRollbackRequiredQuotesTheEffectsError: when the caller's
+// deadline passes inside the effect's statement, pgx closes the
+// transaction's connection, so the savepoint cannot be rolled back: DoTx
+// returns ErrRollbackRequired quoting the effect's own error (a message
+// once formatted a nil panic there, losing the cause).
+func TestDoTxRollbackRequiredQuotesTheEffectsError(t *testing.T) {
+	p := testPool(t)
+	rt, err := runtime.New(pgstore.New(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := scopedCtx(t.Name())
+	tx, err := p.Begin(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(base) }()
+	ctx, cancel := context.WithTimeout(base, 200*time.Millisecond)
+	defer cancel()
+	_, err = pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "k", Request: orderReq{OrderID: "o-1"},
+		Effect: func(ctx context.Context, tx pgx.Tx, r orderReq) (order, error) {
+			_, err := tx.Exec(ctx, "SELECT pg_sleep(2)")
+			return order{}, err
+		}})
+	if !errors.Is(err, pgstore.ErrRollbackRequired) {
+		t.Fatalf("DoTx: %v, want ErrRollbackRequired", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "%!") || !strings.Contains(msg, "the effect returned: ") || strings.Contains(msg, "the effect returned: <nil>") {
+		t.Fatalf("DoTx's error does not quote the effect's: %s", msg)
 	}
 }

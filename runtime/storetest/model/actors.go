@@ -174,6 +174,12 @@ type Config struct {
 	// already has; the other two add effects that fail with an
 	// unclassified error, before or after the downstream applied them.
 	Policy ErrorPolicy
+	// SweepAlways: the sweeper also runs in states where the model
+	// deletes nothing (a step that changes nothing), so that a replayed
+	// walk asks the store to sweep beside live, pending and fresh final
+	// records and checks it spares them. The exhaustive check leaves it
+	// off: such steps add no state.
+	SweepAlways bool
 	// Mutation breaks one guard.
 	Mutation Mutation
 }
@@ -897,7 +903,7 @@ func (g *stepper) environment() {
 	if c.Sweeper {
 		op := Op{Kind: OpSweep}
 		ns, res := g.op(op)
-		if res.N > 0 {
+		if res.N > 0 || c.SweepAlways {
 			g.emit(Step{Actor: env, What: "sweeper sweeps", Op: op, Res: res}, &ns)
 		}
 	}

@@ -14,11 +14,12 @@ import (
 )
 
 // replayConfigs are the models whose random walks are replayed: store
-// operations of every actor, with every fault, over two lives.
+// operations of every actor, with every fault, over two lives, the sweeper
+// running in every state.
 var replayConfigs = []Config{
-	{Workers: 3, Query: true, Reconciler: true, Sweeper: true, Operator: true, MaxAttempts: 2, Crashes: 2, LostReplies: 3, QueryErrors: 3, Lives: 2},
-	{Workers: 2, Query: false, SharedOwner: true, NotHappenedFail: true, Reconciler: true, Sweeper: true, Operator: true, Crashes: 2, LostReplies: 3, Lives: 2},
-	{Workers: 2, Query: true, Network: true, Reconciler: true, Sweeper: true, MaxAttempts: 2, Crashes: 1, LostReplies: 2, QueryErrors: 2, Lives: 2},
+	{Workers: 3, Query: true, Reconciler: true, Sweeper: true, SweepAlways: true, Operator: true, MaxAttempts: 2, Crashes: 2, LostReplies: 3, QueryErrors: 3, Lives: 2},
+	{Workers: 2, Query: false, SharedOwner: true, NotHappenedFail: true, Reconciler: true, Sweeper: true, SweepAlways: true, Operator: true, Crashes: 2, LostReplies: 3, Lives: 2},
+	{Workers: 2, Query: true, Network: true, Reconciler: true, Sweeper: true, SweepAlways: true, MaxAttempts: 2, Crashes: 1, LostReplies: 2, QueryErrors: 2, Lives: 2},
 }
 
 // replayAll replays walks of every replay configuration against a store.
@@ -136,6 +137,65 @@ func TestReplayDetectsDivergence(t *testing.T) {
 				}
 			}
 			t.Fatalf("no walk of the model with %s diverged from memstore", m)
+		})
+	}
+}
+
+// sweepsLive is a store whose Sweep, besides what it should delete, also
+// deletes the record of id while it is PROCESSING or UNKNOWN (deleteFinal:
+// also SUCCESS and FAILED before their TTL): the mistake of a sweep whose
+// filter forgot the state, or the expiry.
+type sweepsLive struct {
+	runtime.Store
+	id          runtime.Identity
+	deleteFinal bool
+}
+
+func (s *sweepsLive) Sweep(ctx context.Context, limit int) (int, error) {
+	n, err := s.Store.Sweep(ctx, limit)
+	if err != nil {
+		return n, err
+	}
+	rec, err := s.Store.Get(ctx, s.id)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return n, nil
+	}
+	if err != nil {
+		return n, err
+	}
+	if !s.deleteFinal && rec.State.Final() {
+		return n, nil
+	}
+	// A release for the record as it is: the store's own delete. The
+	// count stays as it was, so that only the record read back can tell.
+	return n, s.Store.Release(ctx, runtime.ReleaseParams{ID: s.id, State: rec.State, Owner: rec.Owner, Version: rec.Version})
+}
+
+// TestReplayCatchesSweepOfLiveRecords: a store whose Sweep deletes records
+// it must spare diverges from the model in a replayed walk, because walks
+// sweep in every state (SweepAlways).
+func TestReplayCatchesSweepOfLiveRecords(t *testing.T) {
+	for _, deleteFinal := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deleteFinal=%v", deleteFinal), func(t *testing.T) {
+			for ci, c := range replayConfigs {
+				for seed := range uint64(50) {
+					trace := Walk(c, seed, 120)
+					var mu sync.Mutex
+					now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+					id := runtime.Identity{Operation: "Model.SweepsLive", Key: "k"}
+					rc := ReplayConfig{
+						Store: &sweepsLive{Store: memstore.New(memstore.WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })),
+							id: id, deleteFinal: deleteFinal},
+						ID: id, Tick: time.Second,
+						Advance: func() { mu.Lock(); now = now.Add(time.Second); mu.Unlock() },
+					}
+					if err := Replay(context.Background(), rc, trace); err != nil {
+						t.Logf("config %d, seed %d: %v", ci, seed, err)
+						return
+					}
+				}
+			}
+			t.Fatal("no walk caught a store whose Sweep deletes records it must spare")
 		})
 	}
 }

@@ -16,6 +16,11 @@ type Faults struct {
 	StoreErrorBefore int // a transient error; the store is not called
 	StoreReplyLost   int // the store applies the call; its reply is lost (transient timeout)
 	StoreSlow        int // the call is delayed by up to a lease
+	// Per lease renewal: the store applies it and its reply comes up to
+	// half a lease late (or never, when the renewal's deadline comes
+	// first), and the worker's next renewals fail for a lease after it: a
+	// lease counted from the reply would outlast the store's.
+	RenewReplyLate int
 	// Per delivery.
 	Pause            int // the worker pauses past its lease (effect and renewals frozen)
 	Die              int // the worker dies mid-effect
@@ -45,7 +50,7 @@ type Faults struct {
 // DefaultFaults are the rates a run uses when Config.Faults is nil.
 func DefaultFaults() Faults {
 	return Faults{
-		StoreErrorBefore: 25, StoreReplyLost: 25, StoreSlow: 15,
+		StoreErrorBefore: 25, StoreReplyLost: 25, StoreSlow: 15, RenewReplyLate: 60,
 		Pause: 60, Die: 25, LostReply: 90, TimeoutBefore: 40, Retryable: 50, Permanent: 40, Unclassified: 30,
 		CancelClaim: 25, CancelEffect: 50, CancelCompletion: 25,
 		SlowQuery: 200, UnknownQuery: 120, QueryLag: 0, // QueryLag defaults to a lease (see Config)
@@ -280,10 +285,10 @@ func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams)
 
 // Renew implements [runtime.Store]. The renewals of a paused or dead
 // worker, and every renewal during a store stall, fail without reaching the
-// store, and renewals are never slowed: the runtime renews while holding its
-// heartbeat's lock, and a goroutine waiting on a mutex is not durably
-// blocked in a synctest bubble, so a renewal that sleeps could stop virtual
-// time. For the lease a failed renewal and a blocked one are the same.
+// store. Renewals are not slowed before the store applies them (for the
+// lease, a renewal that has not reached the store and a failed one are the
+// same); one applied may answer late (RenewReplyLate): the runtime's
+// renewals run in goroutines of their own, which a sleep blocks durably.
 func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
 	c := callFrom(ctx)
 	if c != nil {
@@ -292,6 +297,9 @@ func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Tim
 		}
 		if c.dead.Load() {
 			return time.Time{}, fmt.Errorf("%w: renew: the worker is dead", errInjected)
+		}
+		if until := c.renewDownUntil.Load(); until != nil && time.Now().Before(*until) {
+			return time.Time{}, fmt.Errorf("%w: renew: connection reset", errInjected)
 		}
 	}
 	if until := f.s.stallUntil.Load(); until != nil && time.Now().Before(*until) {
@@ -311,6 +319,24 @@ func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Tim
 			histOut{err: cl, lease: nanos(t)})
 		return ierr
 	})
+	if err == nil && f.s.faultsOn.Load() {
+		if h := f.s.roll(c, "renew-late"); int(h%1000) < f.s.faults.RenewReplyLate {
+			f.s.count("renew reply late")
+			f.s.callFault(c, "renew reply late")
+			d := time.Duration(f.s.roll(c, "renew-late-by")%uint64(f.s.cfg.Lease/2)) + time.Millisecond
+			if c != nil {
+				down := time.Now().Add(d + f.s.cfg.Lease)
+				c.renewDownUntil.Store(&down)
+			}
+			late := time.NewTimer(d)
+			defer late.Stop()
+			select {
+			case <-late.C:
+			case <-ctx.Done():
+				return time.Time{}, fmt.Errorf("renew: applied, reply lost: %w", context.Cause(ctx))
+			}
+		}
+	}
 	return t, err
 }
 

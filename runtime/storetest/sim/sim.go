@@ -328,11 +328,14 @@ type call struct {
 
 	cancelled   atomic.Bool
 	frozenUntil atomic.Pointer[time.Time]
-	dead        atomic.Bool
-	version     atomic.Int64
-	life        atomic.Int64 // the record life of version, when the call saw it
-	done        chan struct{}
-	deadCh      chan struct{}
+	// renewDownUntil: the worker's renewals fail until then (its link to
+	// the store broke after a renewal whose reply came late).
+	renewDownUntil atomic.Pointer[time.Time]
+	dead           atomic.Bool
+	version        atomic.Int64
+	life           atomic.Int64 // the record life of version, when the call saw it
+	done           chan struct{}
+	deadCh         chan struct{}
 
 	mu           sync.Mutex
 	counters     map[string]uint64
@@ -416,8 +419,13 @@ type sim struct {
 
 	faultsOn   atomic.Bool
 	stallUntil atomic.Pointer[time.Time]
-	teardown   chan struct{}
-	bgCount    atomic.Uint64
+	// clockJumps counts the store clock's jumps so far: a jump ends
+	// leases early, which the lease rule cannot foresee.
+	clockJumps atomic.Int64
+	// running are the effects running now, per identity (guarded by mu).
+	running  map[runtime.Identity][]*runningEffect
+	teardown chan struct{}
+	bgCount  atomic.Uint64
 
 	workers    []*runtime.Runtime
 	reconciler *runtime.Reconciler
@@ -761,6 +769,7 @@ func (s *sim) effect(c *call) func(context.Context, Req) (Receipt, error) {
 		a, _ := runtime.AttemptFrom(ctx)
 		life := s.rec.lifeOf(a.ID, a.FencingToken)
 		s.effectStarts(c, a, life)
+		defer s.oneOwner(ctx, c, a)()
 		apply := func() (Receipt, error) {
 			rc, err := s.down.apply(ctx, r, c.id, life)
 			if err != nil {
@@ -882,6 +891,53 @@ func (s *sim) effectStarts(c *call, a runtime.Attempt, life int) {
 	}
 }
 
+// runningEffect is an effect in progress.
+type runningEffect struct {
+	ctx   context.Context
+	call  int
+	token int64
+	jumps int64 // the store clock's jumps when it started
+}
+
+// oneOwner checks the lease rule's promise as an effect starts: no other
+// effect of the identity is running with its context live. The runtime
+// must have told an effect to stop (cancelled its context) before its
+// lease could expire, and so before another worker could take the record
+// over; a store clock jump since the other effect started excuses it. It
+// returns the function that ends the effect's registration.
+func (s *sim) oneOwner(ctx context.Context, c *call, a runtime.Attempt) func() {
+	me := &runningEffect{ctx: ctx, call: c.id, token: a.FencingToken, jumps: s.clockJumps.Load()}
+	s.mu.Lock()
+	if s.running == nil {
+		s.running = map[runtime.Identity][]*runningEffect{}
+	}
+	for _, o := range s.running[a.ID] {
+		if o.ctx.Err() == nil && o.jumps == me.jumps {
+			s.mu.Unlock()
+			s.violate(Violation{Invariant: "one owner at a time", Identity: a.ID,
+				Detail: fmt.Sprintf("call %d started the effect with token %d while call %d's effect (token %d) still ran with its context live: the runtime must stop an effect whose lease it cannot confirm before the lease can expire", c.id, a.FencingToken, o.call, o.token)})
+			s.mu.Lock()
+			break
+		}
+	}
+	s.running[a.ID] = append(s.running[a.ID], me)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		list := s.running[a.ID]
+		for i, o := range list {
+			if o == me {
+				s.running[a.ID] = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(s.running[a.ID]) == 0 {
+			delete(s.running, a.ID)
+		}
+	}
+}
+
 // jumps injects the run's clock jumps or store stalls.
 func (s *sim) jumps(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(s.seed, 0x10b5))
@@ -898,6 +954,7 @@ func (s *sim) jumps(ctx context.Context) {
 		from := s.rec.now()
 		if s.cfg.Clock != nil {
 			d := 2 * s.cfg.Lease
+			s.clockJumps.Add(1)
 			s.cfg.Clock.Jump(d)
 			s.count("store clock jumped")
 			s.noteAll(fmt.Sprintf("fault: the store clock jumps %v", d))
