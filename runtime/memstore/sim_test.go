@@ -12,9 +12,10 @@ import (
 
 // TestSimulation runs the fault-injecting simulation on memstore inside a
 // synctest bubble: time is virtual, so leases of seconds cost nothing and the
-// store's clock can jump. Runs are cheap, so CI runs five seeds.
+// store's clock can jump. Runs are cheap, so CI runs the regression seeds
+// and five fresh ones.
 func TestSimulation(t *testing.T) {
-	sim.Runs(t, 5, func(t *testing.T, seed uint64) {
+	run := func(t *testing.T, seed uint64) {
 		synctest.Test(t, func(t *testing.T) {
 			clock := sim.NewClock()
 			sim.Run(t, sim.Config{
@@ -22,7 +23,9 @@ func TestSimulation(t *testing.T) {
 				Requests: 300, Lease: 2 * time.Second, EnforceRecordLimit: true,
 			})
 		})
-	})
+	}
+	sim.Regressions(t, run)
+	sim.Runs(t, 5, run)
 }
 
 // TestSimDoors drives every entry point (runtime.Do, a generated wrapper,

@@ -30,10 +30,15 @@ const (
 	oHandBk // operator: hands back a record that was replaced
 	oWrite  // operator: writes the resolution
 	oDone   // operator: finished
+
+	tMark   // DoTx: names its transaction on the claim (committed on its own)
+	tRecord // DoTx: the effect returned; writes SUCCESS inside its transaction
+	tCommit // DoTx: SUCCESS written; the caller commits or rolls back
 )
 
 var pcNames = [...]string{"off", "claim", "slow-reply", "wait", "query", "query-cas", "effect", "in-flight", "complete", "done", "dead",
-	"idle", "held", "write", "get", "claim", "undo", "hand-back", "write", "done"}
+	"idle", "held", "write", "get", "claim", "undo", "hand-back", "write", "done",
+	"mark-tx", "record-in-tx", "commit-or-rollback"}
 
 func (p PC) String() string { return pcNames[p] }
 
@@ -109,7 +114,20 @@ type Actor struct {
 	// that long); its heartbeat's first round asks the store once, before
 	// the next tick.
 	Late bool
+	// Tx is a DoTx worker's transaction: txOpen until it commits, rolls
+	// back or its process dies (txEnded); txNone for runtime.Do workers.
+	Tx uint8
+	// TxVer is the version of the SUCCESS record a DoTx worker wrote in
+	// its open transaction (committed with it).
+	TxVer uint8
 }
+
+// A DoTx worker's transaction.
+const (
+	txNone uint8 = iota
+	txOpen
+	txEnded
+)
 
 // State is one state of the model.
 type State struct {
@@ -130,6 +148,9 @@ type State struct {
 	ToldF   [maxLives]bool
 	// Faults used.
 	Crashes, Lost, QErr, Slow uint8
+	// TxLiveLost: a DoTx call that knew its lease live was told
+	// ErrLeaseLost at its SUCCESS write (a duplicate took its claim over).
+	TxLiveLost bool
 }
 
 // Config bounds the model.
@@ -180,6 +201,11 @@ type Config struct {
 	// records and checks it spares them. The exhaustive check leaves it
 	// off: such steps add no state.
 	SweepAlways bool
+	// TxWorkers of the workers (the first ones) call pgstore.DoTx instead
+	// of runtime.Do: a local effect written in the caller's transaction,
+	// its SUCCESS written there too, then committed or rolled back by the
+	// caller. Their operation has no query (Query must be false).
+	TxWorkers int
 	// Mutation breaks one guard.
 	Mutation Mutation
 }
@@ -223,6 +249,9 @@ func (c Config) String() string {
 	slow := ""
 	if c.SlowReplies > 0 {
 		slow = fmt.Sprintf(", slow claim replies<=%d", c.SlowReplies)
+	}
+	if c.TxWorkers > 0 {
+		owners += fmt.Sprintf(", %d through DoTx", c.TxWorkers)
 	}
 	return fmt.Sprintf("%d workers (%s), %s, not-happened policy %s, %s, reconciler=%v sweeper=%v resolve=%v, max attempts %d, "+
 		"crashes<=%d lost replies<=%d unanswered queries<=%d lives<=%d, error policy %s, confirm late start=%v, strict overlap=%v, mutation %s",
@@ -276,6 +305,9 @@ func (c Config) initial() State {
 		if i < c.Workers {
 			s.A[i].PC = wClaim
 		}
+		if i < c.TxWorkers {
+			s.A[i].Tx = txOpen // the caller began it before DoTx
+		}
 	}
 	if c.Reconciler {
 		s.A[Reconciler].PC = rIdle
@@ -295,7 +327,11 @@ type stepper struct {
 
 // next calls emit with every step enabled in s and the state it leads to.
 func (c *Config) next(s *State, emit func(Step, *State)) {
-	g := stepper{c: c, s: s, emit: emit}
+	g := stepper{c: c, s: s, emit: func(st Step, ns *State) {
+		if !st.Res.Blocked { // it waits for a transaction's lock
+			emit(st, ns)
+		}
+	}}
 	for i := range c.Workers {
 		g.worker(int8(i))
 	}
@@ -336,15 +372,38 @@ func (g *stepper) crash(id int8, to PC) {
 	ns := *g.s
 	ns.Crashes++
 	ns.A[id].PC = to
+	if a.Tx == txOpen {
+		endTx(&ns, id) // the connection closes: PostgreSQL rolls it back
+	}
 	if id == Reconciler {
 		ns.A[id] = Actor{PC: rIdle} // a crashed reconciler restarts
 	}
 	g.emit(Step{Actor: id, What: "crashes", Fault: true}, &ns)
 }
 
+// isTx reports whether worker id calls DoTx.
+func (c *Config) isTx(id int8) bool { return id >= 0 && int(id) < c.TxWorkers }
+
+// endTx ends worker id's open transaction without its SUCCESS write (it
+// rolled back, or its process died): its lock on the row is released,
+// and a claim naming it counts as lease-ended for everyone.
+func endTx(ns *State, id int8) {
+	ns.A[id].Tx = txEnded
+	r := &ns.Rec
+	if r.HeldBy == uint8(id)+1 {
+		r.HeldBy = 0
+	}
+	if r.XactBy == uint8(id)+1 && r.St == Processing {
+		r.Lease, r.XactBy = 0, 0
+	}
+}
+
 // tell records what a worker's client is told and ends its call.
 func tell(ns *State, id int8, t Told, life uint8) {
 	a := &ns.A[id]
+	if a.Tx == txOpen {
+		endTx(ns, id) // DoTx returned: its caller ends the transaction
+	}
 	a.PC, a.Told = wDone, t
 	switch t {
 	case toldSuccess:
@@ -387,6 +446,9 @@ func (g *stepper) worker(id int8) {
 				}
 			default:
 				w.PC = wEffect
+			}
+			if c.isTx(id) && w.PC == wEffect {
+				w.PC = tMark
 			}
 			if s.Slow < c.SlowReplies {
 				ss := ns
@@ -452,8 +514,69 @@ func (g *stepper) worker(id int8) {
 			}
 		})
 		g.renew(id)
+	case tMark:
+		// MarkClaimTx: a compare-and-set on the claim, committed on its
+		// own (the effect has not run: a lost claim is told so).
+		ns := *s
+		if !ns.held(Processing, c.owner(id), a.Ver, c.Mutation) || ns.Rec.HeldBy != 0 {
+			tell(&ns, id, toldLeaseLost, a.Life)
+			endTx(&ns, id) // the caller rolls back
+			g.emit(Step{Actor: id, What: "names its transaction: lease lost, the effect did not run"}, &ns)
+		} else {
+			if c.Mutation != MutTxWindow {
+				ns.Rec.XactBy = uint8(id) + 1
+			}
+			ns.A[id].PC = wEffect
+			g.emit(Step{Actor: id, What: "names its transaction on the claim"}, &ns)
+		}
+		g.renew(id)
+	case tRecord:
+		// The SUCCESS compare-and-set inside the transaction (the
+		// renewals have stopped): it takes the row's lock until the
+		// transaction ends.
+		ns := *s
+		if ns.held(Processing, c.owner(id), a.Ver, c.Mutation) && ns.Rec.HeldBy == 0 {
+			w := &ns.A[id]
+			w.TxVer, w.Tok, w.PC = ns.newVersion(), ns.newVersion(), tCommit
+			ns.Rec.HeldBy = uint8(id) + 1
+			g.emit(Step{Actor: id, What: "writes SUCCESS in its transaction"}, &ns)
+		} else {
+			if a.Known > 0 {
+				ns.TxLiveLost = true
+			}
+			tell(&ns, id, toldLeaseLost, a.Life)
+			endTx(&ns, id) // its savepoint rolled back; the caller rolls back
+			g.emit(Step{Actor: id, What: "writes SUCCESS in its transaction: lease lost, its writes are rolled back"}, &ns)
+		}
+	case tCommit:
+		{ // the caller commits: the effect's writes and SUCCESS at once
+			ns := *s
+			r := &ns.Rec
+			*r = Rec{St: Success, Owner: NoOwner, Ver: a.TxVer, Token: a.Tok, TTL: ns.finalTTL(), Attempts: r.Attempts,
+				Takeovers: r.Takeovers, Created: r.Created, Life: r.Life}
+			ns.A[id].Tx = txEnded
+			if ns.Applied[a.Life] > 0 && !ns.Window[a.Life] { // no fencing: the SUCCESS compare-and-set is the fence
+				ns.Dup[a.Life] = true
+			}
+			ns.Applied[a.Life] = min(ns.Applied[a.Life]+1, 3)
+			if ns.D[a.Life] == dNone {
+				ns.D[a.Life] = dSucceeded
+			}
+			tell(&ns, id, toldSuccess, a.Life)
+			g.emit(Step{Actor: id, What: "commits"}, &ns)
+		}
+		{ // the caller rolls back: nothing of the effect remains
+			ns := *s
+			endTx(&ns, id)
+			tell(&ns, id, toldRetry, a.Life)
+			g.emit(Step{Actor: id, What: "rolls back (the claim is free at once)"}, &ns)
+		}
 	case wEffect:
-		g.effect(id)
+		if c.isTx(id) {
+			g.localEffect(id)
+		} else {
+			g.effect(id)
+		}
 		g.renew(id)
 	case wInFlight:
 		if s.Lost < c.LostReplies { // the call times out while the request is on its way
@@ -488,9 +611,15 @@ func (g *stepper) worker(id int8) {
 
 // decide is what Do does with a record it did not claim (after a Claim or
 // a Get): replay a final outcome, report an UNKNOWN it cannot converge,
-// wait on a live lease (or give up waiting), or claim again.
+// wait on a live lease or a held row (or give up waiting), or claim again.
 func (g *stepper) decide(id int8, st Step, ns *State, rec Rec) {
 	switch {
+	case st.Res.Busy:
+		gs := *ns
+		tell(&gs, id, toldInProgress, rec.Life)
+		g.emit(Step{Actor: id, What: st.What + ": row held by a transaction, gives up waiting (MaxWait)", Op: st.Op, Res: st.Res}, &gs)
+		ns.A[id].PC = wWait
+		st.What += ": row held by a transaction, waits"
 	case rec.St.Final():
 		t := toldSuccess
 		if rec.St == Failed {
@@ -589,6 +718,34 @@ func (g *stepper) effect(id int8) {
 	g.land(id, a.Ver, a.Life, true)
 }
 
+// localEffect: a DoTx worker runs its effect inside its transaction (a
+// savepoint): it succeeds (nothing is visible until the commit), fails
+// permanently (its writes are rolled back and FAILED is recorded on its
+// own), or fails otherwise (rolled back, the claim released). The lease
+// rule stops it as it stops Do's (see environment).
+func (g *stepper) localEffect(id int8) {
+	s := g.s
+	a := s.A[id]
+	for _, o := range []Out{outFailed, outRelease} {
+		ns := *s
+		ns.A[id].PC, ns.A[id].Out = wComplete, o
+		what := "effect fails permanently: rolled back"
+		if o == outRelease {
+			what = "effect fails: rolled back"
+		}
+		g.emit(Step{Actor: id, What: what}, &ns)
+	}
+	if a.Known == 0 && !a.Late {
+		return // stopped by the lease rule (see environment)
+	}
+	ns := *s
+	ns.A[id].PC = tRecord
+	if g.c.Mutation == MutTxWindow && ns.held(Processing, g.c.owner(id), a.Ver, NoMutation) {
+		ns.Rec.Lease = 0 // the claim's lease ended before the SUCCESS write
+	}
+	g.emit(Step{Actor: id, What: "effect succeeds in its transaction"}, &ns)
+}
+
 // land delivers an effect request at the downstream: rejected, or applied
 // (succeeded or declined) with its reply delivered or lost. reply tells
 // whether the sender still waits for the reply.
@@ -666,6 +823,9 @@ func (g *stepper) renew(id int8) {
 			tell(&ns, id, toldLeaseLost, a.Life)
 		case wEffect, wInFlight:
 			w.PC, w.Out = wComplete, outUnknown
+			if g.c.isTx(id) {
+				w.Out = outRelease // its writes are rolled back
+			}
 		default:
 			return // completing: the completion reports it
 		}
@@ -888,6 +1048,9 @@ func (g *stepper) environment() {
 		// bounded the same way.
 		if a.Known == 0 {
 			switch {
+			case running && c.isTx(int8(i)):
+				a.PC, a.Out, a.Late = wComplete, outRelease, false // its writes are rolled back
+				changed = true
 			case running:
 				a.PC, a.Out, a.Late = wComplete, outUnknown, false
 				changed = true

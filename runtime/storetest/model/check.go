@@ -97,6 +97,9 @@ type Result struct {
 // the bounded liveness property. It stops at the first violation, or with
 // [ErrTooManyStates] past maxStates.
 func Check(c Config, maxStates int) (Result, error) {
+	if c.TxWorkers < 0 || c.TxWorkers > c.Workers || (c.TxWorkers > 0 && (c.Query || c.Network)) {
+		return Result{}, fmt.Errorf("model: TxWorkers must be 0 to Workers (%d), with no query and no network configuration, got %d", c.Workers, c.TxWorkers)
+	}
 	if c.Workers < 1 || c.Workers > MaxWorkers {
 		return Result{}, fmt.Errorf("model: workers must be 1 to %d, got %d", MaxWorkers, c.Workers)
 	}
@@ -278,6 +281,9 @@ func checkState(c *Config, s *State) string {
 			return "answers: a client told FAILED for an effect that happened"
 		}
 	}
+	if s.TxLiveLost {
+		return "DoTx: a call that knew its lease live was told ErrLeaseLost at its SUCCESS write (a duplicate took its claim over)"
+	}
 	running, believing := 0, 0
 	for i := range MaxWorkers {
 		a := &s.A[i]
@@ -305,6 +311,12 @@ func checkStep(s, ns *State) string {
 	switch {
 	case r.St.Final() && nr.St != Absent && nr.Created == r.Created && (nr.St != r.St || nr.Ver != r.Ver):
 		return fmt.Sprintf("final: a %s record was changed to %s", r.St, nr.St)
+	case r.HeldBy != 0 && nr.HeldBy == 0 && nr.St == Success:
+		// A DoTx commit: the version its SUCCESS write drew, under the
+		// row's lock, becomes visible now.
+		if nr.Ver <= r.Ver {
+			return fmt.Sprintf("versions: a commit made v%d visible over v%d", nr.Ver, r.Ver)
+		}
 	case nr.St != Absent && nr.Ver != r.Ver && nr.Ver <= s.Counter:
 		return fmt.Sprintf("versions: v%d handed out again (counter at %d)", nr.Ver, s.Counter)
 	}
@@ -329,11 +341,11 @@ func canonical(s State, c *Config) State {
 			s.A[i] = Actor{PC: rIdle}
 		}
 	}
-	var arr [5 + 4*numActors]*uint8
+	var arr [5 + 5*numActors]*uint8
 	ptrs := append(arr[:0], &s.Rec.Ver, &s.Rec.Token, &s.Rec.Created, &s.Counter, &s.MaxSeen)
 	for i := range s.A {
 		a := &s.A[i]
-		ptrs = append(ptrs, &a.Ver, &a.Tok, &a.Msg, &a.Created)
+		ptrs = append(ptrs, &a.Ver, &a.Tok, &a.Msg, &a.Created, &a.TxVer)
 	}
 	var vals [len(arr)]uint8
 	n := 0
@@ -357,21 +369,43 @@ func canonical(s State, c *Config) State {
 	for i := range perm {
 		perm[i] = i
 	}
-	slices.SortStableFunc(perm[:workers], func(a, b int) int { return compareActors(&s.A[a], &s.A[b]) })
+	// DoTx workers and runtime.Do workers run different programs: each
+	// group is sorted on its own.
+	// Two workers alike are told apart by what the record names them as
+	// (its owner, its transaction, its lock's holder), so that the form
+	// does not depend on where each stood.
+	owner, xact, held := s.Rec.Owner, s.Rec.XactBy, s.Rec.HeldBy
+	role := func(i int) uint8 {
+		return b2u(owner == int8(i) && !c.SharedOwner) | b2u(xact == uint8(i)+1)<<1 | b2u(held == uint8(i)+1)<<2
+	}
+	byActor := func(a, b int) int {
+		if d := compareActors(&s.A[a], &s.A[b]); d != 0 {
+			return d
+		}
+		return int(role(a)) - int(role(b))
+	}
+	tx := min(c.TxWorkers, workers)
+	slices.SortStableFunc(perm[:tx], byActor)
+	slices.SortStableFunc(perm[tx:workers], byActor)
 	old := s.A
-	owner := s.Rec.Owner
 	for i := range workers {
 		s.A[i] = old[perm[i]]
 		if owner == int8(perm[i]) && !c.SharedOwner {
 			s.Rec.Owner = int8(i)
+		}
+		if xact == uint8(perm[i])+1 {
+			s.Rec.XactBy = uint8(i) + 1
+		}
+		if held == uint8(perm[i])+1 {
+			s.Rec.HeldBy = uint8(i) + 1
 		}
 	}
 	return s
 }
 
 func compareActors(a, b *Actor) int {
-	ka := [...]uint8{uint8(a.PC), uint8(a.St), a.Ver, a.Known, uint8(a.Out), a.Tok, b2u(a.Tried), a.Life, a.Msg, a.MsgLife, uint8(a.Told), b2u(a.Late), uint8(a.Then)}
-	kb := [...]uint8{uint8(b.PC), uint8(b.St), b.Ver, b.Known, uint8(b.Out), b.Tok, b2u(b.Tried), b.Life, b.Msg, b.MsgLife, uint8(b.Told), b2u(b.Late), uint8(b.Then)}
+	ka := [...]uint8{uint8(a.PC), uint8(a.St), a.Ver, a.Known, uint8(a.Out), a.Tok, b2u(a.Tried), a.Life, a.Msg, a.MsgLife, uint8(a.Told), b2u(a.Late), uint8(a.Then), a.Tx, a.TxVer}
+	kb := [...]uint8{uint8(b.PC), uint8(b.St), b.Ver, b.Known, uint8(b.Out), b.Tok, b2u(b.Tried), b.Life, b.Msg, b.MsgLife, uint8(b.Told), b2u(b.Late), uint8(b.Then), b.Tx, b.TxVer}
 	return slices.Compare(ka[:], kb[:])
 }
 

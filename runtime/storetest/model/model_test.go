@@ -38,6 +38,10 @@ var configs = []checked{
 		Crashes: 1, LostReplies: 1, Lives: 2}},
 	{name: "query, network, two lives, lost reply + unanswered query", ci: true, c: Config{Workers: 2, Query: true, Network: true, Reconciler: true, Sweeper: true,
 		MaxAttempts: 2, LostReplies: 1, QueryErrors: 1, Lives: 2}},
+	{name: "DoTx: 1 DoTx + 1 Do, crash + lost reply", ci: true, short: true, c: Config{Workers: 2, TxWorkers: 1, Reconciler: true,
+		Crashes: 1, LostReplies: 1, Lives: 1}},
+	{name: "DoTx: 2 DoTx, crash + lost reply", ci: true, short: true, c: Config{Workers: 2, TxWorkers: 2, Reconciler: true,
+		Crashes: 1, LostReplies: 1, Lives: 1}},
 
 	// IDEM_MODEL_FULL=1: the figures of docs/reliability.md.
 	{name: "query, resolve, crash + lost reply", c: Config{Workers: 2, Query: true, Reconciler: true, Sweeper: true, Operator: true,
@@ -60,6 +64,12 @@ var configs = []checked{
 		MaxAttempts: 2, LostReplies: 1, QueryErrors: 1, Lives: 1}},
 	{name: "no query, 3 workers, shared owner, crash + lost reply", c: Config{Workers: 3, SharedOwner: true, Reconciler: true,
 		Crashes: 1, LostReplies: 1, Lives: 1}},
+	{name: "DoTx: 2 DoTx + 1 Do, crash + lost reply", c: Config{Workers: 3, TxWorkers: 2, Reconciler: true,
+		Crashes: 1, LostReplies: 1, Lives: 1}},
+	{name: "DoTx: 1 DoTx + 1 Do, resolve, two lives, crash + lost reply", c: Config{Workers: 2, TxWorkers: 1,
+		Reconciler: true, Sweeper: true, Operator: true, Crashes: 1, LostReplies: 1, Lives: 2}},
+	{name: "DoTx: 3 DoTx, shared owner, two lives, crash + lost reply", c: Config{Workers: 3, TxWorkers: 3, SharedOwner: true,
+		Reconciler: true, Sweeper: true, Crashes: 1, LostReplies: 1, Lives: 2}},
 }
 
 // TestExhaustive explores every configuration to exhaustion and requires
@@ -112,6 +122,7 @@ func TestMutations(t *testing.T) {
 	noQuery := Config{Workers: 2, Reconciler: true, Crashes: 1, LostReplies: 1, Lives: 1}
 	network := Config{Workers: 2, Query: true, Network: true, Reconciler: true, MaxAttempts: 2, Crashes: 1, LostReplies: 1, Lives: 1}
 	shared3 := Config{Workers: 3, Query: true, SharedOwner: true, MaxAttempts: 2, Crashes: 1, LostReplies: 1, Lives: 1}
+	dotx := Config{Workers: 2, TxWorkers: 1, Reconciler: true, Crashes: 1, LostReplies: 1, Lives: 1}
 	for _, tc := range []struct {
 		m    Mutation
 		c    Config
@@ -127,6 +138,9 @@ func TestMutations(t *testing.T) {
 		{MutTransitionNoVersion, shared3, "lease: two workers run the effect"},
 		{MutRenewNoCAS, shared3, "lease: two workers run the effect"},
 		{MutTokenSurvivesWrites, shared3, "lease: two workers run the effect"},
+		{MutTxWindow, dotx, "DoTx: a call that knew its lease live"},
+		{MutClaimIgnoresLease, dotx, "lease: two workers run the effect"},
+		{MutNoLeaseRule, dotx, "lease: two workers run the effect"},
 	} {
 		c := tc.c
 		c.Mutation = tc.m

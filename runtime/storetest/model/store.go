@@ -68,6 +68,17 @@ type Rec struct {
 	// a new one (a release does not: the retry is the same request).
 	Life   uint8
 	GaveUp bool
+	// XactBy names the transaction of the DoTx worker whose claim this is
+	// (worker id + 1; 0: none): pgstore's xact column. While that
+	// transaction is open the claim is as live as its lease; once it ends
+	// without the SUCCESS write, the lease counts as ended (the model ends
+	// it then: see endTx).
+	XactBy uint8
+	// HeldBy is the DoTx worker (id + 1; 0: none) whose open transaction
+	// wrote SUCCESS over this row and holds its lock: the record read is
+	// still the committed one, claims find it in progress, and other
+	// writes wait for the transaction to end.
+	HeldBy uint8
 }
 
 func (r Rec) String() string {
@@ -92,6 +103,12 @@ func (r Rec) String() string {
 	}
 	if r.GaveUp {
 		s += " gave-up"
+	}
+	if r.XactBy != 0 {
+		s += fmt.Sprintf(" xact=w%d", r.XactBy-1)
+	}
+	if r.HeldBy != 0 {
+		s += fmt.Sprintf(" held-by=w%d", r.HeldBy-1)
 	}
 	return s + fmt.Sprintf(" life=%d", r.Life)
 }
@@ -160,12 +177,20 @@ type OpResult struct {
 	Ver uint8
 	// N is how many records Sweep deleted.
 	N int
+	// Busy: a Claim found the row held by an open transaction that wrote
+	// its outcome (pgstore answers ErrInProgress without waiting).
+	Busy bool
+	// Blocked: the write would wait for the lock of such a transaction;
+	// the step is not enabled until it ends.
+	Blocked bool
 }
 
 func (r OpResult) String() string {
 	switch {
 	case r.Err != OK:
 		return r.Err.String()
+	case r.Busy:
+		return "in progress (row held)"
 	case r.Rec.St != Absent && r.Claimed:
 		return "claimed: " + r.Rec.String()
 	case r.Rec.St != Absent:
@@ -206,10 +231,15 @@ const (
 	// MutTokenSurvivesWrites: a claim or an acquisition keeps the token of
 	// the last transition (instead of clearing it).
 	MutTokenSurvivesWrites
+	// MutTxWindow: DoTx names no transaction on its claim and ends the
+	// claim's lease (committed on its own) when the effect returns, just
+	// before writing SUCCESS in the caller's transaction (an earlier
+	// design's window).
+	MutTxWindow
 )
 
 var mutationNames = [...]string{"none", "claim-ignores-lease", "acquire-ignores-lease", "transition-without-version",
-	"renew-without-cas", "no-lease-rule", "no-fencing", "no-cas-before-effect", "token-survives-writes"}
+	"renew-without-cas", "no-lease-rule", "no-fencing", "no-cas-before-effect", "token-survives-writes", "dotx-window"}
 
 func (m Mutation) String() string { return mutationNames[m] }
 
@@ -233,6 +263,16 @@ func (s *State) held(st St, owner int8, ver uint8, mut Mutation) bool {
 // [Replay]).
 func (s *State) apply(op Op, mut Mutation) OpResult {
 	r := &s.Rec
+	if r.HeldBy != 0 {
+		switch op.Kind {
+		case OpClaim:
+			return OpResult{Rec: *r, Busy: true}
+		case OpTransition, OpRenew, OpRelease:
+			return OpResult{Blocked: true}
+		case OpAcquire:
+			return OpResult{} // SKIP LOCKED
+		}
+	}
 	switch op.Kind {
 	case OpClaim:
 		switch {
@@ -243,14 +283,14 @@ func (s *State) apply(op Op, mut Mutation) OpResult {
 			v := s.newVersion()
 			*r = Rec{St: Processing, Owner: op.Owner, Ver: v, Lease: op.Lease, Created: v, Life: s.Life}
 		case r.St == Processing && (r.Lease == 0 || mut == MutClaimIgnoresLease):
-			r.Owner, r.Ver, r.Lease = op.Owner, s.newVersion(), op.Lease
+			r.Owner, r.Ver, r.Lease, r.XactBy = op.Owner, s.newVersion(), op.Lease, 0
 			if mut != MutTokenSurvivesWrites {
 				r.Token = 0
 			}
 			r.Takeovers = min(r.Takeovers+1, 2)
 			return OpResult{Claimed: true, Takeover: true, Rec: *r}
 		case op.AcquireUnknown && r.St == Unknown && r.Lease == 0:
-			r.Owner, r.Ver, r.Lease = op.Owner, s.newVersion(), op.Lease
+			r.Owner, r.Ver, r.Lease, r.XactBy = op.Owner, s.newVersion(), op.Lease, 0
 			if mut != MutTokenSurvivesWrites {
 				r.Token = 0
 			}
@@ -270,7 +310,7 @@ func (s *State) apply(op Op, mut Mutation) OpResult {
 			}
 			return OpResult{Err: ErrLeaseLost}
 		}
-		r.St, r.Owner, r.Ver, r.Token, r.Lease, r.TTL, r.GaveUp = op.To, op.NewOwner, s.newVersion(), op.Token, op.Lease, 0, op.GaveUp
+		r.St, r.Owner, r.Ver, r.Token, r.Lease, r.TTL, r.GaveUp, r.XactBy = op.To, op.NewOwner, s.newVersion(), op.Token, op.Lease, 0, op.GaveUp, 0
 		if op.To.Final() {
 			r.TTL, r.Lease = op.TTL, 0
 		}
@@ -294,7 +334,7 @@ func (s *State) apply(op Op, mut Mutation) OpResult {
 		if !due {
 			return OpResult{}
 		}
-		r.St, r.Owner, r.Ver, r.Lease = Unknown, op.Owner, s.newVersion(), op.Lease
+		r.St, r.Owner, r.Ver, r.Lease, r.XactBy = Unknown, op.Owner, s.newVersion(), op.Lease, 0
 		if mut != MutTokenSurvivesWrites {
 			r.Token = 0
 		}

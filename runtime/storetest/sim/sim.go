@@ -195,6 +195,18 @@ func Runs(t *testing.T, n int, run func(t *testing.T, seed uint64)) {
 	}
 }
 
+// Regressions runs run with each of [RegressionSeeds], as subtests named
+// after the seed (skipped when IDEM_SIM_SEED picks one seed).
+func Regressions(t *testing.T, run func(t *testing.T, seed uint64)) {
+	t.Helper()
+	if os.Getenv(SeedVar) != "" {
+		return
+	}
+	for _, r := range RegressionSeeds {
+		t.Run(fmt.Sprintf("regression-seed=%d", r.Seed), func(t *testing.T) { run(t, r.Seed) })
+	}
+}
+
 func randomSeed() uint64 {
 	var b [8]byte
 	_, _ = crand.Read(b[:])
@@ -228,7 +240,7 @@ func Run(t testing.TB, cfg Config) Report {
 		for _, v := range rep.Violations {
 			kinds[v.Invariant]++
 		}
-		t.Errorf("sim %s seed %d: %d violations by invariant: %v (replay with %s=%d)", cfg.Name, seed, len(rep.Violations), kinds, SeedVar, seed)
+		t.Errorf("sim %s seed %d: %d violations by invariant: %v (replay with %s=%d; once fixed, add the seed to sim.RegressionSeeds)", cfg.Name, seed, len(rep.Violations), kinds, SeedVar, seed)
 	}
 	// At most three of each invariant (IDEM_SIM_SHOW), in full.
 	limit := 3
