@@ -20,8 +20,8 @@ func TestTxHelpers(t *testing.T) {
 	mod := modtest.Dir(t)
 	bin := buildIdemlint(t)
 	want, negatives := labels(t, mod, filepath.Join(mod, "mint"))
-	if len(want["txrpc"]) != 4 || negatives != 4 {
-		t.Fatalf("mint has %d labelled txrpc lines and %d negative functions, want 4 and 4", len(want["txrpc"]), negatives)
+	if len(want["txrpc"]) != 5 || negatives != 4 {
+		t.Fatalf("mint has %d labelled txrpc lines and %d negative functions, want 5 and 4", len(want["txrpc"]), negatives)
 	}
 	stdout, stderr, code := run(t, mod, bin, "-json", "./mint/...")
 	if code != 0 {
