@@ -10,9 +10,9 @@ import (
 // TestTxHelpers lints analyzer/testdata/mod/mint with the command:
 // transactions begun by MintDB.GetTx and ended by MintDB.Commit and
 // MintDB.Rollback, interface methods whose only production implementation
-// (in a package the callers do not import) calls tx.Commit, beside a
-// decorator that forwards each call to the MintDB it wraps (it must
-// neither hide the begin helper nor the commit helper), and a gorm
+// (in a package the callers do not import) calls tx.Commit, beside two
+// decorators that forward calls to the MintDB they wrap (they must hide
+// neither the begin helper nor the commit helper), and a gorm
 // service ending its transaction through PanicIfErrorWithRollback, which
 // rolls back only where it panics. Every labelled line is reported, and
 // nothing else.

@@ -1,4 +1,5 @@
-// Package traced wraps a MintDB and times its calls.
+// Package traced holds decorators of a MintDB: one times its calls, one
+// counts its commits and rollbacks.
 package traced
 
 import (
@@ -37,4 +38,21 @@ func (d DB) SetState(tx pgx.Tx, id, state string) error { return d.Inner.SetStat
 
 func (d DB) ChangeCheckingID(tx pgx.Tx, id, checkingID string) error {
 	return d.Inner.ChangeCheckingID(tx, id, checkingID)
+}
+
+// Counted embeds a MintDB and counts its commits and rollbacks: the other
+// methods are the embedded one's.
+type Counted struct {
+	database.MintDB
+	Commits, Rollbacks int
+}
+
+func (c *Counted) Commit(ctx context.Context, tx pgx.Tx) error {
+	c.Commits++
+	return c.MintDB.Commit(ctx, tx)
+}
+
+func (c *Counted) Rollback(ctx context.Context, tx pgx.Tx) error {
+	c.Rollbacks++
+	return c.MintDB.Rollback(ctx, tx)
 }
