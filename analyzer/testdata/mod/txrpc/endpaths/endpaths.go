@@ -56,6 +56,16 @@ func NeverReturns(ctx context.Context, db *gorm.DB, id string) {
 	tx.Commit()
 }
 
+// NeverReturnsElsewhere: rolled back only before a call, in another
+// package, that never returns.
+func NeverReturnsElsewhere(ctx context.Context, db *gorm.DB, id string) {
+	tx := db.Begin()
+	err := tx.Create(&Order{ID: id, State: "NEW"}).Error
+	txutil.RollbackAndAbort(err, tx)
+	_ = netx.Charge(ctx, id, 100) // want `netx.Charge .*while the database transaction`
+	tx.Commit()
+}
+
 // RollbackIfErrThenReturn: rolled back when err is set, and then the
 // caller returns on that error: open at the call.
 func RollbackIfErrThenReturn(ctx context.Context, db *gorm.DB, id string) error {

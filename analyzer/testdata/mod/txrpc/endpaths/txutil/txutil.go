@@ -8,6 +8,8 @@ import (
 	"log"
 
 	"gorm.io/gorm"
+
+	"example.com/orm/txrpc/endpaths/abort"
 )
 
 // Logger panics or exits through methods that return nothing.
@@ -73,6 +75,15 @@ func RollbackAndFail(err error, tx *gorm.DB) {
 	if err != nil {
 		tx.Rollback()
 		fail(err)
+	}
+}
+
+// RollbackAndAbort rolls back and calls a function of another package
+// that never returns.
+func RollbackAndAbort(err error, tx *gorm.DB) {
+	if err != nil {
+		tx.Rollback()
+		abort.With(500, err)
 	}
 }
 
