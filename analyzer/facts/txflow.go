@@ -215,6 +215,7 @@ func (f *TxFlow) argEndsAt(call *ssa.Call, a ArgEnd) bool {
 	return v
 }
 
+// argEnds computes argEndsAt's answer.
 func (f *TxFlow) argEnds(call *ssa.Call, a ArgEnd) bool {
 	v := call.Call.Args[a.Err]
 	if c, ok := v.(*ssa.Const); ok && c.IsNil() {
@@ -232,9 +233,13 @@ func (f *TxFlow) argEnds(call *ssa.Call, a ArgEnd) bool {
 			}
 		}
 	}
-	for _, ref := range *v.Referrers() {
-		if x, _ := nilTest(ref.Block()); x == v && b.Dominates(ref.Block()) {
-			return false
+	if refs := v.Referrers(); refs != nil {
+		for _, ref := range *refs {
+			if rb := ref.Block(); rb != nil && b.Dominates(rb) {
+				if x, _ := nilTest(rb); x == v {
+					return false
+				}
+			}
 		}
 	}
 	return true
