@@ -99,15 +99,27 @@ func (f *CallsParams) String() string { return fmt.Sprintf("callsparams(%v)", f.
 // ClosesTx marks a function that commits or rolls back a transaction it
 // receives (as a parameter or a parameter's field): Params before every
 // normal return, OnErr exactly on the returns whose error result is not
-// nil. One that ends it only where it panics or exits is not marked.
-type ClosesTx struct{ Params, OnErr []int }
+// nil, OnArg exactly where an error it is given is set (or nil). One that
+// ends it only where it panics or exits is not marked.
+type ClosesTx struct {
+	Params, OnErr []int
+	OnArg         []ArgEnd
+}
 
 func (*ClosesTx) AFact() {}
 func (f *ClosesTx) String() string {
+	s := fmt.Sprintf("closestx(%v", f.Params)
 	if len(f.OnErr) > 0 {
-		return fmt.Sprintf("closestx(%v, on error %v)", f.Params, f.OnErr)
+		s += fmt.Sprintf(", on error %v", f.OnErr)
 	}
-	return fmt.Sprintf("closestx(%v)", f.Params)
+	for _, a := range f.OnArg {
+		cond := "set"
+		if a.Nil {
+			cond = "nil"
+		}
+		s += fmt.Sprintf(", %d when %d is %s", a.Tx, a.Err, cond)
+	}
+	return s + ")"
 }
 
 // BeginsTx marks a function that returns a freshly begun transaction (a
@@ -117,6 +129,14 @@ type BeginsTx struct{}
 
 func (*BeginsTx) AFact()         {}
 func (*BeginsTx) String() string { return "beginstx" }
+
+// NoReturn marks a function that never returns: every path panics, exits
+// or loops forever (fail(err) { panic(err) }). A helper that rolls back
+// only before calling one leaves the transaction open when it returns.
+type NoReturn struct{}
+
+func (*NoReturn) AFact()         {}
+func (*NoReturn) String() string { return "noreturn" }
 
 // Config is the shared configuration of the facts analyzer. Lists accept
 // comma-separated values when set through flags.
@@ -186,7 +206,7 @@ func New(cfg Config) *Facts {
 		Doc:  "computes idemlint's shared facts (network I/O chains, transaction runners, timeout checks, failure actions, token deletes)",
 		FactTypes: []analysis.Fact{
 			new(NetIO), new(TxRunner), new(TimeoutCheck), new(FailAction),
-			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(CallsParams), new(ClosesTx), new(BeginsTx),
+			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(CallsParams), new(ClosesTx), new(BeginsTx), new(NoReturn),
 		},
 		ResultType: reflect.TypeOf((*Result)(nil)),
 		Run: func(pass *analysis.Pass) (any, error) {

@@ -14,7 +14,8 @@ var testdata = filepath.Join(analysistest.TestData(), "..", "..", "testdata")
 
 // TestFacts checks the facts exported for a chain of packages fa -> fb -> fc:
 // network I/O two packages away, runners, timeout checks, failure actions,
-// status writers, token deletes and claims, transaction closers.
+// status writers, token deletes and claims, transaction closers (also
+// per error argument) and functions that never return.
 func TestFacts(t *testing.T) {
 	analysistest.Run(t, testdata, facts.New(facts.Config{}).Analyzer, "fa", "fb", "fc")
 }

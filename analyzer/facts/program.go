@@ -462,17 +462,73 @@ func (p *Program) invokeTokenDel(iface *types.Interface, m *types.Func) (string,
 	return display, first
 }
 
-// invokeBegins: every implementation returns a freshly begun transaction.
+// invokeBegins: every implementation returns a freshly begun transaction
+// (a decorator of the method, through what it wraps).
 func (p *Program) invokeBegins(iface *types.Interface, m *types.Func) bool {
+	return p.begins(ifaceText(iface), m.Name(), map[string]bool{}) == yes
+}
+
+// verdict is what the implementations of an interface method say; a
+// decorator of the method asked again while it is being judged says
+// nothing (it wraps one of the others).
+type verdict int
+
+const (
+	no verdict = iota
+	yes
+	unknown
+)
+
+func (p *Program) begins(want map[string]string, method string, onPath map[string]bool) verdict {
+	k := wantKey(want) + "|" + method
+	if onPath[k] {
+		return unknown
+	}
+	onPath[k] = true
+	defer delete(onPath, k)
 	n := 0
-	for _, f := range p.implementations(iface, m) {
+	for _, f := range p.implementationsOf(want, method) {
 		if f.fwd != nil {
 			continue
 		}
-		if s := p.summary(f.key); s == nil || !s.Begins {
-			return false
+		s := p.summary(f.key)
+		switch {
+		case s == nil:
+			return no
+		case s.Begins:
+			n++
+			continue
 		}
-		n++
+		ds := delegates(s, want, method)
+		if len(ds) == 0 {
+			return no
+		}
+		for _, d := range ds {
+			switch p.begins(d.want, d.name, onPath) {
+			case no:
+				return no
+			case yes:
+				n++
+			}
+		}
 	}
-	return n > 0
+	if n == 0 {
+		return unknown
+	}
+	return yes
+}
+
+// delegates returns the interface methods to which a method that is not
+// seen doing what the interface method's other implementations do may
+// hand the call: those it calls with the same name and signature (a
+// logging or timing decorator around another implementation, which passes
+// its arguments on).
+func delegates(s *MethodSummary, want map[string]string, method string) []invokedMethod {
+	var out []invokedMethod
+	for _, v := range s.Via {
+		if v.name == method && v.want[method] == want[method] {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -7,7 +7,6 @@ import (
 	"go/token"
 	"go/types"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +57,7 @@ type Summary struct {
 	CallsParam  map[int]bool
 	Writes      bool  // writes to a database (SQL INSERT/UPDATE/DELETE, an ORM write)
 	Begins      bool  // returns a freshly begun transaction
+	NoReturn    bool  // never returns: every path panics, exits or loops forever
 	KeyBuilder  bool  // returns a string that names an idempotency key ("idempotency:" + ...)
 	MayIO       *Path // I/O out of sight: a cgo call, a send on a channel
 }
@@ -865,11 +865,14 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 			}
 		}
 	}
-	if e := r.endsOf(fn); !slices.Equal(e.Always, s.Ends.Always) || !slices.Equal(e.OnErr, s.Ends.OnErr) {
+	if e := r.endsOf(fn); !e.equal(s.Ends) {
 		s.Ends, changed = e, true
 	}
 	if !s.Begins && r.returnsBegun(fn) {
 		s.Begins, changed = true, true
+	}
+	if !s.NoReturn && r.neverReturns(fn) {
+		s.NoReturn, changed = true, true
 	}
 	if !s.KeyBuilder && buildsTokenKeys(fn) {
 		s.KeyBuilder, changed = true, true
@@ -1062,7 +1065,7 @@ func (r *Result) export() {
 			if s.Net != nil {
 				ms.Net = &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf, Handoff: s.Net.Handoff}
 			} else {
-				ms.Via = invokedBy(fn)
+				ms.Via = invokedBy(fn) // a decorator's (see judgeNet, delegates)
 			}
 			if s.MayIO != nil {
 				ms.MayIO = &NetIO{Chain: s.MayIO.Chain, Leaf: s.MayIO.Leaf, Handoff: s.MayIO.Handoff}
@@ -1096,8 +1099,11 @@ func (r *Result) export() {
 		if s.Begins {
 			r.Pass.ExportObjectFact(obj, &BeginsTx{})
 		}
+		if s.NoReturn {
+			r.Pass.ExportObjectFact(obj, &NoReturn{})
+		}
 		if !s.Ends.empty() {
-			r.Pass.ExportObjectFact(obj, &ClosesTx{Params: s.Ends.Always, OnErr: s.Ends.OnErr})
+			r.Pass.ExportObjectFact(obj, &ClosesTx{Params: s.Ends.Always, OnErr: s.Ends.OnErr, OnArg: s.Ends.OnArg})
 		}
 		if len(s.CallsParam) > 0 {
 			var ps []int

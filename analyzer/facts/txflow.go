@@ -29,6 +29,11 @@ type TxFlow struct {
 	Sites []Site
 	index map[*ssa.Call]int
 	in    map[*ssa.BasicBlock]uint64
+	// argCalls are the calls of helpers that end a transaction as an
+	// error argument says, by that argument; argAt caches whether such a
+	// call ends it where it is made (see [TxFlow.argEndsAt]).
+	argCalls map[ssa.Value][]*ssa.Call
+	argAt    map[*ssa.Call]map[ArgEnd]bool
 }
 
 // Flow returns the transaction flow of fn (cached).
@@ -51,6 +56,19 @@ func (r *Result) Flow(fn *ssa.Function) *TxFlow {
 	}
 	if len(f.Sites) == 0 || len(fn.Blocks) == 0 {
 		return f
+	}
+	f.argCalls, f.argAt = map[ssa.Value][]*ssa.Call{}, map[*ssa.Call]map[ArgEnd]bool{}
+	for _, b := range fn.Blocks {
+		for _, instr := range b.Instrs {
+			if call, ok := instr.(*ssa.Call); ok {
+				for _, a := range f.r.closesParams(&call.Call).OnArg {
+					if a.Tx < len(call.Call.Args) && a.Err < len(call.Call.Args) {
+						v := call.Call.Args[a.Err]
+						f.argCalls[v] = append(f.argCalls[v], call)
+					}
+				}
+			}
+		}
 	}
 	var entry uint64
 	if len(f.Sites) > 0 && f.Sites[0].Runner {
@@ -99,34 +117,31 @@ func (f *TxFlow) edgeOut(p, succ *ssa.BasicBlock) uint64 {
 			}
 		}
 	}
-	iff, ok := p.Instrs[len(p.Instrs)-1].(*ssa.If)
-	if !ok || len(p.Succs) != 2 {
+	v, nilSucc := nilTest(p)
+	if v == nil {
 		return st
 	}
-	cond, ok := iff.Cond.(*ssa.BinOp)
-	if !ok || (cond.Op != token.NEQ && cond.Op != token.EQL) {
-		return st
+	// a helper that ends a transaction as its error argument v says,
+	// called before this branch on v
+	for _, call := range f.argCalls[v] {
+		if !call.Block().Dominates(p) {
+			continue
+		}
+		for _, a := range f.r.closesParams(&call.Call).OnArg {
+			if call.Call.Args[a.Err] == v && (succ == nilSucc) == a.Nil {
+				st = f.close(st, call.Call.Args[a.Tx])
+			}
+		}
 	}
-	site := f.beginErr(cond.X, cond.Y)
-	if site < 0 {
-		site = f.beginErr(cond.Y, cond.X)
-	}
-	if site < 0 {
-		return st
-	}
-	// err != nil: the true edge is Begin's error path; err == nil: the false edge.
-	if (cond.Op == token.NEQ && p.Succs[0] == succ) || (cond.Op == token.EQL && p.Succs[1] == succ) {
+	// Begin's error path (err != nil) holds no transaction
+	if site := f.beginErr(v); site >= 0 && succ != nilSucc {
 		st &^= 1 << uint(site)
 	}
 	return st
 }
 
-// beginErr: x is the error result of a Begin site and y is nil.
-func (f *TxFlow) beginErr(x, y ssa.Value) int {
-	c, ok := y.(*ssa.Const)
-	if !ok || !c.IsNil() {
-		return -1
-	}
+// beginErr: x is the error result of a Begin site.
+func (f *TxFlow) beginErr(x ssa.Value) int {
 	e, ok := x.(*ssa.Extract)
 	if !ok || e.Index != 1 {
 		return -1
@@ -172,7 +187,62 @@ func (f *TxFlow) step(st uint64, instr ssa.Instruction) uint64 {
 			}
 		}
 	}
+	for _, a := range e.OnArg {
+		if a.Tx < len(c.Args) && a.Err < len(c.Args) && f.argEndsAt(call, a) {
+			st = f.close(st, c.Args[a.Tx])
+		}
+	}
 	return st
+}
+
+// argEndsAt: a helper that ends a transaction as its error argument says
+// (a) ends it where it is called: the argument is nil, or the call lies
+// under a branch that tells whether it is nil, as a requires; not when
+// that branch says otherwise, or when a branch on the argument follows
+// the call (its edges end it, see edgeOut); and when nothing tells,
+// ended (precision first).
+func (f *TxFlow) argEndsAt(call *ssa.Call, a ArgEnd) bool {
+	if m, ok := f.argAt[call]; ok {
+		if v, ok := m[a]; ok {
+			return v
+		}
+	}
+	v := f.argEnds(call, a)
+	if f.argAt[call] == nil {
+		f.argAt[call] = map[ArgEnd]bool{}
+	}
+	f.argAt[call][a] = v
+	return v
+}
+
+// argEnds computes argEndsAt's answer.
+func (f *TxFlow) argEnds(call *ssa.Call, a ArgEnd) bool {
+	v := call.Call.Args[a.Err]
+	if c, ok := v.(*ssa.Const); ok && c.IsNil() {
+		return a.Nil
+	}
+	b := call.Block()
+	for d := b.Idom(); d != nil; d = d.Idom() {
+		x, nilSucc := nilTest(d)
+		if x != v {
+			continue
+		}
+		for _, s := range d.Succs {
+			if len(s.Preds) == 1 && s.Dominates(b) {
+				return (s == nilSucc) == a.Nil
+			}
+		}
+	}
+	if refs := v.Referrers(); refs != nil {
+		for _, ref := range *refs {
+			if rb := ref.Block(); rb != nil && b.Dominates(rb) {
+				if x, _ := nilTest(rb); x == v {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 func (f *TxFlow) close(st uint64, v ssa.Value) uint64 {

@@ -49,3 +49,24 @@ func Claim(ctx context.Context, rdb *redis.Client, key string) bool { // want Cl
 func Finish(tx *sql.Tx) error { return tx.Commit() } // want Finish:`closestx\(\[0\]\)`
 
 func Retry(fn func() error) error { return fn() } // want Retry:`callsparams\(\[0\]\)`
+
+func Die(msg string) { panic("fb: " + msg) } // want Die:`noreturn`
+
+func RollbackIf(tx *sql.Tx, err error) { // want RollbackIf:`closestx\(\[\], 0 when 1 is set\)`
+	if err != nil {
+		_ = tx.Rollback()
+	}
+}
+
+func CommitIfNil(tx *sql.Tx, err error) { // want CommitIfNil:`closestx\(\[\], 0 when 1 is nil\)`
+	if err == nil {
+		_ = tx.Commit()
+	}
+}
+
+func RollbackThenDie(tx *sql.Tx, err error) {
+	if err != nil {
+		_ = tx.Rollback()
+		Die(err.Error())
+	}
+}

@@ -152,3 +152,36 @@ func CheckMeltRequest(ctx context.Context, m *Mint, quoteID string) (string, err
 	}
 	return status, nil
 }
+
+// SettleAgain reads the quote in a transaction committed through
+// MintDB.Commit and asks the backend (no transaction open), then reuses
+// the variable for a second GetTx and asks again while that one is open.
+func (m *Mint) SettleAgain(ctx context.Context, quoteID string) (string, error) {
+	tx, err := m.MintDB.GetTx(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = m.MintDB.Rollback(ctx, tx) }()
+	quote, err := m.MintDB.GetQuote(tx, quoteID)
+	if err != nil {
+		return "", err
+	}
+	if err := m.MintDB.Commit(ctx, tx); err != nil {
+		return "", err
+	}
+	if _, err := m.LightningBackend.CheckPayed(quote.ID, quote.CheckingID); err != nil { // negative: committed
+		return "", err
+	}
+	tx, err = m.MintDB.GetTx(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := m.MintDB.SetState(tx, quote.ID, "PENDING"); err != nil {
+		return "", err
+	}
+	status, err := m.LightningBackend.CheckPayed(quote.ID, quote.CheckingID) // want txrpc
+	if err != nil {
+		return "", err
+	}
+	return status, m.MintDB.Commit(ctx, tx)
+}
