@@ -125,11 +125,13 @@ func ConstName(info *types.Info, e ast.Expr) string {
 	return ""
 }
 
-// SQLCall returns the constant SQL text of a call to a method named
+// SQLCall returns the SQL text of a call to a method named
 // Exec*/Query*/MustExec*/Get*/Select* (database/sql, pgx, sqlx and any
-// wrapper of the same shape): the first string argument, when constant.
-// at is the position of the SQL text (its constant's declaration).
-func SQLCall(info *types.Info, call *ast.CallExpr) (q string, at token.Pos, method string, ok bool) {
+// wrapper of the same shape): the first string argument, when the code
+// determines it (see [StringText]; files are the package's). at is the
+// position of the SQL text (its constant's declaration, or the value its
+// variable was defined with).
+func SQLCall(info *types.Info, files []*ast.File, call *ast.CallExpr) (q string, at token.Pos, method string, ok bool) {
 	fn := Callee(info, call)
 	if fn == nil {
 		return "", token.NoPos, "", false
@@ -145,7 +147,7 @@ func SQLCall(info *types.Info, call *ast.CallExpr) (q string, at token.Pos, meth
 			continue
 		}
 		if b, isB := t.Underlying().(*types.Basic); isB && b.Info()&types.IsString != 0 {
-			q, at, ok = ConstString(info, a)
+			q, at, ok = StringText(info, files, a)
 			return StripComments(q), at, n, ok
 		}
 	}
@@ -163,6 +165,27 @@ func StripComments(q string) string {
 	q = reBlockComment.ReplaceAllString(q, " ")
 	q = reLineComment.ReplaceAllString(q, " ")
 	return strings.TrimSpace(reSpace.ReplaceAllString(q, " "))
+}
+
+// SplitTop splits s at sep outside parentheses and quotes.
+func SplitTop(s string, sep byte) []string {
+	var out []string
+	depth, quote, start := 0, false, 0
+	for i := 0; i < len(s); i++ {
+		switch ch := s[i]; {
+		case ch == '\'':
+			quote = !quote
+		case quote:
+		case ch == '(':
+			depth++
+		case ch == ')':
+			depth--
+		case ch == sep && depth == 0:
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
 }
 
 // Short returns q cut to n bytes with an ellipsis.
