@@ -25,7 +25,7 @@ func TestTxHelpers(t *testing.T) {
 // .. SET status = $2 with d.Status, then tries the next provider. Every
 // labelled line is reported, and nothing else.
 func TestFailHelpers(t *testing.T) {
-	lintLabelled(t, "payout", "timeoutfail", 2, 3)
+	lintLabelled(t, "payout", "timeoutfail", 3, 4)
 }
 
 // lintLabelled lints the labelled module dir of analyzer/testdata/mod

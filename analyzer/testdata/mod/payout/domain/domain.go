@@ -23,8 +23,19 @@ type Disbursement struct {
 	FailureReason string
 }
 
+// Update is a disbursement's new state, written whole.
+type Update struct {
+	Reference   string
+	ProviderID  int
+	ProviderRef string
+	Status      string
+	FailureCode string
+}
+
 // Store keeps disbursements.
 type Store interface {
+	// Record writes an update (its status included).
+	Record(ctx context.Context, u Update) error
 	// UpdateDisbursement writes d's status, provider reference and reason.
 	UpdateDisbursement(ctx context.Context, d *Disbursement) error
 	// SetStatus writes a status.

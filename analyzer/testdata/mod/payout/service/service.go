@@ -88,3 +88,28 @@ func (s *Service) Park(ctx context.Context, d *domain.Disbursement, giveUp bool)
 	}
 	return nil
 }
+
+// DisburseLast gives up after the last provider's error, recording FAILED
+// in a struct literal given by value.
+func (s *Service) DisburseLast(ctx context.Context, d *domain.Disbursement) error {
+	for i, p := range s.Providers {
+		ref, err := p.Disburse(ctx, d)
+		if err != nil {
+			if i < len(s.Providers)-1 {
+				continue
+			}
+			return s.Store.Record(ctx, domain.Update{Reference: d.Reference, Status: domain.StatusFailed, FailureCode: "INTERNAL ERROR"}) // want timeoutfail
+		}
+		return s.Store.Record(ctx, domain.Update{Reference: d.Reference, ProviderID: i, ProviderRef: ref, Status: domain.StatusCompleted})
+	}
+	return errNoProvider
+}
+
+// negative: RecordAnswer writes the status the provider answered with, not
+// a constant: not determined to be a failure.
+func (s *Service) RecordAnswer(ctx context.Context, d *domain.Disbursement, answer string) error {
+	if _, err := s.Providers[0].Disburse(ctx, d); err != nil {
+		return s.Store.Record(ctx, domain.Update{Reference: d.Reference, Status: answer})
+	}
+	return nil
+}

@@ -22,6 +22,18 @@ func (s *Store) UpdateDisbursement(ctx context.Context, d *domain.Disbursement) 
 	return err
 }
 
+// Record writes an update, the struct given by value.
+func (s *Store) Record(ctx context.Context, u domain.Update) error {
+	query := `UPDATE disbursements
+	SET provider_id = $1,
+	provider_reference = $2,
+	status = $3,
+	failure_code = $4
+	WHERE reference = $5`
+	_, err := s.pool.Exec(ctx, query, u.ProviderID, u.ProviderRef, u.Status, u.FailureCode, u.Reference)
+	return err
+}
+
 const setStatusSQL = `UPDATE disbursements SET status = $1, updated_at = now() WHERE reference = $2`
 
 // SetStatus writes a status.
