@@ -25,8 +25,9 @@ const Doc = `report state transitions written without compare-and-set
 
 An UPDATE that sets a state or status column (SQL text in a string literal
 or constant, or in a variable, fmt.Sprintf or query-struct field the code
-determines; a sqlc-generated query method; or gorm
-Model(x).Update("status", ..)/Updates), whose WHERE names only the row's key, with no predicate on the
+determines; a squirrel update builder; a sqlc-generated query method; or
+gorm Model(x).Update("status", ..)/Updates), whose WHERE names only the
+row's key, with no predicate on the
 current state, a version or a lease, and whose affected-row count is
 ignored, lets a duplicate request, a late worker or a reconciler overwrite a
 state another one already moved on: a SUCCESS turned back to PROCESSING, a

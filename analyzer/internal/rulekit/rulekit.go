@@ -137,6 +137,14 @@ func SQLCall(info *types.Info, files []*ast.File, call *ast.CallExpr) (q string,
 		return "", token.NoPos, "", false
 	}
 	n := fn.Name()
+	if PkgPath(fn) == PkgSquirrel {
+		sel, isSel := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+		if !isSel || !strings.HasPrefix(n, "Exec") {
+			return "", token.NoPos, "", false
+		}
+		q, at, ok = (&texter{info: info, files: files}).builder(sel.X, 0)
+		return q, at, n, ok
+	}
 	if !(strings.HasPrefix(n, "Exec") || strings.HasPrefix(n, "Query") || strings.HasPrefix(n, "MustExec") ||
 		n == "Get" || n == "GetContext" || n == "Select" || n == "SelectContext" || n == "Raw") {
 		return "", token.NoPos, "", false

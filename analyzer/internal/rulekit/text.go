@@ -6,6 +6,7 @@ import (
 	"go/constant"
 	"go/token"
 	"go/types"
+	"sort"
 	"strings"
 )
 
@@ -56,6 +57,12 @@ func (t *texter) eval(e ast.Expr, depth int) (string, token.Pos, bool) {
 		r, _, ok2 := t.eval(x.Y, depth+1)
 		return l + r, pos, ok1 && ok2
 	case *ast.CallExpr:
+		if fn := Callee(t.info, x); Is(fn, PkgSquirrel, "ToSql") {
+			if sel, ok := ast.Unparen(x.Fun).(*ast.SelectorExpr); ok {
+				return t.builder(sel.X, depth+1)
+			}
+			return "", token.NoPos, false
+		}
 		return t.sprintf(x, depth)
 	case *ast.Ident:
 		v, ok := t.info.Uses[x].(*types.Var)
@@ -325,6 +332,8 @@ func (t *texter) local(id *ast.Ident, v *types.Var, depth int) (string, token.Po
 					continue
 				}
 				switch {
+				case i == 0 && len(x.Rhs) == 1 && x.Tok == token.DEFINE && t.info.Defs[r] == v && isToSQL(t.info, x.Rhs[0]):
+					def, defStmt = x.Rhs[0], x // query, args, err := b.ToSql()
 				case len(x.Lhs) != len(x.Rhs) || r != l:
 					bad = true
 				case x.Tok == token.DEFINE && t.info.Defs[r] == v:
@@ -445,4 +454,111 @@ func FuncLitOf(root ast.Node, pos token.Pos) *ast.FuncLit {
 		return true
 	})
 	return out
+}
+
+// PkgSquirrel is the import path of the squirrel query builder.
+const PkgSquirrel = "github.com/Masterminds/squirrel"
+
+// isToSQL reports whether e is a call of a squirrel builder's ToSql.
+func isToSQL(info *types.Info, e ast.Expr) bool {
+	call, ok := ast.Unparen(e).(*ast.CallExpr)
+	return ok && Is(Callee(info, call), PkgSquirrel, "ToSql")
+}
+
+// builder returns the text of a squirrel update builder written as one
+// chain of calls (sq.Update("payouts").Set("status", "FAILED").Where(sq.Eq{"reference":
+// ref})), rendered with ? placeholders: the table, each Set's column and
+// constant value (? for any other), each Where's constant text or sq.Eq
+// literal with constant keys (in squirrel's sorted order). A builder held
+// in a variable, or a method that changes the statement in a way not
+// read here (SetMap, Suffix, ...), is not determined.
+func (t *texter) builder(e ast.Expr, depth int) (string, token.Pos, bool) {
+	var sets, wheres []string
+	for {
+		call, ok := ast.Unparen(e).(*ast.CallExpr)
+		if !ok {
+			return "", token.NoPos, false
+		}
+		fn := Callee(t.info, call)
+		if PkgPath(fn) != PkgSquirrel {
+			return "", token.NoPos, false
+		}
+		switch fn.Name() {
+		case "Update":
+			if len(call.Args) != 1 {
+				return "", token.NoPos, false
+			}
+			table, pos, ok := t.eval(call.Args[0], depth+1)
+			if !ok {
+				return "", token.NoPos, false
+			}
+			q := "UPDATE " + table + " SET " + strings.Join(sets, ", ")
+			if len(wheres) > 0 {
+				q += " WHERE " + strings.Join(wheres, " AND ")
+			}
+			return q, pos, true
+		case "Set":
+			col, _, ok := t.eval(call.Args[0], depth+1)
+			if !ok {
+				return "", token.NoPos, false
+			}
+			sets = append([]string{col + " = " + t.sqlValue(call.Args[1])}, sets...)
+		case "Where":
+			w, ok := t.where(call.Args[0], depth)
+			if !ok {
+				return "", token.NoPos, false
+			}
+			wheres = append([]string{w}, wheres...)
+		case "PlaceholderFormat", "RunWith":
+		default:
+			return "", token.NoPos, false
+		}
+		sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+		if !ok {
+			return "", token.NoPos, false
+		}
+		e = sel.X
+	}
+}
+
+// sqlValue renders a value given to a builder: a constant as a SQL
+// literal, anything else as a placeholder.
+func (t *texter) sqlValue(e ast.Expr) string {
+	tv, ok := t.info.Types[e]
+	if !ok || tv.Value == nil {
+		return "?"
+	}
+	if tv.Value.Kind() == constant.String {
+		return "'" + strings.ReplaceAll(constant.StringVal(tv.Value), "'", "''") + "'"
+	}
+	return tv.Value.ExactString()
+}
+
+// where renders a Where predicate: determined text, or an sq.Eq literal
+// whose keys are constant.
+func (t *texter) where(e ast.Expr, depth int) (string, bool) {
+	if s, _, ok := t.eval(e, depth+1); ok {
+		return s, true
+	}
+	lit, ok := ast.Unparen(e).(*ast.CompositeLit)
+	if !ok {
+		return "", false
+	}
+	if p, n := NamedOf(t.info.TypeOf(lit)); p != PkgSquirrel || n != "Eq" || len(lit.Elts) == 0 {
+		return "", false
+	}
+	var parts []string
+	for _, el := range lit.Elts {
+		kv, ok := el.(*ast.KeyValueExpr)
+		if !ok {
+			return "", false
+		}
+		k, _, ok := ConstString(t.info, kv.Key)
+		if !ok {
+			return "", false
+		}
+		parts = append(parts, k+" = "+t.sqlValue(kv.Value))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " AND "), true
 }

@@ -1,9 +1,9 @@
-// Package buflow holds blindupdate's cases of SQL text reached through
-// data flow (a local variable, one built in steps, a package constant or
-// variable, fmt.Sprintf with a constant format, a field of a query
-// struct). Each positive case is followed by a must-not-flag twin: a text
-// the analysis cannot determine (different texts on different paths, a
-// variable reassigned, a field written elsewhere) is silent.
+// Package buflow holds blindupdate's cases of SQL text reached through data
+// flow (a local variable, one built in steps, a package constant or
+// variable, fmt.Sprintf with a constant format, a field of a query struct, a
+// squirrel builder). Each positive case is followed by a must-not-flag twin:
+// a text the analysis cannot determine (different texts on different paths,
+// a variable reassigned, a field written elsewhere) is silent.
 package buflow
 
 import (
@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 
+	sq "github.com/Masterminds/squirrel"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -21,7 +22,7 @@ var errLost = errors.New("lost the race")
 // affected-row count dropped.
 func updatePayoutStatus(ctx context.Context, pool *pgxpool.Pool, ref, status, providerRef string) error {
 	query := "UPDATE payouts SET status = $2, provider_reference = $1, updated_at = now() WHERE reference = $3"
-	_, err := pool.Exec(ctx, query, providerRef, status, ref) // want `\(\*pgxpool.Pool\).Exec \(called at buflow\.go:24:12\) runs "UPDATE payouts SET status = \$2, provider_reference = \$1, updated_at = now\(\) WHERE reference = \$3", a state transition without compare-and-set`
+	_, err := pool.Exec(ctx, query, providerRef, status, ref) // want `\(\*pgxpool.Pool\).Exec \(called at buflow\.go:25:12\) runs "UPDATE payouts SET status = \$2, provider_reference = \$1, updated_at = now\(\) WHERE reference = \$3", a state transition without compare-and-set`
 	return err
 }
 
@@ -39,7 +40,7 @@ func updatePayoutStatusEither(ctx context.Context, pool *pgxpool.Pool, ref, stat
 func markPayoutFailed(ctx context.Context, db *sql.DB, ref string) {
 	q := "UPDATE payouts SET status = 'FAILED'"
 	q += " WHERE reference = $1"
-	db.ExecContext(ctx, q, ref) // want `\(\*sql.DB\).ExecContext \(called at buflow\.go:42:2\) runs "UPDATE payouts SET status = 'FAILED' WHERE reference = \$1"`
+	db.ExecContext(ctx, q, ref) // want `\(\*sql.DB\).ExecContext \(called at buflow\.go:43:2\) runs "UPDATE payouts SET status = 'FAILED' WHERE reference = \$1"`
 }
 
 // The guard appended on one path only: silent.
@@ -187,4 +188,47 @@ func settleAllGrowing(ctx context.Context, db *sql.DB, refs []string) {
 		db.ExecContext(ctx, q, ref)
 		q += " AND status = 'PENDING'"
 	}
+}
+
+// 7. A squirrel builder whose text is constant: run through RunWith, or
+// turned into text with ToSql.
+func failPayoutBuilder(ctx context.Context, db *sql.DB, ref string) {
+	sq.Update("payouts").Set("status", "FAILED").Where(sq.Eq{"reference": ref}).RunWith(db).ExecContext(ctx) // want `runs "UPDATE payouts SET status = 'FAILED' WHERE reference = \?"`
+}
+
+func failPayoutToSQL(ctx context.Context, db *sql.DB, ref string) error {
+	query, args, err := sq.StatementBuilder.PlaceholderFormat(sq.Dollar).Update("payouts").
+		Set("status", "FAILED").Set("updated_at", "now").Where("reference = ?", ref).ToSql()
+	if err != nil {
+		return err
+	}
+	_, err = db.ExecContext(ctx, query, args...) // want `runs "UPDATE payouts SET status = 'FAILED', updated_at = 'now' WHERE reference = \?"`
+	return err
+}
+
+// The expected state in the WHERE, and the count read: silent.
+func failPayoutBuilderCAS(ctx context.Context, db *sql.DB, ref string) error {
+	res, err := sq.Update("payouts").Set("status", "FAILED").
+		Where(sq.Eq{"reference": ref, "status": "PROCESSING"}).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return errLost
+	}
+	return nil
+}
+
+// A builder extended on one path: not determined, silent.
+func failPayoutBuilderMaybe(ctx context.Context, db *sql.DB, ref string, guarded bool) {
+	b := sq.Update("payouts").Set("status", "FAILED").Where(sq.Eq{"reference": ref})
+	if guarded {
+		b = b.Where("status = 'PROCESSING'")
+	}
+	b.RunWith(db).ExecContext(ctx)
+}
+
+// A WHERE given by a variable: silent.
+func failPayoutBuilderPred(ctx context.Context, db *sql.DB, pred sq.Eq) {
+	sq.Update("payouts").Set("status", "FAILED").Where(pred).RunWith(db).ExecContext(ctx)
 }
