@@ -15,7 +15,7 @@ import (
 
 var (
 	reSQLUpdateSet = regexp.MustCompile(`(?is)^\s*update\s+(?:only\s+)?("?[\w.]+"?)(?:\s+(?:as\s+)?\w+)?\s+set\s+(.+?)(?:\s+(?:where|from|returning)\s+.*)?\s*;?\s*$`)
-	reSQLInsert    = regexp.MustCompile(`(?is)^\s*insert\s+into\s+("?[\w.]+"?)\s*\(([^)]*)\)\s*values\s*\((.*?)\)`)
+	reSQLInsert    = regexp.MustCompile(`(?is)^\s*insert\s+into\s+("?[\w.]+"?)\s*\(([^)]*)\)\s*values\s*\(`)
 	reSQLColumn    = regexp.MustCompile(`(?i)^(?:"?\w+"?\.)?"?(\w+)"?$`)
 	reSQLStateCol  = regexp.MustCompile(`(?i)^(\w*_)?(state|status)$`)
 	reSQLDollar    = regexp.MustCompile(`^\$(\d+)(?:\s*::\s*[\w.]+)?$`)
@@ -55,17 +55,41 @@ func sqlStatusSlots(q string) (table string, slots map[int]string, named, parsed
 		}
 		return strings.Trim(m[1], `"`), slots, named, true
 	}
-	if m := reSQLInsert.FindStringSubmatch(q); m != nil {
-		cols, vals := rulekit.SplitTop(m[2], ','), rulekit.SplitTop(m[3], ',')
+	if m := reSQLInsert.FindStringSubmatchIndex(q); m != nil {
+		values, ok := balanced(q[m[1]:])
+		if !ok {
+			return "", nil, false, false
+		}
+		cols, vals := rulekit.SplitTop(q[m[4]:m[5]], ','), rulekit.SplitTop(values, ',')
 		if len(cols) != len(vals) {
 			return "", nil, false, false
 		}
 		for i := range cols {
 			slot(cols[i], vals[i])
 		}
-		return strings.Trim(m[1], `"`), slots, named, true
+		return strings.Trim(q[m[2]:m[3]], `"`), slots, named, true
 	}
 	return "", nil, false, false
+}
+
+// balanced returns s up to the parenthesis that closes an open one (quotes
+// respected).
+func balanced(s string) (string, bool) {
+	depth, quote := 1, false
+	for i := 0; i < len(s); i++ {
+		switch ch := s[i]; {
+		case ch == '\'':
+			quote = !quote
+		case quote:
+		case ch == '(':
+			depth++
+		case ch == ')':
+			if depth--; depth == 0 {
+				return s[:i], true
+			}
+		}
+	}
+	return "", false
 }
 
 // numberQuestionMarks turns the ? placeholders of q (outside quotes) into
