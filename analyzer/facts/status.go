@@ -56,7 +56,7 @@ func sqlStatusSlots(q string) (table string, slots map[int]string, named, parsed
 		return strings.Trim(m[1], `"`), slots, named, true
 	}
 	if m := reSQLInsert.FindStringSubmatchIndex(q); m != nil {
-		values, ok := balanced(q[m[1]:])
+		values, ok := rulekit.UntilClose(q[m[1]:])
 		if !ok {
 			return "", nil, false, false
 		}
@@ -70,26 +70,6 @@ func sqlStatusSlots(q string) (table string, slots map[int]string, named, parsed
 		return strings.Trim(q[m[2]:m[3]], `"`), slots, named, true
 	}
 	return "", nil, false, false
-}
-
-// balanced returns s up to the parenthesis that closes an open one (quotes
-// respected).
-func balanced(s string) (string, bool) {
-	depth, quote := 1, false
-	for i := 0; i < len(s); i++ {
-		switch ch := s[i]; {
-		case ch == '\'':
-			quote = !quote
-		case quote:
-		case ch == '(':
-			depth++
-		case ch == ')':
-			if depth--; depth == 0 {
-				return s[:i], true
-			}
-		}
-	}
-	return "", false
 }
 
 // numberQuestionMarks turns the ? placeholders of q (outside quotes) into

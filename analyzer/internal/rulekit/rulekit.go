@@ -178,22 +178,55 @@ func StripComments(q string) string {
 // SplitTop splits s at sep outside parentheses and quotes.
 func SplitTop(s string, sep byte) []string {
 	var out []string
-	depth, quote, start := 0, false, 0
+	start := 0
+	scanTop(s, 0, func(i, depth int) bool {
+		if s[i] == sep && depth == 0 {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+		return true
+	})
+	return append(out, s[start:])
+}
+
+// UntilClose returns s up to the parenthesis that closes one opened just
+// before it (quotes respected), or false when none does.
+func UntilClose(s string) (string, bool) {
+	end := -1
+	scanTop(s, 1, func(i, depth int) bool {
+		if s[i] == ')' && depth == 0 {
+			end = i
+			return false
+		}
+		return true
+	})
+	if end < 0 {
+		return "", false
+	}
+	return s[:end], true
+}
+
+// scanTop calls at with each index of s outside single quotes and the
+// parenthesis depth after that byte (starting from depth), until at
+// returns false.
+func scanTop(s string, depth int, at func(i, depth int) bool) {
+	quote := false
 	for i := 0; i < len(s); i++ {
 		switch ch := s[i]; {
 		case ch == '\'':
 			quote = !quote
+			continue
 		case quote:
+			continue
 		case ch == '(':
 			depth++
 		case ch == ')':
 			depth--
-		case ch == sep && depth == 0:
-			out = append(out, s[start:i])
-			start = i + 1
+		}
+		if !at(i, depth) {
+			return
 		}
 	}
-	return append(out, s[start:])
 }
 
 // Short returns q cut to n bytes with an ellipsis.
