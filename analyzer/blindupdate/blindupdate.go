@@ -24,8 +24,10 @@ const Name = "blindupdate"
 const Doc = `report state transitions written without compare-and-set
 
 An UPDATE that sets a state or status column (SQL text in a string literal
-or constant, a sqlc-generated query method, or gorm Model(x).Update("status",
-..)/Updates), whose WHERE names only the row's key, with no predicate on the
+or constant, or in a variable, fmt.Sprintf or query-struct field the code
+determines; a squirrel update builder; a sqlc-generated query method; or
+gorm Model(x).Update("status", ..)/Updates), whose WHERE names only the
+row's key, with no predicate on the
 current state, a version or a lease, and whose affected-row count is
 ignored, lets a duplicate request, a late worker or a reconciler overwrite a
 state another one already moved on: a SUCCESS turned back to PROCESSING, a
@@ -139,7 +141,7 @@ func (c *checker) run() {
 
 // execUpdate returns the blind transition run by an Exec-shaped call.
 func (c *checker) execUpdate(call *ast.CallExpr) (*update, string, token.Pos) {
-	q, at, method, ok := rulekit.SQLCall(c.pass.TypesInfo, call)
+	q, at, method, ok := rulekit.SQLCall(c.pass.TypesInfo, c.pass.Files, call)
 	if !ok || !(strings.HasPrefix(method, "Exec") || strings.HasPrefix(method, "MustExec")) {
 		return nil, "", token.NoPos
 	}
@@ -313,7 +315,7 @@ func (c *checker) lockedBefore(stack rulekit.Stack, call *ast.CallExpr, table st
 // clause ("*"), or as a helper known to lock.
 func (c *checker) locks(k *ast.CallExpr) []string {
 	info := c.pass.TypesInfo
-	if q, _, _, ok := rulekit.SQLCall(info, k); ok {
+	if q, _, _, ok := rulekit.SQLCall(info, c.pass.Files, k); ok {
 		if m := reForUpd.FindStringSubmatch(q); m != nil {
 			return []string{m[1]}
 		}

@@ -17,3 +17,12 @@ func TestBlindupdate(t *testing.T) {
 func TestBlindupdateFix(t *testing.T) {
 	analysistest.RunWithSuggestedFixes(t, ruletest.Testdata(), blindupdate.New(blindupdate.Config{}), "bufix")
 }
+
+// TestBlindupdateDataFlow: SQL text held in a local variable (also one
+// built in steps), a package constant or variable, fmt.Sprintf with a
+// constant format, or a field of a query struct; a text that differs by
+// path or is written elsewhere is silent.
+func TestBlindupdateDataFlow(t *testing.T) {
+	results := analysistest.Run(t, ruletest.Testdata(), blindupdate.New(blindupdate.Config{}), "buflow")
+	ruletest.CheckFindings(t, results, 8)
+}

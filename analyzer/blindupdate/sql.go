@@ -3,6 +3,8 @@ package blindupdate
 import (
 	"regexp"
 	"strings"
+
+	"github.com/idemkit/idem/analyzer/internal/rulekit"
 )
 
 // update is a parsed UPDATE that sets a state column.
@@ -45,27 +47,6 @@ func (c *checker) stateColumn(col string) bool {
 	return false
 }
 
-// splitTop splits s at sep outside parentheses and quotes.
-func splitTop(s string, sep byte) []string {
-	var out []string
-	depth, quote, start := 0, false, 0
-	for i := 0; i < len(s); i++ {
-		switch ch := s[i]; {
-		case ch == '\'':
-			quote = !quote
-		case quote:
-		case ch == '(':
-			depth++
-		case ch == ')':
-			depth--
-		case ch == sep && depth == 0:
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
-}
-
 // parseUpdate returns the blind state transition q makes, or nil: an
 // UPDATE setting a state column, with a WHERE made only of equalities on
 // columns that are not a state, version, lease or owner. Anything it cannot
@@ -80,7 +61,7 @@ func (c *checker) parseUpdate(q string) *update {
 		return nil // UPDATE .. FROM: a join decides the rows
 	}
 	u := &update{table: strings.ReplaceAll(m[1], `"`, ""), where: where}
-	for _, a := range splitTop(set, ',') {
+	for _, a := range rulekit.SplitTop(set, ',') {
 		lhs, rhs, ok := strings.Cut(a, "=")
 		if !ok {
 			return nil

@@ -205,7 +205,7 @@ func (c *checker) function(body *ast.BlockStmt) {
 // check returns the read of a record that call makes, if any.
 func (c *checker) check(call *ast.CallExpr, stack rulekit.Stack) *event {
 	info := c.pass.TypesInfo
-	if q, _, method, ok := rulekit.SQLCall(info, call); ok && !strings.HasPrefix(method, "Exec") {
+	if q, _, method, ok := rulekit.SQLCall(info, c.pass.Files, call); ok && !strings.HasPrefix(method, "Exec") {
 		m := reSelect.FindStringSubmatch(q)
 		if m == nil || reForUpd.MatchString(q) || !c.tokenTable(baseTable(m[1]), m[2]) {
 			return nil
@@ -241,7 +241,7 @@ func (c *checker) check(call *ast.CallExpr, stack rulekit.Stack) *event {
 // write returns the write of a record that call makes, if any.
 func (c *checker) write(call *ast.CallExpr, stack rulekit.Stack) *event {
 	info := c.pass.TypesInfo
-	if q, _, _, ok := rulekit.SQLCall(info, call); ok {
+	if q, _, _, ok := rulekit.SQLCall(info, c.pass.Files, call); ok {
 		m := reInsert.FindStringSubmatch(q)
 		if m == nil {
 			return nil

@@ -25,3 +25,11 @@ func TestCheckthenactTables(t *testing.T) {
 func TestCheckthenactFix(t *testing.T) {
 	analysistest.RunWithSuggestedFixes(t, ruletest.Testdata(), checkthenact.New(checkthenact.Config{}), "ctfix")
 }
+
+// TestCheckthenactDataFlow: the read and the write held in variables, a
+// fmt.Sprintf of a constant table or a package query struct; a text that
+// differs by path is silent.
+func TestCheckthenactDataFlow(t *testing.T) {
+	results := analysistest.Run(t, ruletest.Testdata(), checkthenact.New(checkthenact.Config{}), "ctflow")
+	ruletest.CheckFindings(t, results, 2)
+}

@@ -215,7 +215,7 @@ func (r *Result) GenericTokenOp(c *ssa.CallCommon) string {
 	if sig.Recv() == nil {
 		return "" // helpers are summarized through facts
 	}
-	if _, ok := SQLOf(c); ok {
+	if _, ok := r.SQLOf(c); ok {
 		return ""
 	}
 	n := fo.Name()
@@ -275,7 +275,7 @@ var reCASWhere = regexp.MustCompile(`(?is)\bwhere\b.*\b\w*(state|status|version|
 // row change, so it is an atomic claim of whatever row it moves on, even
 // when the token itself (a nonce) was read only to find that row.
 func (r *Result) CASClaim(call *ssa.Call) bool {
-	q, ok := SQLOf(&call.Call)
+	q, ok := r.SQLOf(&call.Call)
 	if !ok || !reUpdate.MatchString(q) || !reCASWhere.MatchString(q) {
 		return false
 	}

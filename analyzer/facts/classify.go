@@ -251,8 +251,8 @@ func sqlMethod(fn *types.Func) bool {
 }
 
 // SQLOf returns the SQL text of an Exec/Query-shaped call (see sqlMethod)
-// whose first string argument is a constant.
-func SQLOf(c *ssa.CallCommon) (string, bool) {
+// whose first string argument the code determines (see [Result.StringOf]).
+func (r *Result) SQLOf(c *ssa.CallCommon) (string, bool) {
 	fn := CalleeObj(c)
 	if fn == nil {
 		return "", false
@@ -263,7 +263,7 @@ func SQLOf(c *ssa.CallCommon) (string, bool) {
 	args := c.Args
 	for _, a := range args {
 		if b, ok := a.Type().Underlying().(*types.Basic); ok && b.Kind() == types.String {
-			return ConstString(a)
+			return r.StringOf(a)
 		}
 	}
 	return "", false
@@ -319,7 +319,7 @@ var sqlKinds = []struct {
 // SQLTokenOp classifies a SQL call on an idempotency token table:
 // "delete", "select", "insert", "update" or "".
 func (r *Result) SQLTokenOp(c *ssa.CallCommon) string {
-	q, ok := SQLOf(c)
+	q, ok := r.SQLOf(c)
 	if !ok {
 		return ""
 	}

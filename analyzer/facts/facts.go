@@ -65,12 +65,28 @@ func (f *FailAction) String() string {
 	return "failaction(" + f.What + ": " + strings.Join(f.Chain, " -> ") + ")"
 }
 
-// StatusWriter marks a function whose parameter Param is written as a
-// state/status (for example setState(ctx, id, st) doing UPDATE .. SET state=$2).
-type StatusWriter struct{ Param int }
+// StatusWriter marks a function that writes its parameter Param (an index
+// in the SSA parameter list, receiver first), or the field Field of it,
+// into a state/status column: setState(ctx, id, st) doing UPDATE .. SET
+// state = $2, or UpdatePayout(ctx, p) doing UPDATE payouts SET status = $2
+// with p.Status. Column is "table.column" when the SQL names it.
+type StatusWriter struct {
+	Param  int
+	Field  string
+	Column string
+}
 
-func (*StatusWriter) AFact()           {}
-func (f *StatusWriter) String() string { return fmt.Sprintf("statuswriter(%d)", f.Param) }
+func (*StatusWriter) AFact() {}
+func (f *StatusWriter) String() string {
+	s := fmt.Sprintf("writes param %d", f.Param)
+	if f.Field != "" {
+		s += " (field " + f.Field + ")"
+	}
+	if f.Column != "" {
+		return s + " into " + f.Column
+	}
+	return s + " as a status"
+}
 
 // TokenDelete marks a function that deletes an idempotency token or record.
 type TokenDelete struct{ Chain []string }

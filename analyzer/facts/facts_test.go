@@ -19,3 +19,11 @@ var testdata = filepath.Join(analysistest.TestData(), "..", "..", "testdata")
 func TestFacts(t *testing.T) {
 	analysistest.Run(t, testdata, facts.New(facts.Config{}).Analyzer, "fa", "fb", "fc")
 }
+
+// TestStatusWriters checks the StatusWriter facts of a repository whose
+// methods write a parameter, or a field of one, into a status column
+// through SQL (a local variable's text, $n and ? placeholders) or gorm; a
+// status read only in a WHERE is not written.
+func TestStatusWriters(t *testing.T) {
+	analysistest.Run(t, testdata, facts.New(facts.Config{}).Analyzer, "trepo")
+}

@@ -84,6 +84,9 @@ type MethodSummary struct {
 	Begins bool
 	// Ends: how it ends the transactions it is given.
 	Ends Ends
+	// Status: the parameter (or field of one) it writes into a
+	// state/status column.
+	Status *StatusWriter
 	// Via are the interface methods it calls (a decorator's), whose
 	// implementations may do what it is not seen doing itself.
 	Via []invokedMethod
@@ -441,22 +444,30 @@ func (p *Program) invokeRunner(iface *types.Interface, m *types.Func) int {
 
 // invokeTokenDel: every implementation deletes an idempotency token.
 func (p *Program) invokeTokenDel(iface *types.Interface, m *types.Func) (string, *TokenDelete) {
-	impls := p.implementations(iface, m)
-	if len(impls) == 0 {
-		return "", nil
-	}
-	var first *TokenDelete
+	return agreed(p, iface, m, func(s *MethodSummary) *TokenDelete { return s.TokenDel },
+		func(a, b *TokenDelete) bool { return true })
+}
+
+// agreed returns what pick says of every implementation of the interface
+// method (those that forward to an embedded interface aside), and the
+// first one's name, when it says something of each and the values are the
+// same; else nil.
+func agreed[T any](p *Program, iface *types.Interface, m *types.Func, pick func(*MethodSummary) *T, same func(a, b *T) bool) (string, *T) {
+	var first *T
 	display := ""
-	for _, f := range impls {
+	for _, f := range p.implementations(iface, m) {
 		if f.fwd != nil {
 			continue
 		}
 		s := p.summary(f.key)
-		if s == nil || s.TokenDel == nil {
+		if s == nil || pick(s) == nil {
 			return "", nil
 		}
-		if first == nil {
-			first, display = s.TokenDel, f.display
+		switch v := pick(s); {
+		case first == nil:
+			first, display = v, f.display
+		case !same(first, v):
+			return "", nil
 		}
 	}
 	return display, first

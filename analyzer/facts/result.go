@@ -45,21 +45,21 @@ func (a *Action) String() string {
 
 // Summary is what is known about one SSA function of the analyzed package.
 type Summary struct {
-	Net         *Path
-	Runner      int // param index of the callback run inside a tx, or -1
-	Timeout     bool
-	Fail        *Action
-	StatusParam int // param index written as a status, or -1
-	TokenDel    *Path
-	Claim       bool // claims an idempotency token atomically
-	Ends        Ends // how it ends the transactions it is given, per path
-	ClosesAny   bool // commits or rolls back some tx (not deferred)
-	CallsParam  map[int]bool
-	Writes      bool  // writes to a database (SQL INSERT/UPDATE/DELETE, an ORM write)
-	Begins      bool  // returns a freshly begun transaction
-	NoReturn    bool  // never returns: every path panics, exits or loops forever
-	KeyBuilder  bool  // returns a string that names an idempotency key ("idempotency:" + ...)
-	MayIO       *Path // I/O out of sight: a cgo call, a send on a channel
+	Net        *Path
+	Runner     int // param index of the callback run inside a tx, or -1
+	Timeout    bool
+	Fail       *Action
+	Status     *StatusWriter // the parameter (or field of one) it writes as a status
+	TokenDel   *Path
+	Claim      bool // claims an idempotency token atomically
+	Ends       Ends // how it ends the transactions it is given, per path
+	ClosesAny  bool // commits or rolls back some tx (not deferred)
+	CallsParam map[int]bool
+	Writes     bool  // writes to a database (SQL INSERT/UPDATE/DELETE, an ORM write)
+	Begins     bool  // returns a freshly begun transaction
+	NoReturn   bool  // never returns: every path panics, exits or loops forever
+	KeyBuilder bool  // returns a string that names an idempotency key ("idempotency:" + ...)
+	MayIO      *Path // I/O out of sight: a cgo call, a send on a channel
 }
 
 // Result is the facts analyzer's result for one package.
@@ -78,6 +78,7 @@ type Result struct {
 	lparens   map[token.Pos]token.Pos
 	txMu      sync.Mutex
 	txTypes   map[types.Type]bool
+	globals   globalWrites // stores into the package's variables
 }
 
 func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
@@ -89,8 +90,9 @@ func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
 		flows:    map[*ssa.Function]*TxFlow{},
 		runnerOf: map[*ssa.Function]*ssa.Call{},
 	}
+	r.globals = indexGlobals(r.SSA)
 	for _, fn := range r.SSA.SrcFuncs {
-		r.sums[fn] = &Summary{Runner: -1, StatusParam: -1, CallsParam: map[int]bool{}}
+		r.sums[fn] = &Summary{Runner: -1, CallsParam: map[int]bool{}}
 	}
 	for round := 0; round < 4; round++ {
 		r.fixpoint()
@@ -123,6 +125,7 @@ func (r *Result) release() {
 	r.sums = map[*ssa.Function]*Summary{}
 	r.flows = map[*ssa.Function]*TxFlow{}
 	r.runnerOf = map[*ssa.Function]*ssa.Call{}
+	r.globals = globalWrites{}
 }
 
 // listed reports whether fn is in a configured list. The lists are turned
@@ -633,7 +636,7 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 			failedArg = i
 		}
 	}
-	if q, ok := SQLOf(c); ok {
+	if q, ok := r.SQLOf(c); ok {
 		if (reInsert.MatchString(q) || reUpdate.MatchString(q)) && (reFailSQL.MatchString(q) || failedArg >= 0) {
 			return &Action{What: "writes a FAILED status", Chain: []string{name}}
 		}
@@ -672,12 +675,17 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 			return &Action{What: "writes a FAILED status", Chain: []string{name}}
 		}
 	}
+	if it := ifaceOf(c); it != nil && r.resolving() {
+		if impl, sw := r.cfg.Program.invokeStatus(it, c.Method); sw != nil && r.failedStatus(c, sw, 1) {
+			return &Action{What: "writes a FAILED status", Chain: []string{name, impl}}
+		}
+	}
 	sf := StaticFn(c)
 	if sf == nil {
 		return nil
 	}
 	if s := r.local(sf); s != nil {
-		if s.StatusParam >= 0 && s.StatusParam < len(c.Args) && isFailedConst(unwrap(c.Args[s.StatusParam])) {
+		if s.Status != nil && r.failedStatus(c, s.Status, 0) {
 			return &Action{What: "writes a FAILED status", Chain: []string{DisplayName(sf)}}
 		}
 		if s.Fail != nil && !s.Timeout {
@@ -689,7 +697,7 @@ func (r *Result) FailCall(c *ssa.CallCommon) *Action {
 		return nil
 	}
 	var sw StatusWriter
-	if r.Pass.ImportObjectFact(fn, &sw) && sw.Param < len(c.Args) && isFailedConst(unwrap(c.Args[sw.Param])) {
+	if r.Pass.ImportObjectFact(fn, &sw) && r.failedStatus(c, &sw, 0) {
 		return &Action{What: "writes a FAILED status", Chain: []string{name}}
 	}
 	var fa FailAction
@@ -858,9 +866,9 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 					}
 				}
 			}
-			if s.StatusParam < 0 {
-				if i := r.statusParam(fn, c); i >= 0 {
-					s.StatusParam, changed = i, true
+			if s.Status == nil {
+				if sw := r.statusSink(fn, c); sw != nil {
+					s.Status, changed = sw, true
 				}
 			}
 		}
@@ -883,46 +891,6 @@ func (r *Result) summarize(fn *ssa.Function) bool {
 		}
 	}
 	return changed
-}
-
-// statusParam: a parameter of fn (named or typed state/status) written by c.
-func (r *Result) statusParam(fn *ssa.Function, c *ssa.CallCommon) int {
-	sink := false
-	if q, ok := SQLOf(c); ok && (reInsert.MatchString(q) || reUpdate.MatchString(q)) {
-		sink = true
-	}
-	if cmd := redisCmd(c); cmd == "Set" || cmd == "HSet" || cmd == "SetArgs" {
-		sink = true
-	}
-	if sink {
-		for _, a := range flatArgs(c) {
-			if i := paramIndex(fn, a); i >= 0 {
-				p := fn.Params[i]
-				_, tn := rulekit.NamedOf(p.Type())
-				if reStatusParam.MatchString(p.Name()) || reStatusParam.MatchString(tn) {
-					return i
-				}
-			}
-		}
-		return -1
-	}
-	sf := StaticFn(c)
-	if sf == nil {
-		return -1
-	}
-	k := -1
-	if s := r.local(sf); s != nil {
-		k = s.StatusParam
-	} else if o, ok := sf.Object().(*types.Func); ok {
-		var f StatusWriter
-		if r.Pass.ImportObjectFact(o, &f) {
-			k = f.Param
-		}
-	}
-	if k >= 0 && k < len(c.Args) {
-		return paramIndex(fn, c.Args[k])
-	}
-	return -1
 }
 
 // inferRunners computes transaction flows, infers user transaction runners
@@ -1061,7 +1029,7 @@ func (r *Result) export() {
 		}
 		s := r.sums[fn]
 		if r.cfg.Recording && r.cfg.Program != nil && fn.Signature.Recv() != nil {
-			ms := &MethodSummary{Runner: s.Runner, Writes: s.Writes, Begins: s.Begins, Ends: s.Ends}
+			ms := &MethodSummary{Runner: s.Runner, Writes: s.Writes, Begins: s.Begins, Ends: s.Ends, Status: s.Status}
 			if s.Net != nil {
 				ms.Net = &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf, Handoff: s.Net.Handoff}
 			} else {
@@ -1087,8 +1055,8 @@ func (r *Result) export() {
 		if s.Fail != nil && !s.Timeout {
 			r.Pass.ExportObjectFact(obj, &FailAction{What: s.Fail.What, Chain: s.Fail.Chain})
 		}
-		if s.StatusParam >= 0 {
-			r.Pass.ExportObjectFact(obj, &StatusWriter{Param: s.StatusParam})
+		if s.Status != nil {
+			r.Pass.ExportObjectFact(obj, s.Status)
 		}
 		if s.TokenDel != nil {
 			r.Pass.ExportObjectFact(obj, &TokenDelete{Chain: s.TokenDel.Chain})
@@ -1186,7 +1154,7 @@ func (r *Result) opaqueIO(instr ssa.Instruction) *Path {
 // updates or deletes (or an Exec of text not known), an ORM write, or a
 // helper of the package that does one.
 func (r *Result) dbWrite(c *ssa.CallCommon) bool {
-	if q, ok := SQLOf(c); ok {
+	if q, ok := r.SQLOf(c); ok {
 		return reInsert.MatchString(q) || reUpdate.MatchString(q) || reDelete.MatchString(q)
 	}
 	if fn := CalleeObj(c); fn != nil {
@@ -1444,7 +1412,7 @@ func (r *Result) namedTokenDelete(fn *ssa.Function) *Path {
 			case cmd != "":
 				del = cmd == "Del" || cmd == "Unlink" || cmd == "HDel" || cmd == "GetDel"
 			default:
-				if q, ok := SQLOf(c); ok {
+				if q, ok := r.SQLOf(c); ok {
 					del = reDelete.MatchString(q)
 				} else if sig := fo.Type().(*types.Signature); sig.Recv() != nil {
 					del = genericDel.MatchString(fo.Name())

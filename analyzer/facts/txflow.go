@@ -390,7 +390,7 @@ func (r *Result) TxWrite(c *ssa.CallCommon) ssa.Value {
 	}
 	n := fo.Name()
 	if sqlMethod(fo) {
-		q, isConst := SQLOf(c)
+		q, isConst := r.SQLOf(c)
 		if isConst && !reWriteSQL.MatchString(q) || !isConst && !strings.HasPrefix(n, "Exec") {
 			return nil
 		}

@@ -565,7 +565,7 @@ func (c *checker) call(call *ast.CallExpr, stack rulekit.Stack) {
 			"build the key from the client's idempotency key or the message's own id (\"idem:\" + req.IdempotencyKey)", rulekit.ShortName(fn), c.minted(m)))
 		return
 	}
-	if q, _, method, ok := rulekit.SQLCall(info, call); ok && strings.HasPrefix(method, "Exec") {
+	if q, _, method, ok := rulekit.SQLCall(info, c.pass.Files, call); ok && strings.HasPrefix(method, "Exec") {
 		col, arg := insertKey(q, call, info)
 		if arg == nil {
 			return

@@ -25,7 +25,8 @@ When a call that may do network I/O (directly or through helpers in any
 package) returns an error, the error may be a timeout: the remote side may
 have done the work. Reaching a definite-failure action on that error - a
 write of a FAILED status (also through a helper given the status, such as
-setState(ctx, id, StateFailed)), a rollback of the transaction holding the
+setState(ctx, id, StateFailed), or a struct whose status field it writes,
+d.Status = "FAILED" then repo.UpdatePayout(ctx, d)), a rollback of the transaction holding the
 intent, a refund, an ORM write of a failed-like state (FAILED, error,
 cancelled, reversed, refunded) to a state/status field, an insert of a
 refund or reversal entry, a helper named like markPaymentFailed or

@@ -59,3 +59,13 @@ func TestTimeoutfailFix(t *testing.T) {
 func TestTimeoutfailORM(t *testing.T) {
 	analysistest.Run(t, modtest.Dir(t), timeoutfail.New(timeoutfail.Config{}), "./timeoutfail/...")
 }
+
+// TestTimeoutfailDataFlow: FAILED written through SQL text in a query
+// struct or fmt.Sprintf, and through repository methods of another package
+// (trepo) given the status as a parameter or as a field of a struct set
+// before the call; a status set on one path only, a method that writes no
+// status, a status read only in a WHERE are silent. trepo's StatusWriter
+// facts are checked too.
+func TestTimeoutfailDataFlow(t *testing.T) {
+	analysistest.Run(t, testdata, timeoutfail.New(timeoutfail.Config{}), "tflow")
+}

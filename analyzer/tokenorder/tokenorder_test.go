@@ -62,3 +62,10 @@ func TestTokenorderFix(t *testing.T) {
 func TestTokenorderORM(t *testing.T) {
 	analysistest.Run(t, modtest.Dir(t), tokenorder.New(tokenorder.Config{}), "./tokenorder/...")
 }
+
+// TestTokenorderDataFlow: token deletes and checks whose SQL is built with
+// fmt.Sprintf, held in a package variable or a query struct; a text that
+// differs by path or is rewritten elsewhere is silent.
+func TestTokenorderDataFlow(t *testing.T) {
+	analysistest.Run(t, testdata, tokenorder.New(tokenorder.Config{}), "kflow")
+}

@@ -17,13 +17,32 @@ import (
 // rolls back only where it panics. Every labelled line is reported, and
 // nothing else.
 func TestTxHelpers(t *testing.T) {
+	lintLabelled(t, "mint", "txrpc", 5, 4)
+}
+
+// TestFailHelpers lints analyzer/testdata/mod/payout with the command: a
+// payout service that, after a provider's error, sets a disbursement's
+// Status to FAILED and writes it through a Store interface method whose
+// implementation (in a package the service does not import) runs UPDATE
+// .. SET status = $2 with d.Status, then tries the next provider. Every
+// labelled line is reported, and nothing else.
+func TestFailHelpers(t *testing.T) {
+	lintLabelled(t, "payout", "timeoutfail", 3, 4)
+}
+
+// lintLabelled lints the labelled module dir of analyzer/testdata/mod
+// with the command (-json, default flags) and compares the findings with
+// its labels: it must hold wantN labelled lines of rule and negatives
+// negative functions.
+func lintLabelled(t *testing.T, dir, rule string, wantN, negatives int) {
+	t.Helper()
 	mod := modtest.Dir(t)
 	bin := buildIdemlint(t)
-	want, negatives := labels(t, mod, filepath.Join(mod, "mint"))
-	if len(want["txrpc"]) != 5 || negatives != 4 {
-		t.Fatalf("mint has %d labelled txrpc lines and %d negative functions, want 5 and 4", len(want["txrpc"]), negatives)
+	want, neg := labels(t, mod, filepath.Join(mod, dir))
+	if len(want[rule]) != wantN || neg != negatives {
+		t.Fatalf("%s has %d labelled %s lines and %d negative functions, want %d and %d", dir, len(want[rule]), rule, neg, wantN, negatives)
 	}
-	stdout, stderr, code := run(t, mod, bin, "-json", "./mint/...")
+	stdout, stderr, code := run(t, mod, bin, "-json", "./"+dir+"/...")
 	if code != 0 {
 		t.Fatalf("idemlint -json: exit %d\n%s", code, stderr)
 	}

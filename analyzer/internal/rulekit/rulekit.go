@@ -125,16 +125,26 @@ func ConstName(info *types.Info, e ast.Expr) string {
 	return ""
 }
 
-// SQLCall returns the constant SQL text of a call to a method named
+// SQLCall returns the SQL text of a call to a method named
 // Exec*/Query*/MustExec*/Get*/Select* (database/sql, pgx, sqlx and any
-// wrapper of the same shape): the first string argument, when constant.
-// at is the position of the SQL text (its constant's declaration).
-func SQLCall(info *types.Info, call *ast.CallExpr) (q string, at token.Pos, method string, ok bool) {
+// wrapper of the same shape): the first string argument, when the code
+// determines it (see [StringText]; files are the package's). at is the
+// position of the SQL text (its constant's declaration, or the value its
+// variable was defined with).
+func SQLCall(info *types.Info, files []*ast.File, call *ast.CallExpr) (q string, at token.Pos, method string, ok bool) {
 	fn := Callee(info, call)
 	if fn == nil {
 		return "", token.NoPos, "", false
 	}
 	n := fn.Name()
+	if PkgPath(fn) == PkgSquirrel {
+		sel, isSel := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+		if !isSel || !strings.HasPrefix(n, "Exec") {
+			return "", token.NoPos, "", false
+		}
+		q, at, ok = (&texter{info: info, files: files}).builder(sel.X, 0)
+		return q, at, n, ok
+	}
 	if !(strings.HasPrefix(n, "Exec") || strings.HasPrefix(n, "Query") || strings.HasPrefix(n, "MustExec") ||
 		n == "Get" || n == "GetContext" || n == "Select" || n == "SelectContext" || n == "Raw") {
 		return "", token.NoPos, "", false
@@ -145,7 +155,7 @@ func SQLCall(info *types.Info, call *ast.CallExpr) (q string, at token.Pos, meth
 			continue
 		}
 		if b, isB := t.Underlying().(*types.Basic); isB && b.Info()&types.IsString != 0 {
-			q, at, ok = ConstString(info, a)
+			q, at, ok = StringText(info, files, a)
 			return StripComments(q), at, n, ok
 		}
 	}
@@ -163,6 +173,60 @@ func StripComments(q string) string {
 	q = reBlockComment.ReplaceAllString(q, " ")
 	q = reLineComment.ReplaceAllString(q, " ")
 	return strings.TrimSpace(reSpace.ReplaceAllString(q, " "))
+}
+
+// SplitTop splits s at sep outside parentheses and quotes.
+func SplitTop(s string, sep byte) []string {
+	var out []string
+	start := 0
+	scanTop(s, 0, func(i, depth int) bool {
+		if s[i] == sep && depth == 0 {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+		return true
+	})
+	return append(out, s[start:])
+}
+
+// UntilClose returns s up to the parenthesis that closes one opened just
+// before it (quotes respected), or false when none does.
+func UntilClose(s string) (string, bool) {
+	end := -1
+	scanTop(s, 1, func(i, depth int) bool {
+		if s[i] == ')' && depth == 0 {
+			end = i
+			return false
+		}
+		return true
+	})
+	if end < 0 {
+		return "", false
+	}
+	return s[:end], true
+}
+
+// scanTop calls at with each index of s outside single quotes and the
+// parenthesis depth after that byte (starting from depth), until at
+// returns false.
+func scanTop(s string, depth int, at func(i, depth int) bool) {
+	quote := false
+	for i := 0; i < len(s); i++ {
+		switch ch := s[i]; {
+		case ch == '\'':
+			quote = !quote
+			continue
+		case quote:
+			continue
+		case ch == '(':
+			depth++
+		case ch == ')':
+			depth--
+		}
+		if !at(i, depth) {
+			return
+		}
+	}
 }
 
 // Short returns q cut to n bytes with an ellipsis.

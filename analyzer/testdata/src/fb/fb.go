@@ -33,7 +33,7 @@ func MarkFailed(db *sql.DB, id string) error { // want MarkFailed:`failaction\(w
 	return err
 }
 
-func SetState(db *sql.DB, id, state string) error { // want SetState:`statuswriter\(2\)`
+func SetState(db *sql.DB, id, state string) error { // want SetState:`writes param 2 into payments.state`
 	_, err := db.Exec("UPDATE payments SET state=$1 WHERE id=$2", state, id)
 	return err
 }

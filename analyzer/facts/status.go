@@ -1,0 +1,464 @@
+package facts
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go/token"
+	"go/types"
+
+	"golang.org/x/tools/go/ssa"
+
+	"github.com/idemkit/idem/analyzer/internal/rulekit"
+)
+
+var (
+	reSQLUpdateSet = regexp.MustCompile(`(?is)^\s*update\s+(?:only\s+)?("?[\w.]+"?)(?:\s+(?:as\s+)?\w+)?\s+set\s+(.+?)(?:\s+(?:where|from|returning)\s+.*)?\s*;?\s*$`)
+	reSQLInsert    = regexp.MustCompile(`(?is)^\s*insert\s+into\s+("?[\w.]+"?)\s*\(([^)]*)\)\s*values\s*\(`)
+	reSQLColumn    = regexp.MustCompile(`(?i)^(?:"?\w+"?\.)?"?(\w+)"?$`)
+	reSQLStateCol  = regexp.MustCompile(`(?i)^(\w*_)?(state|status)$`)
+	reSQLDollar    = regexp.MustCompile(`^\$(\d+)(?:\s*::\s*[\w.]+)?$`)
+)
+
+// sqlStatusSlots reads an UPDATE .. SET or an INSERT .. VALUES: the
+// table, and for each state/status column it writes from a positional
+// placeholder ($n, or the n-th ?), the placeholder's index among the
+// statement's arguments (0-based). parsed is false when q is not one of
+// these shapes; named is true when a state column is written from a
+// placeholder that is not positional (@status, :status, sqlc.arg).
+func sqlStatusSlots(q string) (table string, slots map[int]string, named, parsed bool) {
+	q = rulekit.StripComments(q)
+	q = numberQuestionMarks(q)
+	slots = map[int]string{}
+	slot := func(col, rhs string) {
+		cm := reSQLColumn.FindStringSubmatch(strings.TrimSpace(col))
+		if cm == nil || !reSQLStateCol.MatchString(cm[1]) {
+			return
+		}
+		if m := reSQLDollar.FindStringSubmatch(strings.TrimSpace(rhs)); m != nil {
+			if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
+				slots[n-1] = strings.ToLower(cm[1])
+			}
+			return
+		}
+		rhs = strings.TrimSpace(rhs)
+		if strings.HasPrefix(rhs, "@") || strings.HasPrefix(rhs, ":") || strings.HasPrefix(strings.ToLower(rhs), "sqlc.") {
+			named = true
+		}
+	}
+	if m := reSQLUpdateSet.FindStringSubmatch(q); m != nil {
+		for _, a := range rulekit.SplitTop(m[2], ',') {
+			if col, rhs, ok := strings.Cut(a, "="); ok {
+				slot(col, rhs)
+			}
+		}
+		return strings.Trim(m[1], `"`), slots, named, true
+	}
+	if m := reSQLInsert.FindStringSubmatchIndex(q); m != nil {
+		values, ok := rulekit.UntilClose(q[m[1]:])
+		if !ok {
+			return "", nil, false, false
+		}
+		cols, vals := rulekit.SplitTop(q[m[4]:m[5]], ','), rulekit.SplitTop(values, ',')
+		if len(cols) != len(vals) {
+			return "", nil, false, false
+		}
+		for i := range cols {
+			slot(cols[i], vals[i])
+		}
+		return strings.Trim(q[m[2]:m[3]], `"`), slots, named, true
+	}
+	return "", nil, false, false
+}
+
+// numberQuestionMarks turns the ? placeholders of q (outside quotes) into
+// $1, $2, ... in order.
+func numberQuestionMarks(q string) string {
+	if !strings.Contains(q, "?") {
+		return q
+	}
+	var b strings.Builder
+	n, quote := 0, false
+	for i := 0; i < len(q); i++ {
+		switch ch := q[i]; {
+		case ch == '\'':
+			quote = !quote
+			b.WriteByte(ch)
+		case ch == '?' && !quote:
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+		default:
+			b.WriteByte(ch)
+		}
+	}
+	return b.String()
+}
+
+// sqlArgs returns the arguments of a SQL call that follow its text, in
+// order (a variadic slice built at the call expanded).
+func sqlArgs(c *ssa.CallCommon) ([]ssa.Value, bool) {
+	for i, a := range c.Args {
+		if b, ok := a.Type().Underlying().(*types.Basic); !ok || b.Kind() != types.String {
+			continue
+		}
+		rest := c.Args[i+1:]
+		if len(rest) == 0 {
+			return nil, true
+		}
+		last := rest[len(rest)-1]
+		if _, isSlice := last.Type().Underlying().(*types.Slice); isSlice && c.Signature().Variadic() {
+			els, ok := variadicArgs(last)
+			if !ok {
+				return nil, false
+			}
+			return append(append([]ssa.Value(nil), rest[:len(rest)-1]...), els...), true
+		}
+		return rest, true
+	}
+	return nil, false
+}
+
+// paramSlot tells which parameter of fn v is, or which field of one: the
+// parameter's index (-1 when neither) and the field's name.
+func paramSlot(fn *ssa.Function, v ssa.Value) (int, string) {
+	v = unwrap(v)
+	if i := paramIndex(fn, v); i >= 0 {
+		return i, ""
+	}
+	var x ssa.Value
+	field := -1
+	switch v := v.(type) {
+	case *ssa.UnOp: // *(&p.Status)
+		if fa, ok := v.X.(*ssa.FieldAddr); ok && v.Op == token.MUL {
+			x, field = fa.X, fa.Field
+		}
+	case *ssa.Field: // p.Status of a struct value
+		x, field = v.X, v.Field
+	}
+	if x == nil {
+		return -1, ""
+	}
+	if i := paramIndex(fn, x); i >= 0 {
+		return i, fieldName(x.Type(), field)
+	}
+	if a, ok := x.(*ssa.Alloc); ok {
+		if i := spilledParam(fn, a); i >= 0 {
+			return i, fieldName(x.Type(), field)
+		}
+	}
+	return -1, ""
+}
+
+// spilledParam: a is the variable of a struct parameter whose fields are
+// read (SSA keeps it in memory), written only by the parameter's value;
+// its index, or -1.
+func spilledParam(fn *ssa.Function, a *ssa.Alloc) int {
+	idx := -1
+	for _, ref := range *a.Referrers() {
+		switch x := ref.(type) {
+		case *ssa.Store:
+			if x.Addr != a || idx >= 0 {
+				return -1
+			}
+			if idx = paramIndex(fn, x.Val); idx < 0 {
+				return -1
+			}
+		case *ssa.FieldAddr:
+			for _, fr := range *x.Referrers() {
+				if u, ok := fr.(*ssa.UnOp); !ok || u.Op != token.MUL {
+					if _, dbg := fr.(*ssa.DebugRef); !dbg {
+						return -1
+					}
+				}
+			}
+		case *ssa.UnOp:
+			if x.Op != token.MUL {
+				return -1
+			}
+		case *ssa.DebugRef:
+		default:
+			return -1
+		}
+	}
+	return idx
+}
+
+// statusSink returns what c, called in fn, writes into a state/status
+// column from fn's parameters: SQL whose SET or VALUES puts a parameter
+// (or a field of one) into a state or status column, an ORM write of a
+// parameter's model (its state/status field) or of a parameter as the
+// value of a status column, a go-redis Set/HSet of a parameter named or
+// typed for a status, or a helper known to write its own parameter.
+func (r *Result) statusSink(fn *ssa.Function, c *ssa.CallCommon) *StatusWriter {
+	if q, ok := r.SQLOf(c); ok && (reInsert.MatchString(q) || reUpdate.MatchString(q)) {
+		table, slots, named, parsed := sqlStatusSlots(q)
+		if parsed && !named {
+			args, ok := sqlArgs(c)
+			if !ok {
+				return nil
+			}
+			for i := 0; i < len(args); i++ {
+				col, ok := slots[i]
+				if !ok {
+					continue
+				}
+				if p, f := paramSlot(fn, args[i]); p >= 0 {
+					return &StatusWriter{Param: p, Field: f, Column: table + "." + col}
+				}
+			}
+			return nil
+		}
+		if parsed && len(slots) == 0 && !named {
+			return nil
+		}
+		return namedStatusParam(fn, flatArgs(c))
+	}
+	if cmd := redisCmd(c); cmd == "Set" || cmd == "HSet" || cmd == "SetArgs" {
+		return namedStatusParam(fn, flatArgs(c))
+	}
+	if sw := ormStatusSink(fn, c); sw != nil {
+		return sw
+	}
+	sf := StaticFn(c)
+	if sf == nil {
+		return nil
+	}
+	var sw *StatusWriter
+	if s := r.local(sf); s != nil {
+		sw = s.Status
+	} else if o, ok := sf.Object().(*types.Func); ok {
+		var f StatusWriter
+		if r.Pass.ImportObjectFact(o, &f) {
+			sw = &f
+		}
+	}
+	if sw == nil || sw.Param >= len(c.Args) {
+		return nil
+	}
+	p, f := paramSlot(fn, c.Args[sw.Param])
+	switch {
+	case p < 0:
+		return nil
+	case sw.Field == "":
+		return &StatusWriter{Param: p, Field: f, Column: sw.Column}
+	case f == "":
+		return &StatusWriter{Param: p, Field: sw.Field, Column: sw.Column}
+	}
+	return nil
+}
+
+// namedStatusParam: a parameter named or typed for a state or status
+// among args (when the statement's columns cannot be read).
+func namedStatusParam(fn *ssa.Function, args []ssa.Value) *StatusWriter {
+	for _, a := range args {
+		if i := paramIndex(fn, a); i >= 0 {
+			p := fn.Params[i]
+			_, tn := rulekit.NamedOf(p.Type())
+			if reStatusParam.MatchString(p.Name()) || reStatusParam.MatchString(tn) {
+				return &StatusWriter{Param: i}
+			}
+		}
+	}
+	return nil
+}
+
+// ormStatusWrites are the ORM methods that write a model's fields.
+var ormStatusWrites = map[string]bool{
+	"Save": true, "Updates": true, "Create": true, "Insert": true, "Upsert": true, "UpdateColumns": true,
+	"ValidateAndSave": true, "ValidateAndUpdate": true, "ValidateAndCreate": true,
+}
+
+// ormStatusSink: gorm, bun or pop writing a parameter's model, whose
+// state/status field is then written (Save(p)), or a parameter as the
+// value of a status column (Update("status", st)).
+func ormStatusSink(fn *ssa.Function, c *ssa.CallCommon) *StatusWriter {
+	fo := CalleeObj(c)
+	if fo == nil || !ormPkg(fo) {
+		return nil
+	}
+	args := flatArgs(c)
+	if !c.IsInvoke() && len(args) > 0 {
+		args = args[1:]
+	}
+	if (fo.Name() == "Update" || fo.Name() == "UpdateColumn") && len(args) == 2 {
+		if col, ok := ConstString(unwrap(args[0])); ok && reSQLStateCol.MatchString(rulekit.Snake(col)) {
+			if p, f := paramSlot(fn, args[1]); p >= 0 {
+				return &StatusWriter{Param: p, Field: f, Column: rulekit.Snake(col)}
+			}
+		}
+		return nil
+	}
+	if !ormStatusWrites[fo.Name()] {
+		return nil
+	}
+	for _, a := range args {
+		i := paramIndex(fn, a)
+		if i < 0 {
+			continue
+		}
+		if f := stateField(fn.Params[i].Type()); f != "" {
+			return &StatusWriter{Param: i, Field: f}
+		}
+	}
+	return nil
+}
+
+// stateField returns the name of the state/status field of the struct t
+// is (or points to), or "".
+func stateField(t types.Type) string {
+	if p, ok := t.Underlying().(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	st, ok := t.Underlying().(*types.Struct)
+	if !ok {
+		return ""
+	}
+	for i := 0; i < st.NumFields(); i++ {
+		if reStateField.MatchString(st.Field(i).Name()) {
+			return st.Field(i).Name()
+		}
+	}
+	return ""
+}
+
+// failedStatus reports whether the call c gives the status writer sw a
+// failed-like state: a constant at its parameter, or, when sw writes a
+// field, a struct whose field every store reaching the call sets to one.
+// shift is 1 for an interface call (whose arguments lack the receiver).
+func (r *Result) failedStatus(c *ssa.CallCommon, sw *StatusWriter, shift int) bool {
+	i := sw.Param - shift
+	if i < 0 || i >= len(c.Args) {
+		return false
+	}
+	arg := unwrap(c.Args[i])
+	if sw.Field == "" {
+		return isFailedConst(arg)
+	}
+	at := callInstr(arg, c)
+	if at == nil {
+		return false
+	}
+	base := arg
+	if u, ok := arg.(*ssa.UnOp); ok && u.Op == token.MUL {
+		if a, ok := u.X.(*ssa.Alloc); ok { // a struct value: read where it is loaded
+			base, at = a, u
+		}
+	}
+	ptr, ok := base.Type().Underlying().(*types.Pointer)
+	if !ok {
+		return false
+	}
+	st, ok := ptr.Elem().Underlying().(*types.Struct)
+	if !ok {
+		return false
+	}
+	field := -1
+	for k := 0; k < st.NumFields(); k++ {
+		if st.Field(k).Name() == sw.Field {
+			field = k
+		}
+	}
+	if field < 0 {
+		return false
+	}
+	return r.fieldFailedAt(base, field, at)
+}
+
+// callInstr returns the instruction of call c, found in the function of
+// one of its arguments v.
+func callInstr(v ssa.Value, c *ssa.CallCommon) ssa.Instruction {
+	var fn *ssa.Function
+	if in, ok := v.(ssa.Instruction); ok {
+		fn = in.Parent()
+	} else if p, ok := v.(*ssa.Parameter); ok {
+		fn = p.Parent()
+	}
+	if fn == nil {
+		return nil
+	}
+	for _, b := range fn.Blocks {
+		for _, instr := range b.Instrs {
+			if ci, ok := instr.(ssa.CallInstruction); ok && ci.Common() == c {
+				return instr
+			}
+		}
+	}
+	return nil
+}
+
+// fieldFailedAt reports whether every store into field of the struct base
+// points to that reaches at (walking back on every path) sets a
+// failed-like state. A path that reaches the struct's allocation or the
+// function's entry with no store, or passes a call given base, leaves the
+// field unknown: not failed.
+func (r *Result) fieldFailedAt(base ssa.Value, field int, at ssa.Instruction) bool {
+	type item struct {
+		b   *ssa.BasicBlock
+		end int // instructions before this index
+	}
+	idx := -1
+	for k, instr := range at.Block().Instrs {
+		if instr == at {
+			idx = k
+		}
+	}
+	if idx < 0 {
+		return false
+	}
+	seen := map[*ssa.BasicBlock]bool{}
+	work := []item{{at.Block(), idx}}
+	found := false
+	for len(work) > 0 {
+		it := work[len(work)-1]
+		work = work[:len(work)-1]
+		stopped := false
+		for k := it.end - 1; k >= 0 && !stopped; k-- {
+			switch x := it.b.Instrs[k].(type) {
+			case *ssa.Store:
+				if fa, ok := x.Addr.(*ssa.FieldAddr); ok && fa.X == base && fa.Field == field {
+					if !isFailedConst(unwrap(x.Val)) {
+						return false
+					}
+					found, stopped = true, true
+				} else if x.Addr == base {
+					s, ok := r.structField(x.Val, field, 0)
+					if !ok || !reFailed.MatchString(s) {
+						return false
+					}
+					found, stopped = true, true
+				}
+			case ssa.CallInstruction:
+				for _, a := range x.Common().Args {
+					if a == base {
+						return false // it may set the field
+					}
+				}
+			case ssa.Value:
+				if x == base {
+					return false // allocated here, the field not set
+				}
+			}
+		}
+		if stopped {
+			continue
+		}
+		if len(it.b.Preds) == 0 {
+			return false // the value from before the function
+		}
+		for _, p := range it.b.Preds {
+			if !seen[p] {
+				seen[p] = true
+				work = append(work, item{p, len(p.Instrs)})
+			}
+		}
+	}
+	return found
+}
+
+// invokeStatus: every implementation of an interface method writes the
+// same parameter (or field of one) into a state/status column.
+func (p *Program) invokeStatus(iface *types.Interface, m *types.Func) (string, *StatusWriter) {
+	return agreed(p, iface, m, func(s *MethodSummary) *StatusWriter { return s.Status },
+		func(a, b *StatusWriter) bool { return a.Param == b.Param && a.Field == b.Field })
+}

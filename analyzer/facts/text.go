@@ -1,0 +1,386 @@
+package facts
+
+import (
+	"fmt"
+	"go/constant"
+	"go/token"
+	"go/types"
+	"strings"
+
+	"golang.org/x/tools/go/ssa"
+
+	"github.com/idemkit/idem/analyzer/internal/rulekit"
+)
+
+// maxTextDepth bounds how many values StringOf follows from one value.
+const maxTextDepth = 8
+
+// globalWrites indexes the stores into the package's variables (and into
+// their fields): key is the variable, field -1 for a store of the whole
+// value. inInit says whether each store is in the package initializer.
+type globalWrites map[globalField][]globalStore
+
+type globalField struct {
+	g     *ssa.Global
+	field int
+}
+
+type globalStore struct {
+	val    ssa.Value
+	inInit bool
+}
+
+// indexGlobals records every store into a package variable of the
+// analyzed package, or into one of its fields (SSA does not track a
+// global's referrers). A variable whose address (or a field's) goes
+// anywhere but into a load or a store is recorded as written outside the
+// initializer (field -2).
+func indexGlobals(s *SSA) globalWrites {
+	out := globalWrites{}
+	if s.Pkg == nil {
+		return out
+	}
+	add := func(g *ssa.Global, field int, val ssa.Value, inInit bool) {
+		k := globalField{g, field}
+		out[k] = append(out[k], globalStore{val, inInit})
+	}
+	visit := func(fn *ssa.Function, inInit bool) {
+		for _, b := range fn.Blocks {
+			for _, instr := range b.Instrs {
+				for _, op := range instr.Operands(nil) {
+					g, ok := (*op).(*ssa.Global)
+					if !ok || g.Pkg != s.Pkg {
+						continue
+					}
+					switch x := instr.(type) {
+					case *ssa.Store:
+						if x.Addr == g {
+							add(g, -1, x.Val, inInit)
+							continue
+						}
+					case *ssa.UnOp:
+						if x.Op == token.MUL {
+							continue
+						}
+					case *ssa.FieldAddr:
+						if fieldOnlyLoadsStores(x) {
+							for _, ref := range *x.Referrers() {
+								if st, ok := ref.(*ssa.Store); ok {
+									add(g, x.Field, st.Val, inInit)
+								}
+							}
+							continue
+						}
+					}
+					add(g, -2, nil, false) // the address goes elsewhere
+				}
+			}
+		}
+	}
+	var walk func(fn *ssa.Function, inInit bool)
+	walk = func(fn *ssa.Function, inInit bool) {
+		visit(fn, inInit)
+		for _, a := range fn.AnonFuncs {
+			walk(a, inInit)
+		}
+	}
+	if init := s.Pkg.Func("init"); init != nil {
+		walk(init, true)
+	}
+	for _, fn := range s.SrcFuncs {
+		if fn.Parent() == nil {
+			walk(fn, false)
+		}
+	}
+	return out
+}
+
+// fieldOnlyLoadsStores reports whether the field's address is only loaded
+// from and stored into.
+func fieldOnlyLoadsStores(fa *ssa.FieldAddr) bool {
+	for _, ref := range *fa.Referrers() {
+		switch x := ref.(type) {
+		case *ssa.Store:
+			if x.Addr != fa {
+				return false
+			}
+		case *ssa.UnOp:
+			if x.Op != token.MUL {
+				return false
+			}
+		case *ssa.DebugRef:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// writtenOutsideInit reports whether a function other than the package
+// initializer writes g or its field (or whether g's address goes
+// elsewhere).
+func (w globalWrites) writtenOutsideInit(g *ssa.Global, field int) bool {
+	for k, sts := range w {
+		if k.g != g || (k.field != field && k.field != -1 && k.field != -2) {
+			continue
+		}
+		for _, s := range sts {
+			if !s.inInit {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// StringOf returns the string v holds when the code determines it: a
+// constant, a concatenation, fmt.Sprintf with a determined format and
+// determined string or integer arguments, a package variable of this
+// package (or a field of one) that only its initializer writes, or a field
+// of a local query struct written once before the read. A value that
+// differs by path (a phi), a parameter or a call's result is not
+// determined.
+func (r *Result) StringOf(v ssa.Value) (string, bool) {
+	return r.stringOf(v, 0)
+}
+
+func (r *Result) stringOf(v ssa.Value, depth int) (string, bool) {
+	if s, ok := ConstString(v); ok {
+		return s, true
+	}
+	if depth > maxTextDepth {
+		return "", false
+	}
+	switch v := v.(type) {
+	case *ssa.BinOp:
+		if v.Op != token.ADD {
+			return "", false
+		}
+		x, ok1 := r.stringOf(v.X, depth+1)
+		y, ok2 := r.stringOf(v.Y, depth+1)
+		return x + y, ok1 && ok2
+	case *ssa.MakeInterface:
+		return r.stringOf(v.X, depth+1)
+	case *ssa.ChangeType:
+		return r.stringOf(v.X, depth+1)
+	case *ssa.Call:
+		return r.sprintf(&v.Call, depth)
+	case *ssa.UnOp:
+		if v.Op != token.MUL {
+			return "", false
+		}
+		return r.load(v, v.X, depth)
+	case *ssa.Field:
+		return r.structField(v.X, v.Field, depth+1)
+	}
+	return "", false
+}
+
+// load evaluates a load from addr: a package variable, a field of one, or
+// a field of a local struct.
+func (r *Result) load(at ssa.Instruction, addr ssa.Value, depth int) (string, bool) {
+	switch a := addr.(type) {
+	case *ssa.Global:
+		return r.global(a, -1, depth)
+	case *ssa.FieldAddr:
+		switch x := a.X.(type) {
+		case *ssa.Global:
+			return r.global(x, a.Field, depth)
+		case *ssa.Alloc:
+			return r.allocField(x, a.Field, at, depth)
+		}
+	}
+	return "", false
+}
+
+// global evaluates package variable g (field -1) or its field, when only
+// the package initializer writes it, once.
+func (r *Result) global(g *ssa.Global, field int, depth int) (string, bool) {
+	if r.SSA.Pkg == nil || g.Pkg != r.SSA.Pkg || r.globals.writtenOutsideInit(g, field) {
+		return "", false
+	}
+	whole := r.globals[globalField{g, -1}]
+	if field < 0 {
+		if len(whole) != 1 {
+			return "", false
+		}
+		return r.stringOf(whole[0].val, depth+1)
+	}
+	parts := r.globals[globalField{g, field}]
+	switch {
+	case len(parts) == 1 && len(whole) == 0:
+		return r.stringOf(parts[0].val, depth+1)
+	case len(parts) == 0 && len(whole) == 1:
+		return r.structField(whole[0].val, field, depth+1)
+	}
+	return "", false
+}
+
+// structField evaluates field i of struct value v, a load of a local
+// struct (a composite literal's).
+func (r *Result) structField(v ssa.Value, i int, depth int) (string, bool) {
+	if depth > maxTextDepth {
+		return "", false
+	}
+	if u, ok := v.(*ssa.UnOp); ok && u.Op == token.MUL {
+		if a, ok := u.X.(*ssa.Alloc); ok {
+			return r.allocField(a, i, u, depth)
+		}
+	}
+	return "", false
+}
+
+// allocField evaluates field i of local struct a at the read at: a is
+// only read (field by field or whole) and written once, field i or the
+// whole struct, before the read on every path.
+func (r *Result) allocField(a *ssa.Alloc, i int, at ssa.Instruction, depth int) (string, bool) {
+	var store *ssa.Store
+	whole := false
+	for _, ref := range *a.Referrers() {
+		switch x := ref.(type) {
+		case *ssa.FieldAddr:
+			if !fieldOnlyLoadsStores(x) {
+				return "", false // the field's address escapes (a call, a closure)
+			}
+			if x.Field != i {
+				continue
+			}
+			for _, fr := range *x.Referrers() {
+				if st, ok := fr.(*ssa.Store); ok {
+					if store != nil {
+						return "", false // written twice
+					}
+					store = st
+				}
+			}
+		case *ssa.Store:
+			if x.Addr != a || store != nil {
+				return "", false
+			}
+			store, whole = x, true
+		case *ssa.UnOp:
+			if x.Op != token.MUL {
+				return "", false
+			}
+		case *ssa.DebugRef:
+		default:
+			return "", false // passed by pointer or captured
+		}
+	}
+	if store == nil || !before(store, at) {
+		return "", false
+	}
+	if whole {
+		return r.structField(store.Val, i, depth+1)
+	}
+	return r.stringOf(store.Val, depth+1)
+}
+
+// before reports whether instruction a runs before b on every path to b.
+func before(a, b ssa.Instruction) bool {
+	ab, bb := a.Block(), b.Block()
+	if ab != bb {
+		return ab.Dominates(bb)
+	}
+	for _, instr := range ab.Instrs {
+		switch instr {
+		case a:
+			return true
+		case b:
+			return false
+		}
+	}
+	return false
+}
+
+// sprintf evaluates fmt.Sprintf with a determined format and arguments.
+func (r *Result) sprintf(c *ssa.CallCommon, depth int) (string, bool) {
+	if fn := CalleeObj(c); fn == nil || !rulekit.Is(fn, "fmt", "Sprintf") {
+		return "", false
+	}
+	if len(c.Args) != 2 {
+		return "", false
+	}
+	format, ok := r.stringOf(c.Args[0], depth+1)
+	if !ok {
+		return "", false
+	}
+	args, ok := variadicArgs(c.Args[1])
+	if !ok {
+		return "", false
+	}
+	var vals []any
+	for _, a := range args {
+		if k, ok := unwrap(a).(*ssa.Const); ok && k.Value != nil && k.Value.Kind() == constant.Int {
+			n, exact := constant.Int64Val(k.Value)
+			if !exact {
+				return "", false
+			}
+			vals = append(vals, n)
+			continue
+		}
+		s, ok := r.stringOf(unwrap(a), depth+1)
+		if !ok {
+			return "", false
+		}
+		vals = append(vals, s)
+	}
+	out := fmt.Sprintf(format, vals...)
+	if strings.Contains(out, "%!") {
+		return "", false // a verb the arguments do not fit
+	}
+	return out, true
+}
+
+// variadicArgs returns the elements of a variadic argument built at the
+// call (nil for none), in order.
+func variadicArgs(v ssa.Value) ([]ssa.Value, bool) {
+	if k, ok := v.(*ssa.Const); ok && k.IsNil() {
+		return nil, true
+	}
+	sl, ok := v.(*ssa.Slice)
+	if !ok {
+		return nil, false
+	}
+	al, ok := sl.X.(*ssa.Alloc)
+	if !ok {
+		return nil, false
+	}
+	arr, ok := al.Type().Underlying().(*types.Pointer)
+	if !ok {
+		return nil, false
+	}
+	at, ok := arr.Elem().Underlying().(*types.Array)
+	if !ok {
+		return nil, false
+	}
+	out := make([]ssa.Value, at.Len())
+	for _, ref := range *al.Referrers() {
+		ia, ok := ref.(*ssa.IndexAddr)
+		if !ok {
+			continue
+		}
+		k, ok := ia.Index.(*ssa.Const)
+		if !ok {
+			return nil, false
+		}
+		i, exact := constant.Int64Val(k.Value)
+		if !exact || i < 0 || i >= int64(len(out)) {
+			return nil, false
+		}
+		for _, r2 := range *ia.Referrers() {
+			if st, ok := r2.(*ssa.Store); ok && st.Addr == ia {
+				if out[i] != nil {
+					return nil, false
+				}
+				out[i] = st.Val
+			}
+		}
+	}
+	for _, a := range out {
+		if a == nil {
+			return nil, false
+		}
+	}
+	return out, true
+}

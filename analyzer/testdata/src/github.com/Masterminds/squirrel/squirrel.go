@@ -1,0 +1,64 @@
+// Package squirrel is a stub of github.com/Masterminds/squirrel's update
+// builder, with the upstream API shapes the rules model.
+package squirrel
+
+import (
+	"context"
+	"database/sql"
+)
+
+// BaseRunner runs statements.
+type BaseRunner interface {
+	Exec(query string, args ...interface{}) (sql.Result, error)
+	Query(query string, args ...interface{}) (*sql.Rows, error)
+}
+
+// PlaceholderFormat rewrites placeholders.
+type PlaceholderFormat interface {
+	ReplacePlaceholders(sql string) (string, error)
+}
+
+type dollarFormat struct{}
+
+func (dollarFormat) ReplacePlaceholders(sql string) (string, error) { return sql, nil }
+
+// Dollar is the $n placeholder format.
+var Dollar = dollarFormat{}
+
+// Question is the ? placeholder format.
+var Question = dollarFormat{}
+
+// Eq is a map of column equalities.
+type Eq map[string]interface{}
+
+// StatementBuilderType builds statements.
+type StatementBuilderType struct{ format PlaceholderFormat }
+
+// StatementBuilder is the default statement builder.
+var StatementBuilder = StatementBuilderType{}
+
+// PlaceholderFormat sets the placeholder format.
+func (b StatementBuilderType) PlaceholderFormat(f PlaceholderFormat) StatementBuilderType {
+	return StatementBuilderType{format: f}
+}
+
+// Update begins an UPDATE.
+func (b StatementBuilderType) Update(table string) UpdateBuilder { return UpdateBuilder{} }
+
+// Update begins an UPDATE.
+func Update(table string) UpdateBuilder { return UpdateBuilder{} }
+
+// UpdateBuilder builds an UPDATE.
+type UpdateBuilder struct{ runner BaseRunner }
+
+func (b UpdateBuilder) PlaceholderFormat(f PlaceholderFormat) UpdateBuilder { return b }
+func (b UpdateBuilder) RunWith(runner BaseRunner) UpdateBuilder             { return b }
+func (b UpdateBuilder) Set(column string, value interface{}) UpdateBuilder  { return b }
+func (b UpdateBuilder) SetMap(clauses map[string]interface{}) UpdateBuilder { return b }
+func (b UpdateBuilder) Where(pred interface{}, args ...interface{}) UpdateBuilder {
+	return b
+}
+func (b UpdateBuilder) Suffix(sql string, args ...interface{}) UpdateBuilder { return b }
+func (b UpdateBuilder) ToSql() (string, []interface{}, error)                { return "", nil, nil }
+func (b UpdateBuilder) Exec() (sql.Result, error)                            { return nil, nil }
+func (b UpdateBuilder) ExecContext(ctx context.Context) (sql.Result, error)  { return nil, nil }

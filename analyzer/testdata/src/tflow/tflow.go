@@ -1,0 +1,176 @@
+// Package tflow holds timeoutfail's cases of a FAILED status written
+// through SQL text held in variables and query structs, and through
+// repository methods given the status as a parameter or as a field of a
+// struct (trepo). Each positive case is followed by its must-not-flag
+// twin.
+package tflow
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"trepo"
+)
+
+// Provider pays out over HTTP.
+type Provider struct {
+	URL  string
+	HTTP *http.Client
+}
+
+// Pay asks the provider to pay p.
+func (pr *Provider) Pay(ctx context.Context, p *trepo.Payout) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", pr.URL, bytes.NewBufferString(p.Reference))
+	if err != nil {
+		return "", err
+	}
+	resp, err := pr.HTTP.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	return resp.Header.Get("X-Reference"), nil
+}
+
+// 1. The issue's payout service: after a provider's error the status is
+// set to FAILED on the struct, written through the repository, and the
+// next provider is tried: the same payout can be paid twice.
+func payOut(ctx context.Context, repo *trepo.Repo, providers []*Provider, p *trepo.Payout) error {
+	for _, pr := range providers {
+		ref, err := pr.Pay(ctx, p)
+		if err != nil {
+			p.Status = trepo.StatusFailed
+			p.FailureReason = err.Error()
+			if uerr := repo.UpdatePayout(ctx, p); uerr != nil { // want `the error of \(\*tflow\.Provider\)\.Pay \(called at tflow\.go:44:15;.*reaches an action at \S+ that writes a FAILED status`
+				return uerr
+			}
+			continue
+		}
+		p.Status, p.ProviderRef = trepo.StatusCompleted, ref
+		return repo.UpdatePayout(ctx, p)
+	}
+	return errors.New("no provider paid")
+}
+
+// A timeout is told apart: UNKNOWN, and no other provider.
+func payOutChecked(ctx context.Context, repo *trepo.Repo, providers []*Provider, p *trepo.Payout) error {
+	for _, pr := range providers {
+		ref, err := pr.Pay(ctx, p)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				p.Status = trepo.StatusUnknown
+				return repo.UpdatePayout(ctx, p)
+			}
+			p.Status = trepo.StatusFailed
+			if uerr := repo.UpdatePayout(ctx, p); uerr != nil {
+				return uerr
+			}
+			continue
+		}
+		p.Status, p.ProviderRef = trepo.StatusCompleted, ref
+		return repo.UpdatePayout(ctx, p)
+	}
+	return errors.New("no provider paid")
+}
+
+// The status is set on one path only: the value reaching the call is not
+// determined, silent.
+func payOutMaybeFailed(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout, giveUp bool) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		if giveUp {
+			p.Status = trepo.StatusFailed
+		}
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+// FAILED set, but the method called writes no status: silent.
+func payOutAttempt(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Status = trepo.StatusFailed
+		return repo.SaveAttempt(ctx, p)
+	}
+	return nil
+}
+
+// 2. A new struct given FAILED, by value.
+func recordFailure(ctx context.Context, repo *trepo.Repo, pr *Provider, ref string) error {
+	p := &trepo.Payout{Reference: ref}
+	if _, err := pr.Pay(ctx, p); err != nil {
+		return repo.Insert(ctx, trepo.Payout{Reference: ref, Status: trepo.StatusFailed}) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+// The same struct given PENDING: silent.
+func recordPending(ctx context.Context, repo *trepo.Repo, pr *Provider, ref string) error {
+	p := &trepo.Payout{Reference: ref}
+	if _, err := pr.Pay(ctx, p); err != nil {
+		return repo.Insert(ctx, trepo.Payout{Reference: ref, Status: trepo.StatusPending})
+	}
+	return nil
+}
+
+// 3. A named constant given to a parameter named for neither status nor
+// state, and a model saved through gorm.
+func giveUp(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		return repo.SetValue(ctx, p.Reference, trepo.StatusFailed) // want `writes a FAILED status`
+	}
+	return nil
+}
+
+func giveUpORM(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Status = trepo.StatusFailed
+		return repo.Save(ctx, p) // want `writes a FAILED status`
+	}
+	return nil
+}
+
+// A status read in the WHERE only is not written: silent.
+func countFailure(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		return repo.BumpRetries(ctx, p.Reference, trepo.StatusFailed)
+	}
+	return nil
+}
+
+// 4. The FAILED write's SQL text in a query struct and through
+// fmt.Sprintf.
+var payoutSQL = struct{ fail, unknown string }{
+	fail:    "UPDATE payouts SET status = 'FAILED' WHERE reference = $1",
+	unknown: "UPDATE payouts SET status = 'UNKNOWN' WHERE reference = $1",
+}
+
+func failByStruct(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		db.ExecContext(ctx, payoutSQL.fail, p.Reference) // want `reaches an action at \S+ that writes a FAILED status`
+		return err
+	}
+	return nil
+}
+
+func unknownByStruct(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		db.ExecContext(ctx, payoutSQL.unknown, p.Reference)
+		return err
+	}
+	return nil
+}
+
+const payoutsTable = "payouts"
+
+func failBySprintf(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		q := fmt.Sprintf("UPDATE %s SET status = '%s' WHERE reference = $1", payoutsTable, trepo.StatusFailed)
+		db.ExecContext(ctx, q, p.Reference) // want `reaches an action at \S+ that writes a FAILED status`
+		return err
+	}
+	return nil
+}
