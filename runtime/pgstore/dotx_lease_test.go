@@ -41,27 +41,31 @@ func TestDoTxLeaseRule(t *testing.T) {
 		name  string
 		renew func(ctx context.Context, n int, renew func() (time.Time, error)) (time.Time, error)
 		keeps bool // the DoTx call keeps its lease and commits
+		// scale multiplies the lease: a case whose renewals take a fixed
+		// share of it keeps that share with more room for a loaded
+		// scheduler.
+		scale time.Duration
 	}{
 		{"one renewal times out", func(ctx context.Context, n int, renew func() (time.Time, error)) (time.Time, error) {
 			if n == 1 {
 				return hang(ctx)
 			}
 			return renew()
-		}, true},
+		}, true, 1},
 		{"every renewal takes a third of the lease", func(ctx context.Context, n int, renew func() (time.Time, error)) (time.Time, error) {
 			select {
-			case <-time.After(lease / 3):
+			case <-time.After(2 * lease / 3):
 			case <-ctx.Done():
 				return time.Time{}, ctx.Err()
 			}
 			return renew()
-		}, true},
+		}, true, 2},
 		{"the store never answers renewals", func(ctx context.Context, n int, renew func() (time.Time, error)) (time.Time, error) {
 			return hang(ctx)
-		}, false},
+		}, false, 1},
 		{"the store refuses every renewal", func(ctx context.Context, n int, renew func() (time.Time, error)) (time.Time, error) {
 			return time.Time{}, refused
-		}, false},
+		}, false, 1},
 		{"a renewal is applied and its reply comes late, then none answers", func(ctx context.Context, n int, renew func() (time.Time, error)) (time.Time, error) {
 			if n > 1 {
 				return hang(ctx)
@@ -73,7 +77,7 @@ func TestDoTxLeaseRule(t *testing.T) {
 				return time.Time{}, ctx.Err()
 			}
 			return exp, err
-		}, false},
+		}, false, 1},
 	}
 	p := testPool(t)
 	for _, tc := range tests {
@@ -81,6 +85,7 @@ func TestDoTxLeaseRule(t *testing.T) {
 			table := ordersTable(t, p)
 			faulty := pgstore.New(p)
 			pgstore.SetRenewHook(faulty, tc.renew)
+			lease := lease * max(tc.scale, 1)
 			first, err := runtime.New(faulty, runtime.WithLease(lease), runtime.WithOwner("dotx"))
 			if err != nil {
 				t.Fatal(err)

@@ -87,22 +87,26 @@ func testRenewals(t *testing.T, s runtime.Store) {
 		// keeps: the first worker keeps its lease and records its outcome.
 		keeps     bool
 		replyLate func(n int) time.Duration
+		// lease, when set, replaces renewLease: a case whose renewals
+		// take a fixed share of the lease keeps that share with more
+		// room for a loaded scheduler.
+		lease time.Duration
 	}{
 		{"one renewal times out", func(ctx context.Context, n int) error {
 			if n == 1 {
 				return hang(ctx)
 			}
 			return nil
-		}, true, nil},
+		}, true, nil, 0},
 		{"two renewals fail fast", func(ctx context.Context, n int) error {
 			if n <= 2 {
 				return errRenewRefused
 			}
 			return nil
-		}, true, nil},
+		}, true, nil, 0},
 		{"every renewal takes a third of the lease", func(ctx context.Context, n int) error {
-			return slow(ctx, renewLease/3)
-		}, true, nil},
+			return slow(ctx, 2*renewLease/3)
+		}, true, nil, 2 * renewLease},
 		{"renewals time out, then fail, then time out", func(ctx context.Context, n int) error {
 			switch n {
 			case 1, 3:
@@ -111,9 +115,9 @@ func testRenewals(t *testing.T, s runtime.Store) {
 				return errRenewRefused
 			}
 			return nil
-		}, true, nil},
-		{"the store never answers renewals", func(ctx context.Context, n int) error { return hang(ctx) }, false, nil},
-		{"the store refuses every renewal", func(ctx context.Context, n int) error { return errRenewRefused }, false, nil},
+		}, true, nil, 0},
+		{"the store never answers renewals", func(ctx context.Context, n int) error { return hang(ctx) }, false, nil, 0},
+		{"the store refuses every renewal", func(ctx context.Context, n int) error { return errRenewRefused }, false, nil, 0},
 		// The lease rule: a renewal confirms the lease from its sending.
 		// The first is applied at once and its reply comes 0.45 lease
 		// late; none answers after it. Counting from the reply would keep
@@ -129,16 +133,20 @@ func testRenewals(t *testing.T, s runtime.Store) {
 				return renewLease * 45 / 100
 			}
 			return 0
-		}},
+		}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := scoped(t)
+			lease := renewLease
+			if tc.lease > 0 {
+				lease = tc.lease
+			}
 			var o overlap.Effects
-			effect := ownedEffect(&o, 3*renewLease) // three leases
+			effect := ownedEffect(&o, 3*lease) // three leases
 			faulty := &renewFaults{Store: s, renew: tc.renew, replyLate: tc.replyLate}
-			first := newRuntime(t, faulty, runtime.WithLease(renewLease), runtime.WithOwner("first"))
-			dup := newRuntime(t, s, runtime.WithLease(renewLease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))
+			first := newRuntime(t, faulty, runtime.WithLease(lease), runtime.WithOwner("first"))
+			dup := newRuntime(t, s, runtime.WithLease(lease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))
 
 			done := make(chan error, 1)
 			go func() {
