@@ -117,34 +117,59 @@ func newReconciler(t *testing.T, rt *runtime.Runtime, opts ...runtime.Reconciler
 
 func testCrash(t *testing.T, s runtime.Store, at crashPoint) {
 	ctx := scoped(t)
-	op := "Payments.Charge." + uniqueScope(t)
+	var op string
 	l := newLedger()
 	dead := newRuntime(t, frozen{Store: s, dropTransitions: at == crashBeforeCompletion},
 		runtime.WithLease(shortLease), runtime.WithOwner("dead"), runtime.WithCompletionTimeout(50*time.Millisecond))
 	hang := make(chan struct{})
 	defer close(hang)
-	holding := make(chan struct{})
-	go func() {
-		_, _ = runtime.Do(ctx, dead, runtime.Call[chargeReq, receipt]{Operation: op, Key: "k", Request: chargeReq{"a", 1},
-			Effect: func(ctx context.Context, r chargeReq) (receipt, error) {
-				switch at {
-				case crashAfterClaim:
-					close(holding)
-					<-hang
-				case crashAfterEffect:
-					_, _ = l.charge(ctx, r)
-					close(holding)
-					<-hang
-				case crashBeforeCompletion:
-					defer close(holding)
-					return l.charge(ctx, r)
-				}
-				return receipt{}, errors.New("never")
-			}})
-	}()
-	<-holding
+	// The frozen worker renews nothing: when its claim's reply comes later
+	// than the lease rule allows (a loaded machine, a batched claim), it
+	// refuses to start the effect, rightly, and the crash did not happen
+	// where this case needs it. It tries again under another operation
+	// (the reconciler below serves the last one only).
+	key := ""
+	for try := 1; key == ""; try++ {
+		k := "k"
+		op = fmt.Sprintf("Payments.Charge.%s.%d", uniqueScope(t), try)
+		holding, returned := make(chan struct{}), make(chan error, 1)
+		go func() {
+			_, err := runtime.Do(ctx, dead, runtime.Call[chargeReq, receipt]{Operation: op, Key: k, Request: chargeReq{"a", 1},
+				Effect: func(ctx context.Context, r chargeReq) (receipt, error) {
+					switch at {
+					case crashAfterClaim:
+						close(holding)
+						<-hang
+					case crashAfterEffect:
+						_, _ = l.charge(ctx, r)
+						close(holding)
+						<-hang
+					case crashBeforeCompletion:
+						defer close(holding)
+						return l.charge(ctx, r)
+					}
+					return receipt{}, errors.New("never")
+				}})
+			returned <- err
+		}()
+		select {
+		case <-holding:
+			key = k
+		case err := <-returned:
+			select {
+			case <-holding: // the effect ran, then the call returned
+				key = k
+				continue
+			default:
+			}
+			if try == 5 {
+				t.Fatalf("the frozen worker never reached its effect in %d tries (last: %v)", try, err)
+			}
+			t.Logf("try %d: the frozen worker did not start its effect: %v", try, err)
+		}
+	}
 	time.Sleep(2 * shortLease) // the lease expires
-	id := runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: op, Key: "k"}
+	id := runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: op, Key: key}
 	var st runtime.ReconcileStats
 	deadline := time.Now().Add(10 * time.Second)
 	for st.Acquired == 0 && time.Now().Before(deadline) { // crashBeforeCompletion: wait out the completion retries
@@ -170,7 +195,7 @@ func testCrash(t *testing.T, s runtime.Store, at crashPoint) {
 	}
 	// The client retries on a healthy worker: the effect never runs twice.
 	live := newRuntime(t, s)
-	got, err := runtime.Do(ctx, live, runtime.Call[chargeReq, receipt]{Operation: op, Key: "k", Request: chargeReq{"a", 1}, Effect: l.charge})
+	got, err := runtime.Do(ctx, live, runtime.Call[chargeReq, receipt]{Operation: op, Key: key, Request: chargeReq{"a", 1}, Effect: l.charge})
 	if err != nil || got.ID != "ch_1" || l.runs.Load() != 1 {
 		t.Fatalf("retry after reconciliation: %+v, %v; effect ran %d times, want once", got, err, l.runs.Load())
 	}
