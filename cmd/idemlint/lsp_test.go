@@ -470,3 +470,58 @@ func setDiff(want, got map[string]bool) string {
 	sort.Strings(out)
 	return strings.Join(out, "\n")
 }
+
+// TestLSPConfig: initializationOptions add to .idemlint.json, which is
+// read again when it changes; a bad one is an error at the file.
+func TestLSPConfig(t *testing.T) {
+	a := t.TempDir()
+	writeInto(t, a, map[string]string{"go.mod": "module example.com/shop\n\ngo 1.26\n", "shop/shop.go": bad})
+	shop, config := filepath.Join(a, "shop/shop.go"), filepath.Join(a, ".idemlint.json")
+	codes := func(ds []lspDiag) string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.Code)
+		}
+		sort.Strings(out)
+		return strings.Join(out, " ")
+	}
+	c := startLSP(t, t.TempDir())
+	r := c.call("initialize", map[string]any{
+		"processId": nil, "rootUri": fileURI(a), "capabilities": map[string]any{},
+		"initializationOptions": map[string]any{"disable": []string{"timeoutfail"}},
+	})
+	if r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	c.notify("initialized", map[string]any{})
+	from := c.mark()
+	c.open(shop)
+	if got := codes(c.diagnostics(from, shop)); got != "txrpc" {
+		t.Errorf("timeoutfail disabled by initializationOptions: got %q, want txrpc", got)
+	}
+	changed := func(path string) {
+		c.notify("workspace/didChangeWatchedFiles", map[string]any{"changes": []map[string]any{{"uri": fileURI(path), "type": 2}}})
+	}
+	from = c.mark()
+	writeInto(t, a, map[string]string{".idemlint.json": `{"disable": ["txrpc"]}`})
+	changed(config)
+	if got := codes(c.diagnostics(from, shop)); got != "" {
+		t.Errorf("txrpc disabled by .idemlint.json too: got %q, want nothing", got)
+	}
+	from = c.mark()
+	writeInto(t, a, map[string]string{".idemlint.json": `{"disabled": ["txrpc"]}`})
+	changed(config)
+	if ds := c.diagnostics(from, config); len(ds) != 1 || !strings.Contains(ds[0].Message, `unknown field "disabled"`) {
+		t.Errorf("bad .idemlint.json: got %+v, want one error naming the field", ds)
+	}
+	from = c.mark()
+	os.Remove(config)
+	c.notify("workspace/didChangeWatchedFiles", map[string]any{"changes": []map[string]any{{"uri": fileURI(config), "type": 3}}})
+	if got := codes(c.diagnostics(from, shop)); got != "txrpc" {
+		t.Errorf(".idemlint.json deleted: got %q, want txrpc", got)
+	}
+	if ds := c.diagnostics(from, config); len(ds) != 0 {
+		t.Errorf(".idemlint.json deleted: its error is still shown: %+v", ds)
+	}
+	c.shutdown()
+}

@@ -119,12 +119,12 @@ func (r *reader) check(body []byte, length int) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var v json.RawMessage
 	if err := dec.Decode(&v); err == nil {
-		rest := body[dec.InputOffset():]
-		trimmed := bytes.TrimLeft(rest, " \t\r\n")
-		if len(trimmed) >= len("content-length:") && strings.EqualFold(string(trimmed[:len("content-length:")]), "content-length:") {
-			r.r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(trimmed), r.r), 64<<10)
-			return nil, &framingError{fmt.Sprintf("Content-Length %d is longer than the message (%d bytes)", length, dec.InputOffset())}
-		}
+		// One whole value and more bytes: the more are the start of the
+		// next message, put back in front of the stream.
+		n := int(dec.InputOffset())
+		rest := append([]byte(nil), body[n:]...)
+		r.r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(rest), r.r), 64<<10)
+		return nil, &framingError{fmt.Sprintf("Content-Length %d is longer than the message (%d bytes)", length, n)}
 	}
 	var serr *json.SyntaxError
 	if err := json.Unmarshal(body, &v); errors.As(err, &serr) {
