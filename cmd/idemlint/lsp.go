@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,10 +11,12 @@ import (
 	"go/token"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"strings"
+	"sync"
 
 	"github.com/idemkit/idem/analyzer"
 	"github.com/idemkit/idem/analyzer/facts"
@@ -73,8 +76,9 @@ func serveLSP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		headlines[a.Name] = first
 	}
+	l := &lspLinter{last: map[string]lspRun{}}
 	err := lsp.Serve(context.Background(), stdin, stdout, lsp.Config{
-		Lint:     lintModule,
+		Lint:     l.lint,
 		Headline: func(rule string) string { return headlines[rule] },
 		DocURL:   ruleHelp,
 		Version:  version.Read().String(),
@@ -86,10 +90,28 @@ func serveLSP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// lintModule is the server's analysis: the command's driver (lint) over
-// the module rooted at dir, with its .idemlint.json read afresh and the
-// client's options added.
-func lintModule(ctx context.Context, dir string, options json.RawMessage) (*lsp.Report, error) {
+// lspLinter is the server's analysis: the command's driver over a
+// directory, with the last result of each directory kept and given again
+// while none of the analysis's inputs changed.
+type lspLinter struct {
+	mu         sync.Mutex
+	last       map[string]lspRun // by directory
+	modCache   string            // GOMODCACHE: files there never change
+	modCacheOK bool
+}
+
+// lspRun is a directory's last analysis and the fingerprint of its inputs.
+type lspRun struct {
+	inputs [sha256.Size]byte
+	res    *lintResult
+}
+
+// lint runs the driver (lint) over dir as 'idemlint ./...' there, with
+// its .idemlint.json read afresh and the client's options added. When go
+// list shows that no input changed (the same packages, export data, source
+// files, load errors and settings), the last result is given again: opening
+// a second file of a module then costs a go list, not an analysis.
+func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessage) (*lsp.Report, error) {
 	settings, path, err := analyzer.LoadConfig(dir)
 	if err != nil {
 		if path == "" {
@@ -117,11 +139,83 @@ func lintModule(ctx context.Context, dir string, options json.RawMessage) (*lsp.
 	if err != nil {
 		return nil, err
 	}
-	res, err := lint(ctx, dir, settings, prog, rules, f, opts.Patterns, tests, io.Discard, func(string) {})
+	pkgs, err := goList(ctx, dir, opts.Patterns, tests)
 	if err != nil {
 		return nil, err
 	}
-	return toReport(dir, res), nil
+	inputs, err := l.fingerprint(pkgs, settings, opts.Patterns, tests)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	last, ok := l.last[dir]
+	l.mu.Unlock()
+	if ok && last.inputs == inputs {
+		rep := toReport(last.res)
+		rep.Reused = true
+		return rep, nil
+	}
+	res, err := lintListed(pkgs, settings, prog, rules, f, io.Discard, func(string) {})
+	if err != nil {
+		return nil, err
+	}
+	if res.roots == 0 {
+		return nil, fmt.Errorf("no packages matched %v", opts.Patterns)
+	}
+	res.dir = dir
+	l.mu.Lock()
+	l.last[dir] = lspRun{inputs, res}
+	l.mu.Unlock()
+	return toReport(res), nil
+}
+
+// fingerprint hashes what an analysis reads: the settings, and for every
+// listed package its ID, export data, load errors and, outside the module
+// cache (whose files never change), the contents of its source files.
+func (l *lspLinter) fingerprint(pkgs []*listed, settings analyzer.Settings, patterns []string, tests bool) ([sha256.Size]byte, error) {
+	var zero [sha256.Size]byte
+	l.mu.Lock()
+	if !l.modCacheOK {
+		if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil {
+			l.modCache = strings.TrimSpace(string(out))
+		}
+		l.modCacheOK = true
+	}
+	modCache := l.modCache
+	l.mu.Unlock()
+	h := sha256.New()
+	enc := json.NewEncoder(h)
+	if err := enc.Encode([]any{settings, patterns, tests}); err != nil {
+		return zero, err
+	}
+	seen := map[string]bool{}
+	for _, p := range pkgs {
+		if err := enc.Encode([]any{p.ImportPath, p.Export, p.Error, p.DepsErrors, p.CompiledGoFiles}); err != nil {
+			return zero, err
+		}
+		if p.Standard || modCache != "" && strings.HasPrefix(p.Dir, modCache+string(filepath.Separator)) {
+			continue
+		}
+		for _, name := range p.CompiledGoFiles {
+			if !filepath.IsAbs(name) {
+				name = filepath.Join(p.Dir, name)
+			}
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			data, err := os.ReadFile(name)
+			if err != nil {
+				// Gone since go list: analyze, and let the driver say so.
+				data = []byte(err.Error())
+			}
+			fmt.Fprintf(h, "%s %d\n", name, len(data))
+			h.Write(data)
+		}
+	}
+	var sum [sha256.Size]byte
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
 }
 
 // mergeSettings adds b's lists to a's, as the command's flags add to the
@@ -139,7 +233,7 @@ func mergeSettings(a, b analyzer.Settings) analyzer.Settings {
 }
 
 // toReport turns the driver's result into the server's.
-func toReport(dir string, res *lintResult) *lsp.Report {
+func toReport(res *lintResult) *lsp.Report {
 	rep := &lsp.Report{}
 	for _, f := range res.findings {
 		lf := lsp.Finding{Rule: f.rule, Message: f.msg, Span: span(f.start, f.stop)}
@@ -156,7 +250,7 @@ func toReport(dir string, res *lintResult) *lsp.Report {
 		rep.Findings = append(rep.Findings, lf)
 	}
 	for _, e := range res.loadErrs {
-		rep.Errors = append(rep.Errors, loadError(dir, e))
+		rep.Errors = append(rep.Errors, loadError(res.dir, e))
 	}
 	for _, id := range res.notAnalyzed {
 		if d := res.dirs[id]; d != "" {

@@ -106,6 +106,21 @@ func TestLSPProtocol(t *testing.T) {
 			}
 			c.shutdown()
 		}},
+		{"file watchers registered", func(t *testing.T, c *lspClient) {
+			from := c.mark()
+			c.call("initialize", map[string]any{"processId": nil, "rootUri": nil, "capabilities": map[string]any{
+				"workspace": map[string]any{"didChangeWatchedFiles": map[string]any{"dynamicRegistration": true}},
+			}})
+			c.notify("initialized", map[string]any{})
+			r := c.wait(from, "client/registerCapability", func(m rpcMsg) bool { return m.Method == "client/registerCapability" })
+			for _, glob := range []string{"**/*.go", "**/go.mod", "**/go.work", "**/.idemlint.json"} {
+				if !strings.Contains(string(r.Params), glob) {
+					t.Errorf("registration %s: no watcher for %s", r.Params, glob)
+				}
+			}
+			c.write(map[string]any{"jsonrpc": "2.0", "id": r.ID, "result": nil})
+			c.shutdown()
+		}},
 		{"request after shutdown", func(t *testing.T, c *lspClient) {
 			c.call("initialize", initParams)
 			c.call("shutdown", nil)
@@ -215,6 +230,22 @@ func TestLSPDiagnostics(t *testing.T) {
 	}
 	if ds := c.diagnostics(from, pay); len(ds) != 2 {
 		t.Errorf("pay.go (second folder): got %+v, want txrpc and timeoutfail", ds)
+	}
+
+	// A second open with nothing changed reuses the last analysis (after
+	// a go list), and publishes the same.
+	from = c.mark()
+	c.notify("textDocument/didClose", map[string]any{"textDocument": map[string]any{"uri": fileURI(clean)}})
+	c.open(clean)
+	if ds := c.diagnostics(from, shop); len(ds) != 2 {
+		t.Errorf("shop.go after reopening clean.go: %+v", ds)
+	}
+	// The log is copied from the server's stderr apart from its stdout.
+	for i := 0; i < 100 && !strings.Contains(c.stderr.String(), "inputs unchanged"); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(c.stderr.String(), "inputs unchanged") {
+		t.Errorf("reopening a file analyzed again with no input changed; log:\n%s", c.stderr.String())
 	}
 
 	// A file outside any module gets a note, not silence.
@@ -514,6 +545,7 @@ func TestLSPConfig(t *testing.T) {
 	if ds := c.diagnostics(from, config); len(ds) != 1 || !strings.Contains(ds[0].Message, `unknown field "disabled"`) {
 		t.Errorf("bad .idemlint.json: got %+v, want one error naming the field", ds)
 	}
+	c.diagnostics(from, shop) // the same run's
 	from = c.mark()
 	os.Remove(config)
 	c.notify("workspace/didChangeWatchedFiles", map[string]any{"changes": []map[string]any{{"uri": fileURI(config), "type": 3}}})
@@ -524,4 +556,25 @@ func TestLSPConfig(t *testing.T) {
 		t.Errorf(".idemlint.json deleted: its error is still shown: %+v", ds)
 	}
 	c.shutdown()
+}
+
+// TestLSPHelp: `idemlint -help` names the subcommand, `idemlint lsp -help`
+// documents it, and stray arguments are refused.
+func TestLSPHelp(t *testing.T) {
+	bin := idemlintBinary(t)
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-help"}, 0, "idemlint lsp"},
+		{[]string{"lsp", "-help"}, 0, "initializationOptions"},
+		{[]string{"lsp", "extra"}, 1, "unexpected arguments"},
+	} {
+		cmd := exec.Command(bin, tt.args...)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != tt.code || !strings.Contains(string(out), tt.want) {
+			t.Errorf("idemlint %v: exit %d, output:\n%s\nwant exit %d and %q", tt.args, code, out, tt.code, tt.want)
+		}
+	}
 }

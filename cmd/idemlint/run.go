@@ -164,6 +164,7 @@ type lintResult struct {
 	loadErrs    []string          // "pos: message", each once
 	notAnalyzed []string          // the named packages not analyzed, by ID
 	dirs        map[string]string // package ID -> directory
+	dir         string            // where go list ran ("" for the working directory)
 }
 
 // lint is the standalone driver's analysis, shared by the command and the
@@ -178,6 +179,11 @@ func lint(ctx context.Context, dir string, settings analyzer.Settings, prog *fac
 	if err != nil {
 		return nil, err
 	}
+	return lintListed(pkgs, settings, prog, rules, f, stderr, lap)
+}
+
+// lintListed is lint on the packages go list gave.
+func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program, rules []*analysis.Analyzer, f *facts.Facts, stderr io.Writer, lap func(string)) (*lintResult, error) {
 	// Packages that do not load (or import one that does not) are not
 	// analyzed; the others are, as go vet would.
 	loadErrs, notAnalyzed := loadErrors(pkgs)

@@ -69,6 +69,9 @@ type Report struct {
 	// NotAnalyzed holds the directories of the packages that were not
 	// analyzed because they or their imports did not load.
 	NotAnalyzed []string
+	// Reused says that no input changed since the last analysis, whose
+	// report this is.
+	Reused bool
 }
 
 // LintFunc analyzes the packages in and below dir, as 'idemlint ./...' run

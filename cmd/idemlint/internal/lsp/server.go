@@ -563,7 +563,11 @@ func (s *server) run(m *module) {
 		if err != nil {
 			fmt.Fprintf(s.log, "idemlint lsp: %s: %v\n", m.dir, err)
 		} else {
-			fmt.Fprintf(s.log, "idemlint lsp: %s: %d findings, %d load errors in %v\n", m.dir, len(rep.Findings), len(rep.Errors), time.Since(t0).Round(time.Millisecond))
+			reused := ""
+			if rep.Reused {
+				reused = " (inputs unchanged: the last analysis reused)"
+			}
+			fmt.Fprintf(s.log, "idemlint lsp: %s: %d findings, %d load errors in %v%s\n", m.dir, len(rep.Findings), len(rep.Errors), time.Since(t0).Round(time.Millisecond), reused)
 		}
 		s.mu.Lock()
 		m.report, m.err = rep, err
