@@ -14,7 +14,7 @@ services_init
 # What waits on the network or on apt runs beside the CPU-bound checks: the
 # Debian packages the tests need, and the build of the pinned staticcheck
 # (its own module).
-ensure_packages redis-server:redis-server redis-cli:redis-server >"$SERVICES_DIR/packages.log" 2>&1 &
+ensure_packages redis-server:redis-server redis-cli:redis-server nvim:neovim >"$SERVICES_DIR/packages.log" 2>&1 &
 packages=$!
 tools_bin="$SERVICES_DIR/bin"
 go -C tools build -o "$tools_bin/" honnef.co/go/tools/cmd/staticcheck >"$SERVICES_DIR/staticcheck-build.log" 2>&1 &

@@ -103,15 +103,7 @@ func writeModule(t *testing.T, src string) string {
 		"go.mod":       "module example.com/shop\n\ngo 1.26\n",
 		"shop/shop.go": src,
 	}
-	for name, content := range files {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeInto(t, dir, files)
 	return dir
 }
 

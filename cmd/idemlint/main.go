@@ -5,6 +5,7 @@
 //	idemlint -json ./...
 //	idemlint -sarif ./... > idemlint.sarif
 //	idemlint -version
+//	idemlint lsp
 //	idemlint -timeoutfail=false -txrpc.netfuncs='(*example.com/pay.Client).Charge' ./...
 //	go vet -vettool=$(command -v idemlint) ./...
 //
@@ -12,6 +13,9 @@
 // interfaces to their implementations in the loaded packages (see
 // facts.Program); under go vet it analyzes one package at a time. Both read
 // .idemlint.json from the module root (analyzer.ConfigFile); flags add to it.
+//
+// "idemlint lsp" runs it as a language server for editors (LSP over stdin
+// and stdout), with the same driver: see internal/lsp.
 //
 // Text output is "file:line:col: message (rule)", under go vet too. A package that does not
 // load is reported with its position and not analyzed; the others are.
@@ -38,6 +42,10 @@ func main() {
 	if len(os.Args) == 2 && (os.Args[1] == "-version" || os.Args[1] == "--version") {
 		fmt.Println("idemlint", version.Read())
 		return
+	}
+	// The language server reads each module's configuration itself.
+	if len(os.Args) >= 2 && os.Args[1] == "lsp" {
+		os.Exit(serveLSP(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	settings, _, err := analyzer.LoadConfig(".")
 	if err != nil {

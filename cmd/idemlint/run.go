@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -77,7 +78,7 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 		})
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "idemlint: idempotency rules (%s).\n\nUsage: idemlint [-flag] [package]\n       idemlint -version\n\n", strings.Join(analyzer.Rules, ", "))
+		fmt.Fprintf(stderr, "idemlint: idempotency rules (%s).\n\nUsage: idemlint [-flag] [package]\n       idemlint -version\n       idemlint lsp    (a language server on stdin and stdout, for editors: see docs/idemlint.md)\n\n", strings.Join(analyzer.Rules, ", "))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -120,11 +121,69 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 			defer pprof.StopCPUProfile()
 		}
 	}
-	pkgs, err := goList(patterns, *tests)
+	res, err := lint(context.Background(), "", settings, prog, rules, f, patterns, *tests, stderr, lap)
 	if err != nil {
 		fmt.Fprintln(stderr, "idemlint:", err)
 		return 1
 	}
+	if res.roots == 0 {
+		fmt.Fprintf(stderr, "idemlint: no packages matched %v\n", patterns)
+		return 1
+	}
+	loadErrs, notAnalyzed, findings := res.loadErrs, res.notAnalyzed, res.findings
+	failed := len(loadErrs) > 0
+	defer reportNotAnalyzed(stderr, notAnalyzed)
+	if *asJSON || *asSARIF {
+		print := func() error { return printJSON(stdout, findings) }
+		if *asSARIF {
+			print = func() error { return printSARIF(stdout, rules, findings, loadErrs) }
+		}
+		if err := print(); err != nil {
+			fmt.Fprintln(stderr, "idemlint:", err)
+			return 1
+		}
+		if failed {
+			return 1
+		}
+		return 0
+	}
+	printText(stderr, findings)
+	switch {
+	case failed:
+		return 1
+	case len(findings) > 0:
+		return 3
+	}
+	return 0
+}
+
+// lintResult is what one run of the standalone driver found.
+type lintResult struct {
+	roots       int // the packages the patterns matched
+	findings    []finding
+	loadErrs    []string          // "pos: message", each once
+	notAnalyzed []string          // the named packages not analyzed, by ID
+	dirs        map[string]string // package ID -> directory
+	dir         string            // where go list ran ("" for the working directory)
+}
+
+// lint is the standalone driver's analysis, shared by the command and the
+// language server: it lists the packages matching patterns in dir ("" for
+// the working directory), runs a first facts pass that records what each
+// concrete method does, then the rules with interface calls resolved
+// through it. rules and f come from one analyzer.NewSuite over prog; the
+// load errors are printed to stderr as they are found, and lap is called
+// after each step.
+func lint(ctx context.Context, dir string, settings analyzer.Settings, prog *facts.Program, rules []*analysis.Analyzer, f *facts.Facts, patterns []string, tests bool, stderr io.Writer, lap func(string)) (*lintResult, error) {
+	pkgs, err := goList(ctx, dir, patterns, tests)
+	if err != nil {
+		return nil, err
+	}
+	return lintListed(pkgs, settings, prog, rules, f, stderr, lap)
+}
+
+// lintListed is lint on the packages go list gave.
+func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program, rules []*analysis.Analyzer, f *facts.Facts, stderr io.Writer, lap func(string)) (*lintResult, error) {
 	// Packages that do not load (or import one that does not) are not
 	// analyzed; the others are, as go vet would.
 	loadErrs, notAnalyzed := loadErrors(pkgs)
@@ -138,8 +197,7 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 		}
 	}
 	if roots == 0 {
-		fmt.Fprintf(stderr, "idemlint: no packages matched %v\n", patterns)
-		return 1
+		return &lintResult{loadErrs: loadErrs, notAnalyzed: notAnalyzed}, nil
 	}
 	lap("go list")
 
@@ -151,8 +209,7 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 	s1.TxTypes, s1.FailFuncs, s1.TokenDels = f.Config.TxTypes, f.Config.FailFuncs, f.Config.TokenDels
 	all1, first, err := analyzer.NewSuite(s1, facts.Config{Program: prog, Recording: true})
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		return nil, err
 	}
 	var rules1 []*analysis.Analyzer
 	for _, a := range all1 {
@@ -216,31 +273,11 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 			notAnalyzed = append(notAnalyzed, p.ImportPath)
 		}
 	}
-	failed := len(loadErrs) > 0
-	findings := d.findings()
-	defer reportNotAnalyzed(stderr, notAnalyzed)
-	if *asJSON || *asSARIF {
-		print := func() error { return printJSON(stdout, findings) }
-		if *asSARIF {
-			print = func() error { return printSARIF(stdout, rules, findings, loadErrs) }
-		}
-		if err := print(); err != nil {
-			fmt.Fprintln(stderr, "idemlint:", err)
-			return 1
-		}
-		if failed {
-			return 1
-		}
-		return 0
+	dirs := map[string]string{}
+	for _, p := range pkgs {
+		dirs[p.ImportPath] = p.Dir
 	}
-	printText(stderr, findings)
-	switch {
-	case failed:
-		return 1
-	case len(findings) > 0:
-		return 3
-	}
-	return 0
+	return &lintResult{roots: roots, findings: d.findings(), loadErrs: loadErrs, notAnalyzed: notAnalyzed, dirs: dirs}, nil
 }
 
 // reportNotAnalyzed names the packages that were not analyzed, last, so
@@ -305,9 +342,27 @@ type finding struct {
 	line, col int
 	msg       string
 	related   []related
+	// start and stop are the span, as positions (the language server's
+	// ranges); fixes are the analyzer's suggested fixes.
+	start, stop token.Position
+	fixes       []fix
 }
 
-type related struct{ posn, msg string }
+type related struct {
+	posn, msg   string
+	start, stop token.Position
+}
+
+// fix is a suggested fix with its edits resolved to positions.
+type fix struct {
+	msg   string
+	edits []edit
+}
+
+type edit struct {
+	start, stop token.Position
+	text        string
+}
 
 var cwd, _ = os.Getwd()
 

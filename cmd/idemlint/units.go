@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"go/ast"
@@ -74,13 +75,15 @@ func (l *listed) path() string {
 // goList lists the packages matching patterns and their dependencies,
 // dependencies first, with their export data (go list compiles what the
 // build cache lacks, as go vet does).
-func goList(patterns []string, tests bool) ([]*listed, error) {
+func goList(ctx context.Context, dir string, patterns []string, tests bool) ([]*listed, error) {
 	args := []string{"list", "-e", "-json=ImportPath,Name,Dir,CompiledGoFiles,Export,ImportMap,Deps,Standard,DepOnly,Module,Error,DepsErrors",
 		"-export", "-compiled", "-deps"}
 	if tests {
 		args = append(args, "-test")
 	}
-	cmd := exec.Command("go", append(append(args, "--"), patterns...)...)
+	cmd := exec.CommandContext(ctx, "go", append(append(args, "--"), patterns...)...)
+	cmd.Dir = dir
+	cancelGroup(ctx, cmd)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -488,12 +491,29 @@ func (f importerFunc) Import(path string) (*types.Package, error) { return f(pat
 
 func (d *unitDriver) report(p *listed, a *analysis.Analyzer, fset *token.FileSet, diag analysis.Diagnostic) {
 	pos := fset.Position(diag.Pos)
-	fd := finding{id: p.ImportPath, pkg: strings.TrimSuffix(p.path(), "_test"), rule: a.Name, posn: rel(pos), file: pos.Filename, line: pos.Line, col: pos.Column, msg: diag.Message}
+	fd := finding{id: p.ImportPath, pkg: strings.TrimSuffix(p.path(), "_test"), rule: a.Name, posn: rel(pos), file: pos.Filename, line: pos.Line, col: pos.Column, msg: diag.Message, start: pos, stop: pos}
 	if diag.End.IsValid() {
-		fd.end = rel(fset.Position(diag.End))
+		fd.stop = fset.Position(diag.End)
+		fd.end = rel(fd.stop)
 	}
 	for _, r := range diag.Related {
-		fd.related = append(fd.related, related{rel(fset.Position(r.Pos)), r.Message})
+		rp := fset.Position(r.Pos)
+		rr := related{posn: rel(rp), msg: r.Message, start: rp, stop: rp}
+		if r.End.IsValid() {
+			rr.stop = fset.Position(r.End)
+		}
+		fd.related = append(fd.related, rr)
+	}
+	for _, sf := range diag.SuggestedFixes {
+		fx := fix{msg: sf.Message}
+		for _, e := range sf.TextEdits {
+			end := e.End
+			if !end.IsValid() {
+				end = e.Pos
+			}
+			fx.edits = append(fx.edits, edit{fset.Position(e.Pos), fset.Position(end), string(e.NewText)})
+		}
+		fd.fixes = append(fd.fixes, fx)
 	}
 	d.diagMu.Lock()
 	d.diags = append(d.diags, fd)
