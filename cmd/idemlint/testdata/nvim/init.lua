@@ -18,7 +18,9 @@ vim.api.nvim_create_autocmd("FileType", {
       vim.lsp.start(config, { bufnr = args.buf })
     else
       clients[root] = clients[root] or vim.lsp.start_client(config)
-      vim.lsp.buf_attach_client(args.buf, clients[root])
+      if clients[root] then -- nil when the binary could not be started
+        vim.lsp.buf_attach_client(args.buf, clients[root])
+      end
     end
   end,
 })
