@@ -516,6 +516,10 @@ func testStaleOwner(t *testing.T, s runtime.Store) {
 
 func testLeaseRenewed(t *testing.T, s runtime.Store) {
 	ctx := scoped(t)
+	// A lease of four short ones: renewals every 200 ms keep it with room
+	// for a loaded scheduler (with 150 ms, a renewal due every 50 ms came
+	// too late under CI's load, and the duplicate took over).
+	const shortLease = 4 * shortLease
 	rt := newRuntime(t, s, runtime.WithLease(shortLease), runtime.WithMaxWait(0))
 	var c counter
 	done := make(chan error, 1)
