@@ -519,15 +519,15 @@ func testLeaseRenewed(t *testing.T, s runtime.Store) {
 	// A lease of four short ones: renewals every 200 ms keep it with room
 	// for a loaded scheduler (with 150 ms, a renewal due every 50 ms came
 	// too late under CI's load, and the duplicate took over).
-	const shortLease = 4 * shortLease
-	rt := newRuntime(t, s, runtime.WithLease(shortLease), runtime.WithMaxWait(0))
+	const lease = 4 * shortLease
+	rt := newRuntime(t, s, runtime.WithLease(lease), runtime.WithMaxWait(0))
 	var c counter
 	done := make(chan error, 1)
 	started := make(chan struct{})
 	go func() {
 		_, err := runtime.Do(ctx, rt, call("k", chargeReq{"a", 1}, func(ctx context.Context, r chargeReq) (receipt, error) {
 			close(started)
-			time.Sleep(5 * shortLease)
+			time.Sleep(5 * lease)
 			if ctx.Err() != nil {
 				return receipt{}, context.Cause(ctx)
 			}
@@ -537,13 +537,13 @@ func testLeaseRenewed(t *testing.T, s runtime.Store) {
 	}()
 	<-started
 	other := newRuntime(t, s, runtime.WithMaxWait(0))
-	deadline := time.Now().Add(4 * shortLease)
+	deadline := time.Now().Add(4 * lease)
 	for time.Now().Before(deadline) {
 		_, err := runtime.Do(ctx, other, call("k", chargeReq{"a", 1}, c.charge))
 		if !errors.Is(err, runtime.ErrInProgress) {
 			t.Fatalf("duplicate during a long effect: %v, want ErrInProgress (lease must be renewed)", err)
 		}
-		time.Sleep(shortLease / 3)
+		time.Sleep(lease / 3)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
