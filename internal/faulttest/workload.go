@@ -19,12 +19,22 @@ import (
 )
 
 // Where a fault is armed: the first call of a key that reaches the phase
-// installs the toxic, and it is removed when that call returns (calls of
-// other attempts in that window meet it too).
+// installs the toxic, and it is removed when that call returns or after
+// maxHold, whichever comes first (calls of other attempts in that window
+// meet it too).
 const (
 	AtClaim    = "claim"    // Store.Claim
 	AtComplete = "complete" // Store.Transition: recording an outcome
 )
+
+// maxHold bounds a fault's life: the caller's deadline (the runtime's
+// completion timeout and the clients' deadline are a second). A store call
+// may wait longer than its caller's deadline for a reply it cannot give up
+// on (a group-commit batch in flight answers its callers only when it
+// ends, up to 30 s): tied to that call alone, a fault that holds replies
+// would last as long as the call it stalls, a partition that heals only
+// when its victim gives up, which no network does.
+const maxHold = time.Second
 
 // Fault is one scenario of the workload.
 type Fault struct {
@@ -196,10 +206,18 @@ func (k *keyState) arm(phase string) func() {
 		}
 	}
 	k.hits.Add(1)
+	var once sync.Once
+	remove := func() {
+		once.Do(func() {
+			for _, p := range k.proxies {
+				p.Remove(x.Name)
+			}
+		})
+	}
+	healed := time.AfterFunc(maxHold, remove)
 	return func() {
-		for _, p := range k.proxies {
-			p.Remove(x.Name)
-		}
+		healed.Stop()
+		remove()
 	}
 }
 

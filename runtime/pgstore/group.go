@@ -65,9 +65,12 @@ const DefaultGroupCommitBatch = 64
 // A failed batch (an invalid row, a deadlock, a lost connection) is run
 // again statement by statement, each caller getting its own result. A
 // caller whose context ends while its statement is queued is withdrawn;
-// once its batch is in flight, it waits for the batch's outcome (bounded by
-// a 30 s timeout), so that it is never told a write failed that then
-// commits. DoTx's claim and FAILED record are batched like any other; what
+// once its batch is in flight, it waits for the batch's outcome, so that
+// it is never told a write failed that then commits. A batch waits for its
+// reply until the latest of its callers' deadlines (at most 30 s): a caller
+// waits no longer than for a statement of its own. A batch in flight for
+// half a second or more is stuck (its reply held, a lock): later callers
+// run their statements at once, beside it. DoTx's claim and FAILED record are batched like any other; what
 // it writes inside the caller's transaction is not. Renew, Release, Get and
 // the reconciler's statements are never batched.
 func WithGroupCommit(maxBatch int) Option {
@@ -80,14 +83,17 @@ func WithGroupCommit(maxBatch int) Option {
 }
 
 // batchTimeout bounds one batch on the server: it runs on a context of its
-// own, since it serves callers with different contexts.
+// own, since it serves callers with different contexts, which ends at the
+// latest of their deadlines (batchDeadline) or after batchTimeout.
 const batchTimeout = 30 * time.Second
 
 // stuckAfter is how long a caller waits in the queue behind a batch in
-// flight before it withdraws and runs its own statement: a batch whose
-// reply is held (a stalled connection, a lock) must not stall every
-// caller of the store until batchTimeout. A healthy batch takes a commit's
-// flush, far less.
+// flight before it withdraws and runs its own statement, and how old a
+// batch in flight is when new callers stop queueing behind it and run their
+// own statements at once: a batch whose reply is held or lost (a stalled
+// connection, a lock) must not stall every caller of the store until
+// batchTimeout, nor cost each later caller this wait. A healthy batch takes
+// a commit's flush, far less.
 const stuckAfter = 500 * time.Millisecond
 
 // batchLockWait bounds how long a batch's statement waits on a row lock or
@@ -105,8 +111,12 @@ type groupCommit struct {
 	maxBatch int
 	q        *db.Queries
 
-	mu          sync.Mutex
-	busy        bool // a batch (or a lone caller's statement) is in flight
+	mu   sync.Mutex
+	busy bool // a batch (or a lone caller's statement) is in flight
+	// sent is when the batch or statement in flight was sent (zero when
+	// none is): once it is stuckAfter old, new callers run their own
+	// statement beside it at once instead of queueing behind it.
+	sent        time.Time
 	claims      []*batchItem[db.ClaimParams, []db.ClaimRow]
 	transitions []*batchItem[db.TransitionParams, []int64]
 
@@ -133,8 +143,10 @@ var errBatchResult = errors.New("pgstore: group commit: inconsistent batch resul
 type batchItem[A, R any] struct {
 	id  runtime.Identity
 	arg A
-	res R
-	err error
+	// deadline is the caller's (zero: none).
+	deadline time.Time
+	res      R
+	err      error
 	// retry: the batch failed as a whole; the caller runs the statement alone.
 	retry bool
 	done  chan struct{}
@@ -153,8 +165,19 @@ func submit[A, R any](ctx context.Context, s *Store, queue *[]*batchItem[A, R], 
 	one func(context.Context, A) (R, error)) (res R, retry bool, err error) {
 	g := s.group
 	g.mu.Lock()
+	if g.busy && !g.sent.IsZero() && time.Since(g.sent) >= stuckAfter {
+		// The batch in flight is stuck (its reply held or lost): it answers
+		// its own callers when it ends, up to batchTimeout; nobody else
+		// waits for it.
+		g.mu.Unlock()
+		g.batches.Add(1)
+		g.statements.Add(1)
+		res, err = one(ctx, arg)
+		return res, false, err
+	}
 	if !g.busy && g.idle() {
 		g.busy = true
+		g.sent = time.Now()
 		g.mu.Unlock()
 		res, err = one(ctx, arg)
 		g.batches.Add(1)
@@ -163,6 +186,7 @@ func submit[A, R any](ctx context.Context, s *Store, queue *[]*batchItem[A, R], 
 		return res, false, err
 	}
 	it := &batchItem[A, R]{id: id, arg: arg, done: make(chan struct{})}
+	it.deadline, _ = ctx.Deadline()
 	*queue = append(*queue, it)
 	lead := !g.busy
 	g.busy = true
@@ -220,6 +244,7 @@ func (g *groupCommit) release(s *Store) {
 	g.mu.Lock()
 	if g.idle() {
 		g.busy = false
+		g.sent = time.Time{}
 		g.mu.Unlock()
 		return
 	}
@@ -261,7 +286,11 @@ func compareIdentity(a, b runtime.Identity) int {
 func (g *groupCommit) next() (claims []*batchItem[db.ClaimParams, []db.ClaimRow], transitions []*batchItem[db.TransitionParams, []int64]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return take(&g.claims, g.maxBatch), take(&g.transitions, g.maxBatch)
+	claims, transitions = take(&g.claims, g.maxBatch), take(&g.transitions, g.maxBatch)
+	if claims != nil || transitions != nil {
+		g.sent = time.Now()
+	}
+	return claims, transitions
 }
 
 // flush sends batches until none is queued, then frees the slot.
@@ -275,6 +304,7 @@ func (g *groupCommit) flush(s *Store) {
 				continue
 			}
 			g.busy = false
+			g.sent = time.Time{}
 			g.mu.Unlock()
 			return
 		}
@@ -286,7 +316,7 @@ func (g *groupCommit) flush(s *Store) {
 // batch of one runs the caller's own statement, whose error is the
 // caller's own: it is not run again.
 func (g *groupCommit) run(s *Store, claims []*batchItem[db.ClaimParams, []db.ClaimRow], transitions []*batchItem[db.TransitionParams, []int64]) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	ctx, cancel := context.WithDeadline(context.Background(), batchDeadline(claims, transitions))
 	defer cancel()
 	g.batches.Add(1)
 	g.statements.Add(int64(len(claims) + len(transitions)))
@@ -310,6 +340,42 @@ func (g *groupCommit) run(s *Store, claims []*batchItem[db.ClaimParams, []db.Cla
 	}
 	answer(claims, cres, err)
 	answer(transitions, tres, err)
+}
+
+// batchDeadline is when a batch stops waiting for its reply: the latest of
+// its callers' deadlines, at most batchTimeout from now. Past it nobody
+// waits for the answer (each caller then runs its statement again, alone,
+// as after any failed batch, and meets its own deadline at once), so that
+// a caller waits for its batch no longer than it would for its own
+// statement; before it, a caller whose deadline is earlier than another's
+// waits for the batch's outcome, never told that a write failed that then
+// commits.
+func batchDeadline(claims []*batchItem[db.ClaimParams, []db.ClaimRow], transitions []*batchItem[db.TransitionParams, []int64]) time.Time {
+	limit := time.Now().Add(batchTimeout)
+	var latest time.Time
+	for _, it := range claims {
+		if it.deadline.IsZero() {
+			return limit
+		}
+		latest = later(latest, it.deadline)
+	}
+	for _, it := range transitions {
+		if it.deadline.IsZero() {
+			return limit
+		}
+		latest = later(latest, it.deadline)
+	}
+	if latest.IsZero() || latest.After(limit) {
+		return limit
+	}
+	return latest
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // answer gives each caller of a batch its result, or the batch's error.
