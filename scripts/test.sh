@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: starts the servers the tests need (PostgreSQL 15, a
-# standalone Redis and a 3-master Redis Cluster, on loopback ports), checks formatting, vet, staticcheck and generated-code
-# drift, runs `go test -race ./...` (the stores' suites beside the rest, the
-# rules' analysistest suites without -race), and stops what it started.
+# standalone Redis and a 3-master Redis Cluster, on loopback ports), checks
+# formatting, vet, staticcheck and generated-code drift, runs `go test
+# -race ./...` (the stores' suites beside the rest; the packages that run
+# on one goroutine, the analyzers' rules among them, without -race), and
+# stops what it started.
 #
 #   scripts/test.sh              everything
 #   scripts/test.sh -run Foo     extra flags go to `go test`
@@ -73,11 +75,19 @@ start_postgres
 start_redis
 start_redis_cluster
 
-# The rules' analysistest suites type-check real libraries and are CPU-bound:
-# under the race detector they took two thirds of CI's time. Their shared
-# code (analyzer/facts, the plugin, cmd/idemlint's whole-program driver) is
-# tested with -race below; the rule packages run once without it.
-rules=$(go list ./analyzer/... | grep -E '/analyzer/(blindupdate|bypass|checkthenact|serverkey|timeoutfail|tokenorder|txrpc)$')
+# Packages whose code runs on one goroutine, or whose tests mostly wait on
+# the go command they start, run once without the race detector: the
+# rules' analysistest suites (CPU-bound, they type-check real libraries:
+# under -race they took two thirds of CI's time), the analyzers' shared
+# helpers and the golangci-lint plugin, the generator and its command, the
+# templates, and the tests that drive the go command (mutants' check, the
+# release and adoption tests). Their builds are the ones go vet already
+# compiled, so a cold run compiles them once. What runs concurrently keeps
+# -race: the runtime, the stores, the adapters, analyzer/facts (shared by
+# parallel passes) and cmd/idemlint (the whole-program driver's workers and
+# the language server).
+norace=$(go list ./analyzer/... ./generator/... ./cmd/idemgen ./templates ./internal/mutants ./internal/releasetest ./examples/adopt |
+	grep -v -x -F "$(go list ./analyzer/facts/...)")
 # The stores' suites (PostgreSQL, Redis) mostly wait on leases and servers,
 # not on the CPU: they run in a go test of their own beside the rest, which
 # would otherwise leave the two slowest packages to the end of the queue.
@@ -86,12 +96,12 @@ log "go test -race (the stores' suites, beside the rest)"
 # shellcheck disable=SC2086
 go test -race -count=1 "$@" $stores >"$SERVICES_DIR/stores.log" 2>&1 &
 stores_test=$!
-log "go test -race (everything else but the rules' analysistest suites)"
+log "go test -race (everything else that runs concurrently)"
 # shellcheck disable=SC2046
-go test -race -count=1 "$@" $(go list ./... | grep -v -x -F "$rules" | grep -v -x -F "$stores")
-log "go test (the rules' analysistest suites)"
+go test -race -count=1 "$@" $(go list ./... | grep -v -x -F "$norace" | grep -v -x -F "$stores")
+log "go test (what needs no race detector, see above)"
 # shellcheck disable=SC2086
-go test -count=1 "$@" $rules
+go test -count=1 "$@" $norace
 log "waiting for the stores' suites"
 stores_ok=0
 wait "$stores_test" || stores_ok=$?
