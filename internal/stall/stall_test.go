@@ -1,0 +1,79 @@
+package stall
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestQuietProcessHasNoLongStall(t *testing.T) {
+	w := Start()
+	time.Sleep(100 * time.Millisecond)
+	// A stall this long on an idle goroutine needs a starved machine; the
+	// bound is loose so that the test holds under CI's own load.
+	if got := w.Stop(); got > 2*time.Second {
+		t.Errorf("stall of %v while the test slept", got)
+	}
+}
+
+// TestStallIsSeen: in a process with one P held by a loop that cannot be
+// preempted (GODEBUG=asyncpreemptoff=1, no function calls in the loop),
+// the watcher runs only when the loop ends: the stall it reports is about
+// the loop's length. Run in a child process, for the GODEBUG setting.
+func TestStallIsSeen(t *testing.T) {
+	if os.Getenv("IDEM_STALL_CHILD") == "1" {
+		runtime.GOMAXPROCS(1)
+		w := Start()
+		time.Sleep(30 * time.Millisecond) // the watcher sleeps
+		// A loop of about 400 ms with no function call in it.
+		const probe = 1 << 22
+		t0 := time.Now()
+		sink = count(probe)
+		n := uint64(float64(probe) * float64(400*time.Millisecond) / float64(max(time.Since(t0), time.Microsecond)))
+		t1 := time.Now()
+		sink = count(n)
+		fmt.Printf("stall=%d loop=%d\n", w.Stop(), time.Since(t1))
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStallIsSeen$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "IDEM_STALL_CHILD=1", "GODEBUG=asyncpreemptoff=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	i := strings.Index(string(out), "stall=")
+	if i < 0 {
+		t.Fatalf("child printed no stall:\n%s", out)
+	}
+	var ns int64
+	if _, err := fmt.Sscanf(string(out[i:]), "stall=%d", &ns); err != nil {
+		t.Fatal(err)
+	}
+	var loop int64
+	if j := strings.Index(string(out), "loop="); j >= 0 {
+		_, _ = fmt.Sscanf(string(out[j:]), "loop=%d", &loop)
+	}
+	// The loop held the only P for its whole length (about 400 ms, more
+	// on a loaded machine): the watcher, due every 10 ms, waited as long.
+	if got := time.Duration(ns); got < time.Duration(loop)/2 || got < 100*time.Millisecond {
+		t.Errorf("stall seen %v, the loop held the only P for %v", got, time.Duration(loop))
+	}
+}
+
+var sink uint64
+
+// count runs n iterations of a loop with no function call: with
+// asynchronous preemption off, nothing can take its P until it ends.
+//
+//go:noinline
+func count(n uint64) uint64 {
+	var x uint64
+	for i := uint64(0); i < n; i++ {
+		x += i ^ (x >> 3)
+	}
+	return x
+}
