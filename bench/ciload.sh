@@ -81,7 +81,20 @@ loadrec() {
 
 hog &
 hog_pid=$!
-trap 'kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true' EXIT
+suite=""
+# On exit (a finished series, or this script stopped), the hog goes, and a
+# suite still running is stopped as a whole (its own process group):
+# scripts/test.sh's trap then stops the servers it started.
+cleanup() {
+	kill "$hog_pid" 2>/dev/null || true
+	wait "$hog_pid" 2>/dev/null || true
+	if [ -n "$suite" ]; then
+		kill -TERM -- "-$suite" 2>/dev/null || true
+		wait "$suite" 2>/dev/null || true
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 summary="$out/summary.txt"
 {
@@ -97,7 +110,10 @@ for i in $(seq 1 "$runs"); do
 	rec=$!
 	start=$(date +%s)
 	rc=0
-	(cd "$clone" && bash scripts/test.sh) >"$log" 2>&1 || rc=$?
+	setsid bash -c 'cd "$1" && exec bash scripts/test.sh' _ "$clone" >"$log" 2>&1 &
+	suite=$!
+	wait "$suite" || rc=$?
+	suite=""
 	secs=$(($(date +%s) - start))
 	kill "$rec" 2>/dev/null || true
 	wait "$rec" 2>/dev/null || true
