@@ -82,12 +82,13 @@ loadrec() {
 hog &
 hog_pid=$!
 suite=""
+rec=""
 # On exit (a finished series, or this script stopped), the hog goes, and a
 # suite still running is stopped as a whole (its own process group):
 # scripts/test.sh's trap then stops the servers it started.
 cleanup() {
-	kill "$hog_pid" 2>/dev/null || true
-	wait "$hog_pid" 2>/dev/null || true
+	kill "$hog_pid" $rec 2>/dev/null || true
+	wait "$hog_pid" $rec 2>/dev/null || true
 	if [ -n "$suite" ]; then
 		kill -TERM -- "-$suite" 2>/dev/null || true
 		wait "$suite" 2>/dev/null || true
@@ -117,6 +118,7 @@ for i in $(seq 1 "$runs"); do
 	secs=$(($(date +%s) - start))
 	kill "$rec" 2>/dev/null || true
 	wait "$rec" 2>/dev/null || true
+	rec=""
 	load=$(awk '{s += $1; n++} END {if (n) printf "%.1f", s / n; else print "-"}' "$loads")
 	result=ok
 	failed=""
