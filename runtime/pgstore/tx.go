@@ -85,9 +85,11 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 // to a table of an earlier version: run it before deploying.
 //
 // DoTx uses a second connection of the store's pool, one statement at a
-// time, while the caller holds tx: bound the transactions that call DoTx at
-// once below the pool's size, or a pool whose every connection is such a
-// transaction waits on itself. tx must be READ COMMITTED (PostgreSQL's
+// time, while the caller holds tx: when tx comes from the store's pool, size
+// the pool for the transactions that call DoTx at once plus one connection
+// each for their claims (up to twice their number), or give the store a
+// pool of its own; a pool whose every connection is held by a transaction
+// waiting in DoTx cannot make progress. tx must be READ COMMITTED (PostgreSQL's
 // default): any other level gets [ErrNotReadCommitted] before the effect
 // runs.
 func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c TxCall[Req, Resp]) (Resp, error) {
