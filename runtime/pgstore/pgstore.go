@@ -277,10 +277,12 @@ func (s *Store) read(ctx context.Context, q *db.Queries, id runtime.Identity) (r
 	return rec, nil
 }
 
-// SQLSTATEs the claim handles.
+// SQLSTATEs the store handles.
 const (
 	uniqueViolation  = "23505"
 	lockNotAvailable = "55P03"
+	// inFailedTransaction: a statement in a transaction that an error aborted.
+	inFailedTransaction = "25P02"
 )
 
 // heldPause is the first pause of a claim that found the record's row held

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore/internal/db"
@@ -35,6 +36,13 @@ type TxCall[Req, Resp any] struct {
 // must not be committed. Roll the transaction back; committing it could run
 // the effect twice.
 var ErrRollbackRequired = errors.New("pgstore: the transaction must be rolled back")
+
+// ErrEffectAborted is returned by [DoTx] when the effect returned success
+// but a statement it ran in tx had failed, which aborts a PostgreSQL
+// transaction (an error the effect did not return): the SUCCESS record
+// cannot be written. DoTx rolls back to its savepoint, so the effect's
+// writes are gone, the key is free again and the transaction is usable.
+var ErrEffectAborted = errors.New("pgstore: a statement of the effect failed and aborted the transaction")
 
 // ErrNotReadCommitted is returned by [DoTx] for a transaction whose
 // isolation level is not READ COMMITTED (PostgreSQL's default), before the
@@ -166,7 +174,12 @@ func (x *txCall) Transition(ctx context.Context, p runtime.TransitionParams) (in
 		x.s.beforeSuccess()
 	}
 	x.succeeding = true
-	return x.s.transition(ctx, x.s.q.WithTx(x.sp), p)
+	v, err := x.s.transition(ctx, x.s.q.WithTx(x.sp), p)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == inFailedTransaction {
+		return v, fmt.Errorf("%w: %s %q: the effect returned success, but an error of one of its statements was not returned; its writes are rolled back: %w",
+			ErrEffectAborted, x.id.Operation, x.id.Key, err)
+	}
+	return v, err
 }
 
 // Finish releases the savepoint (keep) or rolls back to it, on a context

@@ -679,3 +679,59 @@ func TestDoTxDuplicateWaitsForAHeldRow(t *testing.T) {
 		t.Fatalf("the duplicate: %+v, %v (effect ran %d times); want the first call's %+v replayed", r.o, r.err, runs.Load(), first)
 	}
 }
+
+// TestDoTxSwallowedStatementErrorIsNamed: an effect that ignores the
+// error of one of its statements and returns success leaves the
+// transaction aborted; the SUCCESS write then fails. The caller used to get
+// PostgreSQL's "current transaction is aborted" quoted in "recording
+// success", which reads like a store fault; it now gets ErrEffectAborted,
+// and the effect's writes are rolled back, the transaction usable, the key
+// free for the next call.
+func TestDoTxSwallowedStatementErrorIsNamed(t *testing.T) {
+	p := testPool(t)
+	table := ordersTable(t, p)
+	rt, err := runtime.New(pgstore.New(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := scopedCtx(t.Name())
+	req := orderReq{"o-1", 5}
+	var runs atomic.Int32
+	var doErr, afterErr error
+	if err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+		_, doErr = pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: req,
+			Effect: func(ctx context.Context, tx pgx.Tx, r orderReq) (order, error) {
+				o, err := insertOrder(table, &runs)(ctx, tx, r)
+				if err != nil {
+					return o, err
+				}
+				_, _ = tx.Exec(ctx, "SELECT 1/0") // the error ignored
+				return o, nil
+			}})
+		_, afterErr = tx.Exec(ctx, "SELECT 1")
+		return nil // commits
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(doErr, pgstore.ErrEffectAborted) {
+		t.Errorf("DoTx = %v, want ErrEffectAborted", doErr)
+	}
+	if afterErr != nil {
+		t.Errorf("the transaction after DoTx: %v, want it usable", afterErr)
+	}
+	if n := count(t, p, "SELECT count(*) FROM "+table); n != 0 {
+		t.Errorf("%d order rows committed, want the effect's writes rolled back", n)
+	}
+	var got order
+	if err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+		var err error
+		got, err = pgstore.DoTx(ctx, rt, tx, pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: req,
+			Effect: insertOrder(table, &runs)})
+		return err
+	}); err != nil {
+		t.Fatalf("the next call of the key: %v", err)
+	}
+	if runs.Load() != 2 || got.Ref != "o-1" || count(t, p, "SELECT count(*) FROM "+table) != 1 {
+		t.Errorf("the next call: %+v, effect runs %d, want it run once more and committed", got, runs.Load())
+	}
+}
