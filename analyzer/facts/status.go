@@ -389,9 +389,10 @@ func callInstr(v ssa.Value, c *ssa.CallCommon) ssa.Instruction {
 
 // fieldFailedAt reports whether every store into field of the struct base
 // points to that reaches at (walking back on every path) sets a
-// failed-like state. A path that reaches the struct's allocation or the
-// function's entry with no store, or passes a call given base, leaves the
-// field unknown: not failed.
+// failed-like state; a setter (a FieldSet) given base counts as a store of
+// the value it sets. A path that reaches the struct's allocation or the
+// function's entry with no store, or passes any other call given base,
+// leaves the field unknown: not failed.
 func (r *Result) fieldFailedAt(base ssa.Value, field int, at ssa.Instruction) bool {
 	type item struct {
 		b   *ssa.BasicBlock
@@ -405,6 +406,12 @@ func (r *Result) fieldFailedAt(base ssa.Value, field int, at ssa.Instruction) bo
 	}
 	if idx < 0 {
 		return false
+	}
+	name := ""
+	if ptr, ok := base.Type().Underlying().(*types.Pointer); ok {
+		if st, ok := ptr.Elem().Underlying().(*types.Struct); ok && field < st.NumFields() {
+			name = st.Field(field).Name()
+		}
 	}
 	seen := map[*ssa.BasicBlock]bool{}
 	work := []item{{at.Block(), idx}}
@@ -429,10 +436,25 @@ func (r *Result) fieldFailedAt(base ssa.Value, field int, at ssa.Instruction) bo
 					found, stopped = true, true
 				}
 			case ssa.CallInstruction:
-				for _, a := range x.Common().Args {
-					if a == base {
+				c := x.Common()
+				setter := -1 // the argument a setter of the field is given base at
+				if fs := r.setterCall(c); fs != nil && fs.Field == name && fs.Param < len(c.Args) && c.Args[fs.Param] == base {
+					failed := reFailed.MatchString(fs.Value)
+					if fs.Arg >= 0 {
+						failed = fs.Arg < len(c.Args) && isFailedConst(unwrap(c.Args[fs.Arg]))
+					}
+					if !failed {
+						return false // a state other than a failed one
+					}
+					setter = fs.Param
+				}
+				for k, a := range c.Args {
+					if a == base && k != setter {
 						return false // it may set the field
 					}
+				}
+				if setter >= 0 {
+					found, stopped = true, true
 				}
 			case ssa.Value:
 				if x == base {
@@ -461,4 +483,117 @@ func (r *Result) fieldFailedAt(base ssa.Value, field int, at ssa.Instruction) bo
 func (p *Program) invokeStatus(iface *types.Interface, m *types.Func) (string, *StatusWriter) {
 	return agreed(p, iface, m, func(s *MethodSummary) *StatusWriter { return s.Status },
 		func(a, b *StatusWriter) bool { return a.Param == b.Param && a.Field == b.Field })
+}
+
+// fieldSetOf returns the setter summary of fn: the state/status field of
+// one of its pointer parameters stored once, in a block that dominates
+// every return, with a constant or another parameter, the parameter used
+// only to address its fields (given to no call, stored nowhere, so that
+// nothing after the store can change the field again). Nil otherwise.
+func fieldSetOf(fn *ssa.Function) *FieldSet {
+	if len(fn.Blocks) == 0 {
+		return nil
+	}
+	var rets []*ssa.BasicBlock
+	for _, b := range fn.Blocks {
+		if len(b.Instrs) > 0 {
+			if _, ok := b.Instrs[len(b.Instrs)-1].(*ssa.Return); ok {
+				rets = append(rets, b)
+			}
+		}
+	}
+	if len(rets) == 0 {
+		return nil
+	}
+	for i, p := range fn.Params {
+		ptr, ok := p.Type().Underlying().(*types.Pointer)
+		if !ok {
+			continue
+		}
+		st, ok := ptr.Elem().Underlying().(*types.Struct)
+		if !ok {
+			continue
+		}
+		name := stateField(p.Type())
+		if name == "" {
+			continue
+		}
+		field := -1
+		for k := 0; k < st.NumFields(); k++ {
+			if st.Field(k).Name() == name {
+				field = k
+			}
+		}
+		if fs := setterStore(fn, p, field, rets); fs != nil {
+			fs.Param, fs.Field = i, name
+			return fs
+		}
+	}
+	return nil
+}
+
+// setterStore: the one store into field of p, dominating every return,
+// of a constant or a parameter; p used only through FieldAddr.
+func setterStore(fn *ssa.Function, p *ssa.Parameter, field int, rets []*ssa.BasicBlock) *FieldSet {
+	var store *ssa.Store
+	for _, ref := range *p.Referrers() {
+		switch x := ref.(type) {
+		case *ssa.DebugRef:
+		case *ssa.FieldAddr:
+			if x.Field != field {
+				continue
+			}
+			for _, fr := range *x.Referrers() {
+				switch y := fr.(type) {
+				case *ssa.DebugRef:
+				case *ssa.Store:
+					if y.Addr != x || store != nil {
+						return nil
+					}
+					store = y
+				default:
+					return nil // read, or its address taken
+				}
+			}
+		default:
+			return nil // given to a call, stored, compared, ...
+		}
+	}
+	if store == nil {
+		return nil
+	}
+	for _, b := range rets {
+		if !store.Block().Dominates(b) {
+			return nil
+		}
+	}
+	v := unwrap(store.Val)
+	if s, ok := ConstString(v); ok {
+		return &FieldSet{Arg: -1, Value: s}
+	}
+	if a := paramIndex(fn, v); a >= 0 {
+		return &FieldSet{Arg: a}
+	}
+	return nil
+}
+
+// setterCall: the setter summary of the function c calls statically, from
+// this package's summaries or an imported fact.
+func (r *Result) setterCall(c *ssa.CallCommon) *FieldSet {
+	sf := StaticFn(c)
+	if sf == nil {
+		return nil
+	}
+	if s := r.local(sf); s != nil {
+		return s.Sets
+	}
+	o, ok := sf.Object().(*types.Func)
+	if !ok {
+		return nil
+	}
+	var fs FieldSet
+	if r.Pass.ImportObjectFact(o, &fs) {
+		return &fs
+	}
+	return nil
 }

@@ -1,8 +1,8 @@
 // Package tflow holds timeoutfail's cases of a FAILED status written
 // through SQL text held in variables and query structs, and through
 // repository methods given the status as a parameter or as a field of a
-// struct (trepo). Each positive case is followed by its must-not-flag
-// twin.
+// struct (trepo), set directly or through a setter method. Each positive
+// case is followed by its must-not-flag twin.
 package tflow
 
 import (
@@ -171,6 +171,90 @@ func failBySprintf(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payou
 		q := fmt.Sprintf("UPDATE %s SET status = '%s' WHERE reference = $1", payoutsTable, trepo.StatusFailed)
 		db.ExecContext(ctx, q, p.Reference) // want `reaches an action at \S+ that writes a FAILED status`
 		return err
+	}
+	return nil
+}
+
+// 5. The status set through a setter method of the payout (trepo's Fail,
+// Transition), then written through the repository.
+func failBySetter(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Fail(err.Error())
+		return repo.UpdatePayout(ctx, p) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+func failByTransition(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Transition(trepo.StatusFailed)
+		return repo.UpdatePayout(ctx, p) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+// A value struct set through the setter, written by value.
+func failBySetterValue(ctx context.Context, repo *trepo.Repo, pr *Provider, ref string) error {
+	var p trepo.Payout
+	p.Reference = ref
+	if _, err := pr.Pay(ctx, &p); err != nil {
+		p.Fail(err.Error())
+		return repo.Insert(ctx, p) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+// UNKNOWN through the setter: silent.
+func unknownByTransition(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Transition(trepo.StatusUnknown)
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+// FAILED, then a setter of another state: silent.
+func failThenTransition(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Fail(err.Error())
+		p.Transition(trepo.StatusUnknown)
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+// Setters that are not: FAILED on one path only, a status normalized
+// after the store, a hook given the payout after the setter. Silent.
+func failIfBySetter(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout, giveUp bool) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.FailIf(giveUp)
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+func failThenNormalize(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Status = trepo.StatusFailed
+		p.Normalize()
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+func failThenHook(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout, hook func(*trepo.Payout)) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Resolve(trepo.StatusFailed, hook)
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+// The setter, but a method that writes no status: silent.
+func failBySetterAttempt(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Fail(err.Error())
+		return repo.SaveAttempt(ctx, p)
 	}
 	return nil
 }

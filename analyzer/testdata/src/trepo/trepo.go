@@ -76,3 +76,35 @@ func (r *Repo) Insert(ctx context.Context, p Payout) error { // want Insert:`wri
 func (r *Repo) Save(ctx context.Context, p *Payout) error { // want Save:`writes param 2 \(field Status\)`
 	return r.gdb.WithContext(ctx).Save(p).Error
 }
+
+// Fail is a setter: it sets the payout FAILED, with the provider's reason.
+func (p *Payout) Fail(reason string) { // want Fail:`sets field Status of param 0 to "FAILED"`
+	p.Status = StatusFailed
+	p.FailureReason = reason
+}
+
+// Transition is a setter of the state it is given.
+func (p *Payout) Transition(to Status) { // want Transition:`sets field Status of param 0 to param 1`
+	p.Status = to
+}
+
+// FailIf sets FAILED on one path only: not a setter.
+func (p *Payout) FailIf(giveUp bool) {
+	if giveUp {
+		p.Status = StatusFailed
+	}
+}
+
+// Normalize reads the status and may change it: not a setter.
+func (p *Payout) Normalize() {
+	if p.Status == "" {
+		p.Status = StatusPending
+	}
+}
+
+// Resolve sets the status it is given, then hands the payout to a hook,
+// which may set it again: not a setter.
+func (p *Payout) Resolve(to Status, hook func(*Payout)) { // want Resolve:`callsparams\(\[2\]\)`
+	p.Status = to
+	hook(p)
+}
