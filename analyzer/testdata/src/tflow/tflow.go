@@ -258,3 +258,59 @@ func failBySetterAttempt(ctx context.Context, repo *trepo.Repo, pr *Provider, p 
 	}
 	return nil
 }
+
+// 6. The status of an embedded struct (trepo.Transfer embeds a Record),
+// set directly or through the Record's setter, written through the
+// repository's SQL or gorm.
+func failEmbedded(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Status = trepo.StatusFailed
+		return repo.UpdateTransfer(ctx, t) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+func failEmbeddedORM(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Status = trepo.StatusFailed
+		return repo.SaveTransfer(ctx, t) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+func failEmbeddedSetter(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Reject()
+		return repo.UpdateTransfer(ctx, t) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+// UNKNOWN in the embedded struct: silent.
+func unknownEmbedded(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Status = trepo.StatusUnknown
+		return repo.UpdateTransfer(ctx, t)
+	}
+	return nil
+}
+
+// FAILED, then the embedded struct replaced whole or handed to a call
+// that may set it: silent.
+func failEmbeddedReset(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer, fresh trepo.Record) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Status = trepo.StatusFailed
+		t.Record = fresh
+		return repo.UpdateTransfer(ctx, t)
+	}
+	return nil
+}
+
+func failEmbeddedHandedOn(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer, review func(*trepo.Record)) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Status = trepo.StatusFailed
+		review(&t.Record)
+		return repo.UpdateTransfer(ctx, t)
+	}
+	return nil
+}

@@ -108,3 +108,34 @@ func (p *Payout) Resolve(to Status, hook func(*Payout)) { // want Resolve:`calls
 	p.Status = to
 	hook(p)
 }
+
+// Record is what every row holds, its status among it.
+type Record struct {
+	ID     int64
+	Status Status
+}
+
+// Reject is a setter of the record's status.
+func (r *Record) Reject() { // want Reject:`sets field Status of param 0 to "FAILED"`
+	r.Status = StatusFailed
+}
+
+// Transfer embeds a Record: its status is the record's.
+type Transfer struct {
+	Record
+	Reference string
+	Amount    int64
+}
+
+// UpdateTransfer writes the transfer's status, promoted from its Record,
+// into transfers.status.
+func (r *Repo) UpdateTransfer(ctx context.Context, t *Transfer) error { // want UpdateTransfer:`writes param 2 \(field Record.Status\) into transfers.status`
+	_, err := r.pool.Exec(ctx, "UPDATE transfers SET status = $2 WHERE reference = $1", t.Reference, t.Status)
+	return err
+}
+
+// SaveTransfer writes the transfer through gorm, its Record's status
+// included.
+func (r *Repo) SaveTransfer(ctx context.Context, t *Transfer) error { // want SaveTransfer:`writes param 2 \(field Record.Status\)`
+	return r.gdb.WithContext(ctx).Save(t).Error
+}
