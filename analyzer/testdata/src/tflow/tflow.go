@@ -1,5 +1,6 @@
 // Package tflow holds timeoutfail's cases of a FAILED status written
-// through SQL text held in variables and query structs, and through
+// through SQL text held in variables, query structs and squirrel
+// builders, and through
 // repository methods given the status as a parameter or as a field of a
 // struct (trepo), set directly or through a setter method. Each positive
 // case is followed by its must-not-flag twin.
@@ -12,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	sq "github.com/Masterminds/squirrel"
 
 	"trepo"
 )
@@ -45,7 +48,7 @@ func payOut(ctx context.Context, repo *trepo.Repo, providers []*Provider, p *tre
 		if err != nil {
 			p.Status = trepo.StatusFailed
 			p.FailureReason = err.Error()
-			if uerr := repo.UpdatePayout(ctx, p); uerr != nil { // want `the error of \(\*tflow\.Provider\)\.Pay \(called at tflow\.go:44:15;.*reaches an action at \S+ that writes a FAILED status`
+			if uerr := repo.UpdatePayout(ctx, p); uerr != nil { // want `the error of \(\*tflow\.Provider\)\.Pay \(called at tflow\.go:47:15;.*reaches an action at \S+ that writes a FAILED status`
 				return uerr
 			}
 			continue
@@ -311,6 +314,62 @@ func failEmbeddedHandedOn(ctx context.Context, repo *trepo.Repo, pr *Provider, t
 		t.Status = trepo.StatusFailed
 		review(&t.Record)
 		return repo.UpdateTransfer(ctx, t)
+	}
+	return nil
+}
+
+// 7. The FAILED write through a squirrel update builder: run through
+// RunWith, turned into text with ToSql, or built in a variable.
+func failBySquirrel(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		sq.Update("payouts").Set("status", trepo.StatusFailed).Where(sq.Eq{"reference": p.Reference}).RunWith(db).ExecContext(ctx) // want `reaches an action at \S+ that writes a FAILED status`
+		return err
+	}
+	return nil
+}
+
+func failBySquirrelToSQL(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		q, args, qerr := sq.StatementBuilder.PlaceholderFormat(sq.Dollar).Update("payouts").
+			Set("status", "FAILED").Where("reference = ?", p.Reference).ToSql()
+		if qerr != nil {
+			return qerr
+		}
+		db.ExecContext(ctx, q, args...) // want `reaches an action at \S+ that writes a FAILED status`
+		return err
+	}
+	return nil
+}
+
+func failBySquirrelVar(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		b := sq.Update("payouts").Set("status", "FAILED")
+		b = b.Where(sq.Eq{"reference": p.Reference})
+		b.RunWith(db).ExecContext(ctx) // want `reaches an action at \S+ that writes a FAILED status`
+		return err
+	}
+	return nil
+}
+
+// UNKNOWN through the builder, and a status that differs by path: silent.
+func unknownBySquirrel(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		sq.Update("payouts").Set("status", trepo.StatusUnknown).Where(sq.Eq{"reference": p.Reference}).RunWith(db).ExecContext(ctx)
+		return err
+	}
+	return nil
+}
+
+func eitherBySquirrel(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout, giveUp bool) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		b := sq.Update("payouts").Where(sq.Eq{"reference": p.Reference})
+		if giveUp {
+			b = b.Set("status", "FAILED")
+		} else {
+			b = b.Set("status", "UNKNOWN")
+		}
+		b.RunWith(db).ExecContext(ctx)
+		return err
 	}
 	return nil
 }
