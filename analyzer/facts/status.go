@@ -547,8 +547,9 @@ func (r *Result) fieldFailedAt(base ssa.Value, path []int, at ssa.Instruction) b
 				}
 			case ssa.CallInstruction:
 				c := x.Common()
-				setter := -1 // the argument a setter of the field is given the struct at
-				if fs := r.setterCall(c); fs != nil && fs.Field == name && fs.Param < len(c.Args) && addrPath(c.Args[fs.Param], base, path[:last]) {
+				setter := -1            // the argument a setter of the field is given the struct at
+				_, now := x.(*ssa.Call) // not go or defer: those set it later
+				if fs := r.setterCall(c); now && fs != nil && fs.Field == name && fs.Param < len(c.Args) && addrPath(c.Args[fs.Param], base, path[:last]) {
 					failed := reFailed.MatchString(fs.Value)
 					if fs.Arg >= 0 {
 						failed = fs.Arg < len(c.Args) && isFailedConst(unwrap(c.Args[fs.Arg]))

@@ -373,3 +373,21 @@ func eitherBySquirrel(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Pa
 	}
 	return nil
 }
+
+// The setter deferred (it runs after the write) or started in a
+// goroutine: silent.
+func failDeferredSetter(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		defer p.Fail(err.Error())
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+func failSetterInGoroutine(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		go p.Fail(err.Error())
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
