@@ -260,6 +260,12 @@ func (r *Result) SQLOf(c *ssa.CallCommon) (string, bool) {
 	if !sqlMethod(fn) {
 		return "", false
 	}
+	if rulekit.PkgPath(fn) == rulekit.PkgSquirrel { // b.RunWith(db).ExecContext(ctx)
+		if c.IsInvoke() || len(c.Args) == 0 {
+			return "", false
+		}
+		return r.squirrel(c.Args[0], 0)
+	}
 	args := c.Args
 	for _, a := range args {
 		if b, ok := a.Type().Underlying().(*types.Basic); ok && b.Kind() == types.String {

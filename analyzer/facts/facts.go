@@ -88,6 +88,29 @@ func (f *StatusWriter) String() string {
 	return s + " as a status"
 }
 
+// FieldSet marks a setter: a function that sets the state/status field
+// Field of its pointer parameter Param (receiver first) once, on every
+// path that returns, to the constant Value or, when Arg >= 0, to its
+// parameter Arg, and gives that parameter to no call:
+// func (p *Payout) Fail(reason string) { p.Status = StatusFailed; ... }.
+// A caller that sets a struct's status through it, then writes the struct
+// through a status writer, writes that status.
+type FieldSet struct {
+	Param int
+	Field string
+	Arg   int
+	Value string
+}
+
+func (*FieldSet) AFact() {}
+func (f *FieldSet) String() string {
+	s := fmt.Sprintf("sets field %s of param %d to ", f.Field, f.Param)
+	if f.Arg >= 0 {
+		return s + fmt.Sprintf("param %d", f.Arg)
+	}
+	return s + fmt.Sprintf("%q", f.Value)
+}
+
 // TokenDelete marks a function that deletes an idempotency token or record.
 type TokenDelete struct{ Chain []string }
 
@@ -222,7 +245,7 @@ func New(cfg Config) *Facts {
 		Doc:  "computes idemlint's shared facts (network I/O chains, transaction runners, timeout checks, failure actions, token deletes)",
 		FactTypes: []analysis.Fact{
 			new(NetIO), new(TxRunner), new(TimeoutCheck), new(FailAction),
-			new(StatusWriter), new(TokenDelete), new(TokenClaim), new(CallsParams), new(ClosesTx), new(BeginsTx), new(NoReturn),
+			new(StatusWriter), new(FieldSet), new(TokenDelete), new(TokenClaim), new(CallsParams), new(ClosesTx), new(BeginsTx), new(NoReturn),
 		},
 		ResultType: reflect.TypeOf((*Result)(nil)),
 		Run: func(pass *analysis.Pass) (any, error) {

@@ -23,7 +23,10 @@ func TestFacts(t *testing.T) {
 // TestStatusWriters checks the StatusWriter facts of a repository whose
 // methods write a parameter, or a field of one, into a status column
 // through SQL (a local variable's text, $n and ? placeholders) or gorm; a
-// status read only in a WHERE is not written.
+// status read only in a WHERE is not written; a status promoted from an
+// embedded struct is written as its path (Record.Status). Its setters'
+// FieldSet facts too: a method that sets the status on some paths only,
+// reads it, or hands the struct on is not a setter.
 func TestStatusWriters(t *testing.T) {
 	analysistest.Run(t, testdata, facts.New(facts.Config{}).Analyzer, "trepo")
 }

@@ -50,6 +50,7 @@ type Summary struct {
 	Timeout    bool
 	Fail       *Action
 	Status     *StatusWriter // the parameter (or field of one) it writes as a status
+	Sets       *FieldSet     // a setter of a parameter's state/status field
 	TokenDel   *Path
 	Claim      bool // claims an idempotency token atomically
 	Ends       Ends // how it ends the transactions it is given, per path
@@ -92,7 +93,7 @@ func run(pass *analysis.Pass, cfg *Config) (*Result, error) {
 	}
 	r.globals = indexGlobals(r.SSA)
 	for _, fn := range r.SSA.SrcFuncs {
-		r.sums[fn] = &Summary{Runner: -1, CallsParam: map[int]bool{}}
+		r.sums[fn] = &Summary{Runner: -1, CallsParam: map[int]bool{}, Sets: fieldSetOf(fn)}
 	}
 	for round := 0; round < 4; round++ {
 		r.fixpoint()
@@ -1057,6 +1058,9 @@ func (r *Result) export() {
 		}
 		if s.Status != nil {
 			r.Pass.ExportObjectFact(obj, s.Status)
+		}
+		if s.Sets != nil {
+			r.Pass.ExportObjectFact(obj, s.Sets)
 		}
 		if s.TokenDel != nil {
 			r.Pass.ExportObjectFact(obj, &TokenDelete{Chain: s.TokenDel.Chain})

@@ -126,28 +126,75 @@ func paramSlot(fn *ssa.Function, v ssa.Value) (int, string) {
 	if i := paramIndex(fn, v); i >= 0 {
 		return i, ""
 	}
-	var x ssa.Value
-	field := -1
-	switch v := v.(type) {
-	case *ssa.UnOp: // *(&p.Status)
-		if fa, ok := v.X.(*ssa.FieldAddr); ok && v.Op == token.MUL {
-			x, field = fa.X, fa.Field
-		}
-	case *ssa.Field: // p.Status of a struct value
-		x, field = v.X, v.Field
-	}
+	x, path := fieldChain(v)
 	if x == nil {
 		return -1, ""
 	}
 	if i := paramIndex(fn, x); i >= 0 {
-		return i, fieldName(x.Type(), field)
+		return i, path
 	}
 	if a, ok := x.(*ssa.Alloc); ok {
 		if i := spilledParam(fn, a); i >= 0 {
-			return i, fieldName(x.Type(), field)
+			return i, path
 		}
 	}
 	return -1, ""
+}
+
+// fieldChain: v is a field read, *(&p.Status) or p.Status of a struct
+// value, also through structs embedded by value (*(&p.Base.Status)); the
+// struct read from and the field's path ("Status", "Base.Status"). Nil
+// when v is none of these, or a field of a field that is not embedded.
+func fieldChain(v ssa.Value) (ssa.Value, string) {
+	var names []string
+	add := func(t types.Type, i int) bool {
+		if len(names) > 0 && !embeddedField(t, i) {
+			return false
+		}
+		names = append([]string{fieldName(t, i)}, names...)
+		return true
+	}
+	switch u := v.(type) {
+	case *ssa.UnOp: // *(&p.Status)
+		if u.Op != token.MUL {
+			return nil, ""
+		}
+		v = u.X
+		for {
+			fa, ok := v.(*ssa.FieldAddr)
+			if !ok {
+				break
+			}
+			if !add(fa.X.Type(), fa.Field) {
+				return nil, ""
+			}
+			v = fa.X
+		}
+	case *ssa.Field: // p.Status of a struct value
+		for {
+			f, ok := v.(*ssa.Field)
+			if !ok {
+				break
+			}
+			if !add(f.X.Type(), f.Field) {
+				return nil, ""
+			}
+			v = f.X
+		}
+	}
+	if len(names) == 0 {
+		return nil, ""
+	}
+	return v, strings.Join(names, ".")
+}
+
+// embeddedField: field i of the struct t is (or points to) is embedded.
+func embeddedField(t types.Type, i int) bool {
+	if p, ok := t.Underlying().(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	s, ok := t.Underlying().(*types.Struct)
+	return ok && i < s.NumFields() && s.Field(i).Embedded()
 }
 
 // spilledParam: a is the variable of a struct parameter whose fields are
@@ -305,11 +352,16 @@ func ormStatusSink(fn *ssa.Function, c *ssa.CallCommon) *StatusWriter {
 }
 
 // stateField returns the name of the state/status field of the struct t
-// is (or points to), or "".
+// is (or points to), or "". A field promoted from a struct embedded by
+// value (two levels at most) is named by its path: "Base.Status".
 func stateField(t types.Type) string {
 	if p, ok := t.Underlying().(*types.Pointer); ok {
 		t = p.Elem()
 	}
+	return statePath(t, 0)
+}
+
+func statePath(t types.Type, depth int) string {
 	st, ok := t.Underlying().(*types.Struct)
 	if !ok {
 		return ""
@@ -319,7 +371,55 @@ func stateField(t types.Type) string {
 			return st.Field(i).Name()
 		}
 	}
+	if depth >= 2 {
+		return ""
+	}
+	for i := 0; i < st.NumFields(); i++ {
+		if f := st.Field(i); f.Embedded() {
+			if s := statePath(f.Type(), depth+1); s != "" {
+				return f.Name() + "." + s
+			}
+		}
+	}
 	return ""
+}
+
+// fieldPath resolves a field path ("Status", "Base.Status") in the struct
+// t to its field indices.
+func fieldPath(t types.Type, path string) []int {
+	var idx []int
+	for _, name := range strings.Split(path, ".") {
+		st, ok := t.Underlying().(*types.Struct)
+		if !ok {
+			return nil
+		}
+		k := -1
+		for i := 0; i < st.NumFields(); i++ {
+			if st.Field(i).Name() == name {
+				k = i
+			}
+		}
+		if k < 0 {
+			return nil
+		}
+		idx = append(idx, k)
+		t = st.Field(k).Type()
+	}
+	return idx
+}
+
+// addrPath reports whether v is the address of the field at path (or,
+// with a shorter path, of the embedded struct on the way) of the struct
+// base points to: FieldAddr instructions chained from base.
+func addrPath(v, base ssa.Value, path []int) bool {
+	for i := len(path) - 1; i >= 0; i-- {
+		fa, ok := v.(*ssa.FieldAddr)
+		if !ok || fa.Field != path[i] {
+			return false
+		}
+		v = fa.X
+	}
+	return v == base
 }
 
 // failedStatus reports whether the call c gives the status writer sw a
@@ -349,20 +449,11 @@ func (r *Result) failedStatus(c *ssa.CallCommon, sw *StatusWriter, shift int) bo
 	if !ok {
 		return false
 	}
-	st, ok := ptr.Elem().Underlying().(*types.Struct)
-	if !ok {
+	path := fieldPath(ptr.Elem(), sw.Field)
+	if path == nil {
 		return false
 	}
-	field := -1
-	for k := 0; k < st.NumFields(); k++ {
-		if st.Field(k).Name() == sw.Field {
-			field = k
-		}
-	}
-	if field < 0 {
-		return false
-	}
-	return r.fieldFailedAt(base, field, at)
+	return r.fieldFailedAt(base, path, at)
 }
 
 // callInstr returns the instruction of call c, found in the function of
@@ -387,12 +478,15 @@ func callInstr(v ssa.Value, c *ssa.CallCommon) ssa.Instruction {
 	return nil
 }
 
-// fieldFailedAt reports whether every store into field of the struct base
-// points to that reaches at (walking back on every path) sets a
-// failed-like state. A path that reaches the struct's allocation or the
-// function's entry with no store, or passes a call given base, leaves the
-// field unknown: not failed.
-func (r *Result) fieldFailedAt(base ssa.Value, field int, at ssa.Instruction) bool {
+// fieldFailedAt reports whether every store into the field at path (one
+// index, or more through embedded structs) of the struct base points to
+// that reaches at (walking back on every path) sets a failed-like state;
+// a setter (a FieldSet) given the struct that declares the field counts as
+// a store of the value it sets. A path that reaches the struct's
+// allocation or the function's entry with no store, stores the embedded
+// struct whole, or passes any other call given the struct (or the
+// embedded struct), leaves the field unknown: not failed.
+func (r *Result) fieldFailedAt(base ssa.Value, path []int, at ssa.Instruction) bool {
 	type item struct {
 		b   *ssa.BasicBlock
 		end int // instructions before this index
@@ -403,7 +497,27 @@ func (r *Result) fieldFailedAt(base ssa.Value, field int, at ssa.Instruction) bo
 			idx = k
 		}
 	}
-	if idx < 0 {
+	if idx < 0 || len(path) == 0 {
+		return false
+	}
+	name := ""
+	if ptr, ok := base.Type().Underlying().(*types.Pointer); ok {
+		t := ptr.Elem()
+		for _, i := range path {
+			name = fieldName(t, i)
+			if st, ok := t.Underlying().(*types.Struct); ok && i < st.NumFields() {
+				t = st.Field(i).Type()
+			}
+		}
+	}
+	last := len(path) - 1
+	// within: v is base or the address of an embedded struct on the path.
+	within := func(v ssa.Value) bool {
+		for k := 0; k < len(path); k++ {
+			if addrPath(v, base, path[:k]) {
+				return true
+			}
+		}
 		return false
 	}
 	seen := map[*ssa.BasicBlock]bool{}
@@ -416,23 +530,42 @@ func (r *Result) fieldFailedAt(base ssa.Value, field int, at ssa.Instruction) bo
 		for k := it.end - 1; k >= 0 && !stopped; k-- {
 			switch x := it.b.Instrs[k].(type) {
 			case *ssa.Store:
-				if fa, ok := x.Addr.(*ssa.FieldAddr); ok && fa.X == base && fa.Field == field {
+				switch {
+				case addrPath(x.Addr, base, path):
 					if !isFailedConst(unwrap(x.Val)) {
 						return false
 					}
 					found, stopped = true, true
-				} else if x.Addr == base {
-					s, ok := r.structField(x.Val, field, 0)
+				case x.Addr == base && last == 0:
+					s, ok := r.structField(x.Val, path[0], 0)
 					if !ok || !reFailed.MatchString(s) {
 						return false
 					}
 					found, stopped = true, true
+				case within(x.Addr):
+					return false // the struct, or the embedded one, stored whole
 				}
 			case ssa.CallInstruction:
-				for _, a := range x.Common().Args {
-					if a == base {
+				c := x.Common()
+				setter := -1            // the argument a setter of the field is given the struct at
+				_, now := x.(*ssa.Call) // not go or defer: those set it later
+				if fs := r.setterCall(c); now && fs != nil && fs.Field == name && fs.Param < len(c.Args) && addrPath(c.Args[fs.Param], base, path[:last]) {
+					failed := reFailed.MatchString(fs.Value)
+					if fs.Arg >= 0 {
+						failed = fs.Arg < len(c.Args) && isFailedConst(unwrap(c.Args[fs.Arg]))
+					}
+					if !failed {
+						return false // a state other than a failed one
+					}
+					setter = fs.Param
+				}
+				for k, a := range c.Args {
+					if k != setter && within(a) {
 						return false // it may set the field
 					}
+				}
+				if setter >= 0 {
+					found, stopped = true, true
 				}
 			case ssa.Value:
 				if x == base {
@@ -461,4 +594,117 @@ func (r *Result) fieldFailedAt(base ssa.Value, field int, at ssa.Instruction) bo
 func (p *Program) invokeStatus(iface *types.Interface, m *types.Func) (string, *StatusWriter) {
 	return agreed(p, iface, m, func(s *MethodSummary) *StatusWriter { return s.Status },
 		func(a, b *StatusWriter) bool { return a.Param == b.Param && a.Field == b.Field })
+}
+
+// fieldSetOf returns the setter summary of fn: the state/status field of
+// one of its pointer parameters stored once, in a block that dominates
+// every return, with a constant or another parameter, the parameter used
+// only to address its fields (given to no call, stored nowhere, so that
+// nothing after the store can change the field again). Nil otherwise.
+func fieldSetOf(fn *ssa.Function) *FieldSet {
+	if len(fn.Blocks) == 0 {
+		return nil
+	}
+	var rets []*ssa.BasicBlock
+	for _, b := range fn.Blocks {
+		if len(b.Instrs) > 0 {
+			if _, ok := b.Instrs[len(b.Instrs)-1].(*ssa.Return); ok {
+				rets = append(rets, b)
+			}
+		}
+	}
+	if len(rets) == 0 {
+		return nil
+	}
+	for i, p := range fn.Params {
+		ptr, ok := p.Type().Underlying().(*types.Pointer)
+		if !ok {
+			continue
+		}
+		st, ok := ptr.Elem().Underlying().(*types.Struct)
+		if !ok {
+			continue
+		}
+		name := stateField(p.Type())
+		if name == "" || strings.Contains(name, ".") {
+			continue // a promoted field: not summarised
+		}
+		field := -1
+		for k := 0; k < st.NumFields(); k++ {
+			if st.Field(k).Name() == name {
+				field = k
+			}
+		}
+		if fs := setterStore(fn, p, field, rets); fs != nil {
+			fs.Param, fs.Field = i, name
+			return fs
+		}
+	}
+	return nil
+}
+
+// setterStore: the one store into field of p, dominating every return,
+// of a constant or a parameter; p used only through FieldAddr.
+func setterStore(fn *ssa.Function, p *ssa.Parameter, field int, rets []*ssa.BasicBlock) *FieldSet {
+	var store *ssa.Store
+	for _, ref := range *p.Referrers() {
+		switch x := ref.(type) {
+		case *ssa.DebugRef:
+		case *ssa.FieldAddr:
+			if x.Field != field {
+				continue
+			}
+			for _, fr := range *x.Referrers() {
+				switch y := fr.(type) {
+				case *ssa.DebugRef:
+				case *ssa.Store:
+					if y.Addr != x || store != nil {
+						return nil
+					}
+					store = y
+				default:
+					return nil // read, or its address taken
+				}
+			}
+		default:
+			return nil // given to a call, stored, compared, ...
+		}
+	}
+	if store == nil {
+		return nil
+	}
+	for _, b := range rets {
+		if !store.Block().Dominates(b) {
+			return nil
+		}
+	}
+	v := unwrap(store.Val)
+	if s, ok := ConstString(v); ok {
+		return &FieldSet{Arg: -1, Value: s}
+	}
+	if a := paramIndex(fn, v); a >= 0 {
+		return &FieldSet{Arg: a}
+	}
+	return nil
+}
+
+// setterCall: the setter summary of the function c calls statically, from
+// this package's summaries or an imported fact.
+func (r *Result) setterCall(c *ssa.CallCommon) *FieldSet {
+	sf := StaticFn(c)
+	if sf == nil {
+		return nil
+	}
+	if s := r.local(sf); s != nil {
+		return s.Sets
+	}
+	o, ok := sf.Object().(*types.Func)
+	if !ok {
+		return nil
+	}
+	var fs FieldSet
+	if r.Pass.ImportObjectFact(o, &fs) {
+		return &fs
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"go/constant"
 	"go/token"
 	"go/types"
+	"sort"
 	"strings"
 
 	"golang.org/x/tools/go/ssa"
@@ -172,8 +173,132 @@ func (r *Result) stringOf(v ssa.Value, depth int) (string, bool) {
 		return r.load(v, v.X, depth)
 	case *ssa.Field:
 		return r.structField(v.X, v.Field, depth+1)
+	case *ssa.Extract: // query, args, err := b.ToSql()
+		if c, ok := v.Tuple.(*ssa.Call); ok && v.Index == 0 && rulekit.Is(CalleeObj(&c.Call), rulekit.PkgSquirrel, "ToSql") && len(c.Call.Args) == 1 {
+			return r.squirrel(c.Call.Args[0], depth+1)
+		}
 	}
 	return "", false
+}
+
+// squirrel returns the text of a squirrel update or delete builder, rendered as
+// blindupdate renders one written as a chain (see rulekit's builder): the
+// table, each Set's column and constant value (? for any other), each
+// Where's determined text or sq.Eq map with constant keys (in sorted
+// order). SSA follows the builder through variables; a builder that
+// differs by path (a phi), or a method that changes the statement in a
+// way not read here (SetMap, Suffix, ...), is not determined.
+func (r *Result) squirrel(v ssa.Value, depth int) (string, bool) {
+	var sets, wheres []string
+	for n := 0; n < 32; n++ {
+		call, ok := v.(*ssa.Call)
+		if !ok {
+			return "", false
+		}
+		fn := CalleeObj(&call.Call)
+		if rulekit.PkgPath(fn) != rulekit.PkgSquirrel || call.Call.IsInvoke() {
+			return "", false
+		}
+		args := call.Call.Args
+		recv := fn.Type().(*types.Signature).Recv() != nil
+		if recv && len(args) == 0 {
+			return "", false
+		}
+		switch fn.Name() {
+		case "Update":
+			table, ok := r.stringOf(args[len(args)-1], depth+1)
+			if !ok {
+				return "", false
+			}
+			q := "UPDATE " + table + " SET " + strings.Join(sets, ", ")
+			if len(wheres) > 0 {
+				q += " WHERE " + strings.Join(wheres, " AND ")
+			}
+			// sq.Update(t), or StatementBuilder.PlaceholderFormat(..).Update(t):
+			// the statement builder carries no SQL.
+			return q, true
+		case "Delete":
+			table, ok := r.stringOf(args[len(args)-1], depth+1)
+			if !ok || len(sets) > 0 {
+				return "", false
+			}
+			q := "DELETE FROM " + table
+			if len(wheres) > 0 {
+				q += " WHERE " + strings.Join(wheres, " AND ")
+			}
+			return q, true
+		case "Set":
+			if len(args) != 3 {
+				return "", false
+			}
+			col, ok := r.stringOf(args[1], depth+1)
+			if !ok {
+				return "", false
+			}
+			sets = append([]string{col + " = " + sqlValue(args[2])}, sets...)
+		case "Where":
+			if len(args) < 2 {
+				return "", false
+			}
+			w, ok := r.sqWhere(args[1], depth)
+			if !ok {
+				return "", false
+			}
+			wheres = append([]string{w}, wheres...)
+		case "PlaceholderFormat", "RunWith":
+		default:
+			return "", false
+		}
+		v = args[0]
+	}
+	return "", false
+}
+
+// sqlValue renders a value given to a builder: a constant as a SQL
+// literal, anything else as a placeholder.
+func sqlValue(v ssa.Value) string {
+	c, ok := unwrap(v).(*ssa.Const)
+	if !ok || c.Value == nil {
+		return "?"
+	}
+	if c.Value.Kind() == constant.String {
+		return "'" + strings.ReplaceAll(constant.StringVal(c.Value), "'", "''") + "'"
+	}
+	return c.Value.ExactString()
+}
+
+// sqWhere renders a Where predicate: determined text, or an sq.Eq map
+// made in place whose keys are constant.
+func (r *Result) sqWhere(v ssa.Value, depth int) (string, bool) {
+	if s, ok := r.stringOf(v, depth+1); ok {
+		return s, true
+	}
+	m, ok := unwrap(v).(*ssa.MakeMap)
+	if !ok {
+		return "", false
+	}
+	if p, n := rulekit.NamedOf(m.Type()); p != rulekit.PkgSquirrel || n != "Eq" {
+		return "", false
+	}
+	var parts []string
+	for _, ref := range *m.Referrers() {
+		switch x := ref.(type) {
+		case *ssa.MapUpdate:
+			k, ok := ConstString(unwrap(x.Key))
+			if !ok {
+				return "", false
+			}
+			parts = append(parts, k+" = "+sqlValue(x.Value))
+		case *ssa.MakeInterface, *ssa.DebugRef:
+		default:
+			return "", false // read or changed elsewhere
+		}
+	}
+	if len(parts) == 0 {
+		return "", false
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " AND "), true
 }
 
 // load evaluates a load from addr: a package variable, a field of one, or

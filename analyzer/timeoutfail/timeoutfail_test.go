@@ -61,11 +61,16 @@ func TestTimeoutfailORM(t *testing.T) {
 }
 
 // TestTimeoutfailDataFlow: FAILED written through SQL text in a query
-// struct or fmt.Sprintf, and through repository methods of another package
+// struct, fmt.Sprintf or a squirrel update builder (in a chain, through
+// ToSql, in a variable), and through repository methods of another package
 // (trepo) given the status as a parameter or as a field of a struct set
-// before the call; a status set on one path only, a method that writes no
-// status, a status read only in a WHERE are silent. trepo's StatusWriter
-// facts are checked too.
+// before the call, directly or through a setter method (FieldSet), also
+// in an embedded struct (Transfer's Record.Status). Silent: a status set
+// on one path only, by a setter of another state or by a method that is
+// not a setter, an embedded struct replaced or handed on after the store,
+// a method that writes no status, a status read only in a WHERE, a
+// builder whose status differs by path. trepo's facts are checked by
+// analyzer/facts's TestStatusWriters.
 func TestTimeoutfailDataFlow(t *testing.T) {
 	analysistest.Run(t, testdata, timeoutfail.New(timeoutfail.Config{}), "tflow")
 }

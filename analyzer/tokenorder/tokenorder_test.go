@@ -64,8 +64,10 @@ func TestTokenorderORM(t *testing.T) {
 }
 
 // TestTokenorderDataFlow: token deletes and checks whose SQL is built with
-// fmt.Sprintf, held in a package variable or a query struct; a text that
-// differs by path or is rewritten elsewhere is silent.
+// fmt.Sprintf, held in a package variable or a query struct, or by a
+// squirrel delete builder; a text that differs by path or is rewritten
+// elsewhere, a squirrel delete of another table and a squirrel
+// compare-and-set claim are silent.
 func TestTokenorderDataFlow(t *testing.T) {
 	analysistest.Run(t, testdata, tokenorder.New(tokenorder.Config{}), "kflow")
 }

@@ -1,6 +1,6 @@
 // Package kflow holds tokenorder's cases of SQL text held in variables,
-// package variables, fmt.Sprintf and query structs; each positive case is
-// followed by its must-not-flag twin.
+// package variables, fmt.Sprintf, query structs and squirrel builders;
+// each positive case is followed by its must-not-flag twin.
 package kflow
 
 import (
@@ -8,6 +8,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	sq "github.com/Masterminds/squirrel"
 
 	"kb"
 )
@@ -114,6 +116,51 @@ func deleteStmtMaybeThenCharge(ctx context.Context, db *sql.DB, key string, sess
 	}
 	if _, err := db.ExecContext(ctx, s.text, key); err != nil {
 		return err
+	}
+	return kb.Charge(ctx, key)
+}
+
+// 5. The DELETE through a squirrel delete builder, then the effect; the
+// builder's table a token table's or not.
+func deleteBySquirrelThenCharge(ctx context.Context, db *sql.DB, key string) error {
+	if _, err := sq.Delete(tokenTable).Where(sq.Eq{"key": key}).RunWith(db).ExecContext(ctx); err != nil { // want `deleted at \S+ \(\(squirrel\.DeleteBuilder\)\.ExecContext\) before the effect it guards`
+		return err
+	}
+	return kb.Charge(ctx, key)
+}
+
+func deleteBySquirrelToSQLThenCharge(ctx context.Context, db *sql.DB, key string) error {
+	q, args, err := sq.Delete("idempotency_keys").Where("key = ?", key).ToSql()
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, q, args...); err != nil { // want `deleted at \S+ \(\(\*sql\.DB\)\.ExecContext\) before the effect it guards`
+		return err
+	}
+	return kb.Charge(ctx, key)
+}
+
+func deleteSessionBySquirrelThenCharge(ctx context.Context, db *sql.DB, key string) error {
+	if _, err := sq.Delete("sessions").Where(sq.Eq{"key": key}).RunWith(db).ExecContext(ctx); err != nil {
+		return err
+	}
+	return kb.Charge(ctx, key)
+}
+
+// 6. A check, then the claim through a squirrel compare-and-set on the
+// token table whose count is read: atomic, silent.
+func checkThenClaimBySquirrel(ctx context.Context, db *sql.DB, key string) error {
+	var n int
+	db.QueryRowContext(ctx, tokenQueries.find, key).Scan(&n)
+	if n > 0 {
+		return ErrDuplicate
+	}
+	res, err := sq.Update(tokenTable).Set("state", "PROCESSING").Where(sq.Eq{"key": key, "state": "NEW"}).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return err
+	}
+	if c, _ := res.RowsAffected(); c != 1 {
+		return ErrDuplicate
 	}
 	return kb.Charge(ctx, key)
 }

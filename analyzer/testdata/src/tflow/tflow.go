@@ -1,8 +1,9 @@
 // Package tflow holds timeoutfail's cases of a FAILED status written
-// through SQL text held in variables and query structs, and through
+// through SQL text held in variables, query structs and squirrel
+// builders, and through
 // repository methods given the status as a parameter or as a field of a
-// struct (trepo). Each positive case is followed by its must-not-flag
-// twin.
+// struct (trepo), set directly or through a setter method. Each positive
+// case is followed by its must-not-flag twin.
 package tflow
 
 import (
@@ -12,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	sq "github.com/Masterminds/squirrel"
 
 	"trepo"
 )
@@ -45,7 +48,7 @@ func payOut(ctx context.Context, repo *trepo.Repo, providers []*Provider, p *tre
 		if err != nil {
 			p.Status = trepo.StatusFailed
 			p.FailureReason = err.Error()
-			if uerr := repo.UpdatePayout(ctx, p); uerr != nil { // want `the error of \(\*tflow\.Provider\)\.Pay \(called at tflow\.go:44:15;.*reaches an action at \S+ that writes a FAILED status`
+			if uerr := repo.UpdatePayout(ctx, p); uerr != nil { // want `the error of \(\*tflow\.Provider\)\.Pay \(called at tflow\.go:47:15;.*reaches an action at \S+ that writes a FAILED status`
 				return uerr
 			}
 			continue
@@ -171,6 +174,220 @@ func failBySprintf(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payou
 		q := fmt.Sprintf("UPDATE %s SET status = '%s' WHERE reference = $1", payoutsTable, trepo.StatusFailed)
 		db.ExecContext(ctx, q, p.Reference) // want `reaches an action at \S+ that writes a FAILED status`
 		return err
+	}
+	return nil
+}
+
+// 5. The status set through a setter method of the payout (trepo's Fail,
+// Transition), then written through the repository.
+func failBySetter(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Fail(err.Error())
+		return repo.UpdatePayout(ctx, p) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+func failByTransition(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Transition(trepo.StatusFailed)
+		return repo.UpdatePayout(ctx, p) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+// A value struct set through the setter, written by value.
+func failBySetterValue(ctx context.Context, repo *trepo.Repo, pr *Provider, ref string) error {
+	var p trepo.Payout
+	p.Reference = ref
+	if _, err := pr.Pay(ctx, &p); err != nil {
+		p.Fail(err.Error())
+		return repo.Insert(ctx, p) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+// UNKNOWN through the setter: silent.
+func unknownByTransition(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Transition(trepo.StatusUnknown)
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+// FAILED, then a setter of another state: silent.
+func failThenTransition(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Fail(err.Error())
+		p.Transition(trepo.StatusUnknown)
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+// Setters that are not: FAILED on one path only, a status normalized
+// after the store, a hook given the payout after the setter. Silent.
+func failIfBySetter(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout, giveUp bool) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.FailIf(giveUp)
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+func failThenNormalize(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Status = trepo.StatusFailed
+		p.Normalize()
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+func failThenHook(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout, hook func(*trepo.Payout)) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Resolve(trepo.StatusFailed, hook)
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+// The setter, but a method that writes no status: silent.
+func failBySetterAttempt(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		p.Fail(err.Error())
+		return repo.SaveAttempt(ctx, p)
+	}
+	return nil
+}
+
+// 6. The status of an embedded struct (trepo.Transfer embeds a Record),
+// set directly or through the Record's setter, written through the
+// repository's SQL or gorm.
+func failEmbedded(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Status = trepo.StatusFailed
+		return repo.UpdateTransfer(ctx, t) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+func failEmbeddedORM(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Status = trepo.StatusFailed
+		return repo.SaveTransfer(ctx, t) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+func failEmbeddedSetter(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Reject()
+		return repo.UpdateTransfer(ctx, t) // want `reaches an action at \S+ that writes a FAILED status`
+	}
+	return nil
+}
+
+// UNKNOWN in the embedded struct: silent.
+func unknownEmbedded(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Status = trepo.StatusUnknown
+		return repo.UpdateTransfer(ctx, t)
+	}
+	return nil
+}
+
+// FAILED, then the embedded struct replaced whole or handed to a call
+// that may set it: silent.
+func failEmbeddedReset(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer, fresh trepo.Record) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Status = trepo.StatusFailed
+		t.Record = fresh
+		return repo.UpdateTransfer(ctx, t)
+	}
+	return nil
+}
+
+func failEmbeddedHandedOn(ctx context.Context, repo *trepo.Repo, pr *Provider, t *trepo.Transfer, review func(*trepo.Record)) error {
+	if _, err := pr.Pay(ctx, &trepo.Payout{Reference: t.Reference}); err != nil {
+		t.Status = trepo.StatusFailed
+		review(&t.Record)
+		return repo.UpdateTransfer(ctx, t)
+	}
+	return nil
+}
+
+// 7. The FAILED write through a squirrel update builder: run through
+// RunWith, turned into text with ToSql, or built in a variable.
+func failBySquirrel(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		sq.Update("payouts").Set("status", trepo.StatusFailed).Where(sq.Eq{"reference": p.Reference}).RunWith(db).ExecContext(ctx) // want `reaches an action at \S+ that writes a FAILED status`
+		return err
+	}
+	return nil
+}
+
+func failBySquirrelToSQL(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		q, args, qerr := sq.StatementBuilder.PlaceholderFormat(sq.Dollar).Update("payouts").
+			Set("status", "FAILED").Where("reference = ?", p.Reference).ToSql()
+		if qerr != nil {
+			return qerr
+		}
+		db.ExecContext(ctx, q, args...) // want `reaches an action at \S+ that writes a FAILED status`
+		return err
+	}
+	return nil
+}
+
+func failBySquirrelVar(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		b := sq.Update("payouts").Set("status", "FAILED")
+		b = b.Where(sq.Eq{"reference": p.Reference})
+		b.RunWith(db).ExecContext(ctx) // want `reaches an action at \S+ that writes a FAILED status`
+		return err
+	}
+	return nil
+}
+
+// UNKNOWN through the builder, and a status that differs by path: silent.
+func unknownBySquirrel(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		sq.Update("payouts").Set("status", trepo.StatusUnknown).Where(sq.Eq{"reference": p.Reference}).RunWith(db).ExecContext(ctx)
+		return err
+	}
+	return nil
+}
+
+func eitherBySquirrel(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout, giveUp bool) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		b := sq.Update("payouts").Where(sq.Eq{"reference": p.Reference})
+		if giveUp {
+			b = b.Set("status", "FAILED")
+		} else {
+			b = b.Set("status", "UNKNOWN")
+		}
+		b.RunWith(db).ExecContext(ctx)
+		return err
+	}
+	return nil
+}
+
+// The setter deferred (it runs after the write) or started in a
+// goroutine: silent.
+func failDeferredSetter(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		defer p.Fail(err.Error())
+		return repo.UpdatePayout(ctx, p)
+	}
+	return nil
+}
+
+func failSetterInGoroutine(ctx context.Context, repo *trepo.Repo, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		go p.Fail(err.Error())
+		return repo.UpdatePayout(ctx, p)
 	}
 	return nil
 }

@@ -76,3 +76,66 @@ func (r *Repo) Insert(ctx context.Context, p Payout) error { // want Insert:`wri
 func (r *Repo) Save(ctx context.Context, p *Payout) error { // want Save:`writes param 2 \(field Status\)`
 	return r.gdb.WithContext(ctx).Save(p).Error
 }
+
+// Fail is a setter: it sets the payout FAILED, with the provider's reason.
+func (p *Payout) Fail(reason string) { // want Fail:`sets field Status of param 0 to "FAILED"`
+	p.Status = StatusFailed
+	p.FailureReason = reason
+}
+
+// Transition is a setter of the state it is given.
+func (p *Payout) Transition(to Status) { // want Transition:`sets field Status of param 0 to param 1`
+	p.Status = to
+}
+
+// FailIf sets FAILED on one path only: not a setter.
+func (p *Payout) FailIf(giveUp bool) {
+	if giveUp {
+		p.Status = StatusFailed
+	}
+}
+
+// Normalize reads the status and may change it: not a setter.
+func (p *Payout) Normalize() {
+	if p.Status == "" {
+		p.Status = StatusPending
+	}
+}
+
+// Resolve sets the status it is given, then hands the payout to a hook,
+// which may set it again: not a setter.
+func (p *Payout) Resolve(to Status, hook func(*Payout)) { // want Resolve:`callsparams\(\[2\]\)`
+	p.Status = to
+	hook(p)
+}
+
+// Record is what every row holds, its status among it.
+type Record struct {
+	ID     int64
+	Status Status
+}
+
+// Reject is a setter of the record's status.
+func (r *Record) Reject() { // want Reject:`sets field Status of param 0 to "FAILED"`
+	r.Status = StatusFailed
+}
+
+// Transfer embeds a Record: its status is the record's.
+type Transfer struct {
+	Record
+	Reference string
+	Amount    int64
+}
+
+// UpdateTransfer writes the transfer's status, promoted from its Record,
+// into transfers.status.
+func (r *Repo) UpdateTransfer(ctx context.Context, t *Transfer) error { // want UpdateTransfer:`writes param 2 \(field Record.Status\) into transfers.status`
+	_, err := r.pool.Exec(ctx, "UPDATE transfers SET status = $2 WHERE reference = $1", t.Reference, t.Status)
+	return err
+}
+
+// SaveTransfer writes the transfer through gorm, its Record's status
+// included.
+func (r *Repo) SaveTransfer(ctx context.Context, t *Transfer) error { // want SaveTransfer:`writes param 2 \(field Record.Status\)`
+	return r.gdb.WithContext(ctx).Save(t).Error
+}

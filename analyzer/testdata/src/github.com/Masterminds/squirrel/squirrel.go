@@ -1,5 +1,5 @@
 // Package squirrel is a stub of github.com/Masterminds/squirrel's update
-// builder, with the upstream API shapes the rules model.
+// and delete builders, with the upstream API shapes the rules model.
 package squirrel
 
 import (
@@ -62,3 +62,21 @@ func (b UpdateBuilder) Suffix(sql string, args ...interface{}) UpdateBuilder { r
 func (b UpdateBuilder) ToSql() (string, []interface{}, error)                { return "", nil, nil }
 func (b UpdateBuilder) Exec() (sql.Result, error)                            { return nil, nil }
 func (b UpdateBuilder) ExecContext(ctx context.Context) (sql.Result, error)  { return nil, nil }
+
+// Delete begins a DELETE.
+func (b StatementBuilderType) Delete(from string) DeleteBuilder { return DeleteBuilder{} }
+
+// Delete begins a DELETE.
+func Delete(from string) DeleteBuilder { return DeleteBuilder{} }
+
+// DeleteBuilder builds a DELETE.
+type DeleteBuilder struct{ runner BaseRunner }
+
+func (b DeleteBuilder) PlaceholderFormat(f PlaceholderFormat) DeleteBuilder { return b }
+func (b DeleteBuilder) RunWith(runner BaseRunner) DeleteBuilder             { return b }
+func (b DeleteBuilder) Where(pred interface{}, args ...interface{}) DeleteBuilder {
+	return b
+}
+func (b DeleteBuilder) ToSql() (string, []interface{}, error)               { return "", nil, nil }
+func (b DeleteBuilder) Exec() (sql.Result, error)                           { return nil, nil }
+func (b DeleteBuilder) ExecContext(ctx context.Context) (sql.Result, error) { return nil, nil }
