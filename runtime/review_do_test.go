@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/stall"
 	"github.com/idemkit/idem/internal/teststores"
 	"github.com/idemkit/idem/runtime"
 )
@@ -180,19 +181,35 @@ func TestReviewDoLongEffectKeepsLease(t *testing.T) {
 					return "", fmt.Errorf("stopped: %w", context.Cause(ctx))
 				}
 			}}
+		starved := stall.Start()
 		done := make(chan error, 1)
 		go func() { _, err := runtime.Do(ctx, rt, call); done <- err }()
+		var dupErrs []error
 		for i := 0; i < 5; i++ {
 			time.Sleep(200 * time.Millisecond)
 			if _, err := runtime.Do(ctx, rt, call); err != nil && !errors.Is(err, runtime.ErrInProgress) {
-				t.Errorf("duplicate %d: %v", i, err)
+				dupErrs = append(dupErrs, fmt.Errorf("duplicate %d: %w", i, err))
 			}
 		}
-		if err := <-done; err != nil {
-			t.Fatalf("first call: %v", err)
-		}
+		err = <-done
+		// Whatever happened, the effect runs once.
 		if n := effects.Load(); n != 1 {
 			t.Fatalf("effect ran %d times", n)
+		}
+		// A lease of 300 ms is kept by renewals every 100 ms: a process that
+		// did not run for a third of the lease (a machine with every core
+		// busy) loses it to the machine, and the lease rule then stops the
+		// effect (the duplicates are told the outcome is unknown). Only a
+		// process that ran on time must keep it.
+		if worst := starved.Stop(); errors.Is(err, runtime.ErrLeaseLost) && worst >= 100*time.Millisecond {
+			t.Logf("the lease was lost while the process stalled for up to %v (the machine's load): not counted: %v", worst, err)
+			return
+		}
+		for _, e := range dupErrs {
+			t.Error(e)
+		}
+		if err != nil {
+			t.Fatalf("first call: %v", err)
 		}
 	})
 }
