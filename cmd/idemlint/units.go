@@ -20,6 +20,8 @@ import (
 	"sync"
 
 	"golang.org/x/tools/go/analysis"
+
+	"github.com/idemkit/idem/analyzer"
 	"golang.org/x/tools/go/gcexportdata"
 	"golang.org/x/tools/go/types/objectpath"
 
@@ -492,6 +494,9 @@ func (f importerFunc) Import(path string) (*types.Package, error) { return f(pat
 func (d *unitDriver) report(p *listed, a *analysis.Analyzer, fset *token.FileSet, diag analysis.Diagnostic) {
 	pos := fset.Position(diag.Pos)
 	fd := finding{id: p.ImportPath, pkg: strings.TrimSuffix(p.path(), "_test"), rule: a.Name, posn: rel(pos), file: pos.Filename, line: pos.Line, col: pos.Column, msg: diag.Message, start: pos, stop: pos}
+	if reason, ok := strings.CutPrefix(diag.Category, analyzer.SuppressedCategory); ok {
+		fd.suppressed, fd.reason = true, reason
+	}
 	if diag.End.IsValid() {
 		fd.stop = fset.Position(diag.End)
 		fd.end = rel(fd.stop)
@@ -532,8 +537,22 @@ func (d *unitDriver) drop(ids map[string]bool) {
 }
 
 // findings returns the diagnostics, each once (a package and its test
-// variant report the same ones), sorted by position.
-func (d *unitDriver) findings() []finding {
+// variant report the same ones), sorted by position: the findings, and
+// apart those a directive suppressed.
+func (d *unitDriver) findings() (findings, suppressed []finding) {
+	for _, f := range d.all() {
+		if f.suppressed {
+			suppressed = append(suppressed, f)
+		} else {
+			findings = append(findings, f)
+		}
+	}
+	return findings, suppressed
+}
+
+// all returns the diagnostics, suppressed or not, each once, sorted by
+// position.
+func (d *unitDriver) all() []finding {
 	seen := map[string]bool{}
 	var out []finding
 	sort.SliceStable(d.diags, func(i, j int) bool { return d.diags[i].pkg < d.diags[j].pkg })
