@@ -183,11 +183,14 @@ func lint(ctx context.Context, dir string, settings analyzer.Settings, prog *fac
 	if err != nil {
 		return nil, err
 	}
-	return lintListed(pkgs, settings, prog, rules, f, stderr, lap)
+	return lintListed(pkgs, settings, prog, rules, f, stderr, lap, nil, "")
 }
 
-// lintListed is lint on the packages go list gave.
-func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program, rules []*analysis.Analyzer, f *facts.Facts, stderr io.Writer, lap func(string)) (*lintResult, error) {
+// lintListed is lint on the packages go list gave. With a cache (the
+// language server's; its prog is prog), the first pass skips the
+// dependencies whose facts the cache keeps and leaves the cache what it
+// learned of the others (see depCache); modCache is GOMODCACHE.
+func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program, rules []*analysis.Analyzer, f *facts.Facts, stderr io.Writer, lap func(string), cache *depCache, modCache string) (*lintResult, error) {
 	// Packages that do not load (or import one that does not) are not
 	// analyzed; the others are, as go vet would.
 	loadErrs, notAnalyzed := loadErrors(pkgs)
@@ -232,11 +235,18 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 	}
 	prog.SetRoots(rootPaths)
 	d := newUnitDriver(pkgs)
+	if cache != nil {
+		d.skip = cache.reuse(pkgs, d)
+	}
 	names := newNameCheck(f.Config, pkgs)
 	d.pass(first.Analyzer, rules1, func(pkg *types.Package, fset *token.FileSet) {
 		prog.AddTypes(pkg, func(tn *types.TypeName) bool { return skipType(fset, tn) })
 		names.root(pkg)
 	})
+	d.skip = nil
+	if cache != nil {
+		cache.keep(pkgs, d, modCache)
+	}
 	lap("first pass")
 	names.warn(stderr)
 	errs := d.errs

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -123,6 +124,9 @@ type unitDriver struct {
 	failed map[string]bool
 	// only, when set, lists the package IDs to analyze.
 	only map[string]bool
+	// skip lists package IDs not to analyze: their facts are already
+	// there (the language server's depCache).
+	skip map[string]bool
 }
 
 type factKey struct {
@@ -228,13 +232,26 @@ func (d *unitDriver) pass(factsA *analysis.Analyzer, rules []*analysis.Analyzer,
 					<-ch
 				}
 			}
-			if !d.analyzed(p) || d.only != nil && !d.only[p.ImportPath] {
+			if !d.analyzed(p) || d.only != nil && !d.only[p.ImportPath] || d.skip[p.ImportPath] {
 				return
 			}
 			w := max(len(p.Deps), 1)
 			sem.acquire(w)
 			defer sem.release(w)
-			d.unit(p, withRequires(append([]*analysis.Analyzer{factsA}, rules...), p.DepOnly), rules, onRoot)
+			// Labels for IDEMLINT_CPUPROFILE: which pass, and whether the
+			// unit is a named package or a dependency, so that a profile
+			// says what a re-analysis would save by skipping either
+			// (go tool pprof -tagfocus=unit=dep).
+			kind, pass := "root", "1"
+			if p.DepOnly {
+				kind = "dep"
+			}
+			if d.only != nil {
+				pass = "2"
+			}
+			pprof.Do(context.Background(), pprof.Labels("unit", kind, "pass", pass), func(context.Context) {
+				d.unit(p, withRequires(append([]*analysis.Analyzer{factsA}, rules...), p.DepOnly), rules, onRoot)
+			})
 		}(p)
 	}
 	wg.Wait()
