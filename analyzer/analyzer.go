@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem/analyzer/bypass"
 	"github.com/idemkit/idem/analyzer/checkthenact"
 	"github.com/idemkit/idem/analyzer/facts"
+	"github.com/idemkit/idem/analyzer/internal/directive"
 	"github.com/idemkit/idem/analyzer/serverkey"
 	"github.com/idemkit/idem/analyzer/timeoutfail"
 	"github.com/idemkit/idem/analyzer/tokenorder"
@@ -26,6 +27,23 @@ import (
 
 // Rules lists the rule names, in order.
 var Rules = []string{txrpc.Name, timeoutfail.Name, tokenorder.Name, blindupdate.Name, checkthenact.Name, serverkey.Name, bypass.Name}
+
+// ReasonPlaceholder is the reason the language server's "suppress" code
+// action writes into //idemlint:ignore <rule> <reason>, for the user to
+// replace. A directive left with it suppresses, but has no reason: -json
+// and -sarif list the suppression without a justification.
+const ReasonPlaceholder = directive.Placeholder
+
+// SuppressedCategory prefixes the Category of a diagnostic that a
+// directive suppresses, once [KeepSuppressed] is on; the rest of the
+// Category is the directive's reason ("" when it has none).
+const SuppressedCategory = directive.SuppressedCategory
+
+// KeepSuppressed makes the rules report the diagnostics their directives
+// suppress (marked with SuppressedCategory) instead of dropping them, for
+// drivers that list suppressions. It is off by default and for go vet,
+// golangci-lint and analysistest.
+func KeepSuppressed(on bool) { directive.KeepSuppressed(on) }
 
 // Settings configures a suite. The JSON names are the golangci-lint plugin
 // settings.

@@ -47,6 +47,51 @@ type Program struct {
 	impls   map[string][]*namedMethod
 	calls   map[string]map[string]invokedMethod // package path -> interface methods it calls, by text
 	roots   map[string]bool
+	// owned are each package's contributions to named and methods, by
+	// package path, so that Forget can take them back.
+	owned map[string]*contribution
+}
+
+// contribution is what one package (with its test variant) added: the
+// keys of its named types and of its methods' summaries.
+type contribution struct {
+	named, methods map[string]bool
+}
+
+// own returns the contribution of package path; p.mu is held.
+func (p *Program) own(path string) *contribution {
+	c := p.owned[path]
+	if c == nil {
+		c = &contribution{named: map[string]bool{}, methods: map[string]bool{}}
+		p.owned[path] = c
+	}
+	return c
+}
+
+// Forget takes back everything the packages with these paths contributed:
+// their named types (so their methods no longer implement any interface),
+// their methods' summaries and the interface calls they were seen making.
+// A driver that analyzes a changed package again calls Forget, then
+// AddTypes and the first pass on it, before asking anything of the
+// Program: a method or a type deleted since is then gone, and so is what
+// it did. The memoized interface resolutions are dropped, since any of
+// them may have included one of these types.
+func (p *Program) Forget(paths ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, path := range paths {
+		if c := p.owned[path]; c != nil {
+			for k := range c.named {
+				delete(p.named, k)
+			}
+			for k := range c.methods {
+				delete(p.methods, k)
+			}
+			delete(p.owned, path)
+		}
+		delete(p.calls, path)
+	}
+	p.impls = map[string][]*namedMethod{}
 }
 
 // invokedMethod is an interface method a package calls, as text (the
@@ -95,7 +140,7 @@ type MethodSummary struct {
 // NewProgram returns an empty Program.
 func NewProgram() *Program {
 	return &Program{named: map[string]*namedInfo{}, methods: map[string]*MethodSummary{}, impls: map[string][]*namedMethod{},
-		calls: map[string]map[string]invokedMethod{}}
+		calls: map[string]map[string]invokedMethod{}, owned: map[string]*contribution{}}
 }
 
 func qual(p *types.Package) string { return p.Path() }
@@ -167,6 +212,7 @@ func (p *Program) AddTypes(pkg *types.Package, skip func(*types.TypeName) bool) 
 		}
 		p.mu.Lock()
 		p.named[pkg.Path()+"."+name] = info
+		p.own(pkg.Path()).named[pkg.Path()+"."+name] = true
 		p.mu.Unlock()
 	}
 }
@@ -253,6 +299,9 @@ func (p *Program) record(fn *types.Func, s *MethodSummary) {
 	}
 	p.mu.Lock()
 	p.methods[k] = s
+	if fn.Pkg() != nil {
+		p.own(fn.Pkg().Path()).methods[k] = true
+	}
 	p.mu.Unlock()
 }
 

@@ -152,3 +152,116 @@ func TestInvokeRunnerPromoted(t *testing.T) {
 		t.Errorf("with a non-runner: invokeRunner = %d, want -1", got)
 	}
 }
+
+// checkPkg type-checks one file as package path, importing the packages
+// given.
+func checkPkg(t *testing.T, path, src string, imports map[string]*types.Package) *types.Package {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path+".go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imp := importerFunc(func(p string) (*types.Package, error) { return imports[p], nil })
+	pkg, err := (&types.Config{Importer: imp}).Check(path, fset, []*ast.File{f}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkg
+}
+
+type importerFunc func(string) (*types.Package, error)
+
+func (f importerFunc) Import(p string) (*types.Package, error) { return f(p) }
+
+// addPkg adds pkg to p as the first pass does: its types, a summary for
+// each of its methods (network I/O for those named in net), and its calls
+// of the interface methods of iface.
+func addPkg(p *Program, pkg *types.Package, net map[string]bool, iface *types.Interface) {
+	p.AddTypes(pkg, nil)
+	for _, name := range pkg.Scope().Names() {
+		tn, ok := pkg.Scope().Lookup(name).(*types.TypeName)
+		if !ok {
+			continue
+		}
+		n, ok := tn.Type().(*types.Named)
+		if !ok {
+			continue
+		}
+		for i := 0; i < n.NumMethods(); i++ {
+			fn := n.Method(i)
+			s := &MethodSummary{Runner: -1}
+			if net[name+"."+fn.Name()] {
+				s.Net = &NetIO{Chain: []string{"http.Post"}, Leaf: pkg.Path() + ".go:1:1"}
+			}
+			p.record(fn, s)
+		}
+	}
+	if iface != nil {
+		p.invoked(pkg.Path(), iface, iface.Method(0))
+	}
+}
+
+// TestForget: a package analyzed again after Forget contributes only what
+// it declares now. A deleted method, a type that no longer implements the
+// interface and a method that stopped doing I/O all disappear, in the
+// resolution of another package's interface call too; the other
+// packages' contributions stay.
+func TestForget(t *testing.T) {
+	api := checkPkg(t, "api", "package api\n\ntype N interface{ Notify(msg string) error }\n", nil)
+	it := api.Scope().Lookup("N").Type().Underlying().(*types.Interface)
+	m := it.Method(0)
+	imports := map[string]*types.Package{"api": api}
+	const other = "package other\n\ntype Mail struct{}\n\nfunc (*Mail) Notify(msg string) error { return nil }\n"
+	for _, tc := range []struct {
+		name, after string
+		net         map[string]bool
+		wantImpls   string // implementations of N after the edit
+		wantNet     string // the implementation invokeNet names after it
+	}{
+		{"method deleted", "package impl\n\ntype HTTP struct{}\n", nil, "(*other.Mail).Notify", ""},
+		{"no longer implements", "package impl\n\ntype HTTP struct{}\n\nfunc (*HTTP) Notify(msg string, n int) error { return nil }\n", map[string]bool{"HTTP.Notify": true}, "(*other.Mail).Notify", ""},
+		{"no longer does I/O", "package impl\n\ntype HTTP struct{}\n\nfunc (*HTTP) Notify(msg string) error { return nil }\n", nil, "(*impl.HTTP).Notify (*other.Mail).Notify", ""},
+		{"type renamed", "package impl\n\ntype Web struct{}\n\nfunc (*Web) Notify(msg string) error { return nil }\n", map[string]bool{"Web.Notify": true}, "(*impl.Web).Notify (*other.Mail).Notify", "(*impl.Web).Notify"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewProgram()
+			p.SetRoots([]string{"api", "impl", "other", "caller"})
+			before := checkPkg(t, "impl", "package impl\n\ntype HTTP struct{}\n\nfunc (*HTTP) Notify(msg string) error { return nil }\n", imports)
+			addPkg(p, before, map[string]bool{"HTTP.Notify": true}, it)
+			addPkg(p, checkPkg(t, "other", other, imports), nil, nil)
+			p.invoked("caller", it, m)
+			if impl, _ := p.invokeNet(it, m); impl != "(*impl.HTTP).Notify" {
+				t.Fatalf("before the edit: invokeNet = %q, want (*impl.HTTP).Notify", impl)
+			}
+			if !p.Resolves("caller") || !p.Resolves("impl") {
+				t.Fatal("before the edit: caller and impl should resolve to I/O")
+			}
+
+			p.Forget("impl")
+			if p.Resolves("impl") {
+				t.Error("impl's interface calls survive Forget")
+			}
+			addPkg(p, checkPkg(t, "impl", tc.after, imports), tc.net, nil)
+			var impls []string
+			for _, nm := range p.implementations(it, m) {
+				impls = append(impls, nm.display)
+			}
+			if got := strings.Join(impls, " "); got != tc.wantImpls {
+				t.Errorf("implementations = %q, want %q", got, tc.wantImpls)
+			}
+			if impl, _ := p.invokeNet(it, m); impl != tc.wantNet {
+				t.Errorf("invokeNet = %q, want %q", impl, tc.wantNet)
+			}
+			if got := p.Resolves("caller"); got != (tc.wantNet != "") {
+				t.Errorf("Resolves(caller) = %v, want %v", got, tc.wantNet != "")
+			}
+			if p.summary("impl.HTTP.Notify") != nil && !strings.Contains(tc.after, "func (*HTTP) Notify(") {
+				t.Errorf("the summary of a method no longer declared survives: %+v", p.summary("impl.HTTP.Notify"))
+			}
+			if p.summary("other.Mail.Notify") == nil {
+				t.Error("Forget(impl) took other's summary")
+			}
+		})
+	}
+}

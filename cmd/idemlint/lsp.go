@@ -76,7 +76,7 @@ func serveLSP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		headlines[a.Name] = first
 	}
-	l := &lspLinter{last: map[string]lspRun{}}
+	l := &lspLinter{last: map[string]lspRun{}, deps: map[string]*depCache{}}
 	err := lsp.Serve(context.Background(), stdin, stdout, lsp.Config{
 		Lint:     l.lint,
 		Headline: func(rule string) string { return headlines[rule] },
@@ -95,8 +95,9 @@ func serveLSP(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // while none of the analysis's inputs changed.
 type lspLinter struct {
 	mu         sync.Mutex
-	last       map[string]lspRun // by directory
-	modCache   string            // GOMODCACHE: files there never change
+	last       map[string]lspRun    // by directory
+	deps       map[string]*depCache // by directory
+	modCache   string               // GOMODCACHE: files there never change
 	modCacheOK bool
 }
 
@@ -134,7 +135,21 @@ func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessag
 		opts.Tests = o.Tests
 	}
 	tests := opts.Tests == nil || *opts.Tests
-	prog := facts.NewProgram()
+	key, err := l.fingerprint(nil, settings, opts.Patterns, tests)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	cache := l.deps[dir]
+	if cache == nil || cache.key != key {
+		cache = &depCache{key: key, prog: facts.NewProgram()}
+	}
+	// Taken out while it runs: a run that fails leaves no half-updated
+	// cache behind.
+	delete(l.deps, dir)
+	modCache := l.modCache
+	l.mu.Unlock()
+	prog := cache.prog
 	rules, f, err := analyzer.NewSuite(settings, facts.Config{Program: prog})
 	if err != nil {
 		return nil, err
@@ -149,16 +164,22 @@ func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessag
 	}
 	l.mu.Lock()
 	last, ok := l.last[dir]
+	if ok && last.inputs == inputs {
+		l.deps[dir] = cache // not run: as it was
+	}
 	l.mu.Unlock()
 	if ok && last.inputs == inputs {
 		rep := toReport(last.res)
 		rep.Reused = true
 		return rep, nil
 	}
-	res, err := lintListed(pkgs, settings, prog, rules, f, io.Discard, func(string) {})
+	res, err := lintListed(pkgs, settings, prog, rules, f, io.Discard, func(string) {}, cache, modCache)
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
+	l.deps[dir] = cache
+	l.mu.Unlock()
 	if res.roots == 0 {
 		return nil, fmt.Errorf("no packages matched %v", opts.Patterns)
 	}

@@ -121,6 +121,9 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 			defer pprof.StopCPUProfile()
 		}
 	}
+	// -json and -sarif list what the directives suppress, with their
+	// reasons; the text output and the exit status ignore it.
+	analyzer.KeepSuppressed(*asJSON || *asSARIF)
 	res, err := lint(context.Background(), "", settings, prog, rules, f, patterns, *tests, stderr, lap)
 	if err != nil {
 		fmt.Fprintln(stderr, "idemlint:", err)
@@ -134,9 +137,9 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 	failed := len(loadErrs) > 0
 	defer reportNotAnalyzed(stderr, notAnalyzed)
 	if *asJSON || *asSARIF {
-		print := func() error { return printJSON(stdout, findings) }
+		print := func() error { return printJSON(stdout, findings, res.suppressed) }
 		if *asSARIF {
-			print = func() error { return printSARIF(stdout, rules, findings, loadErrs) }
+			print = func() error { return printSARIF(stdout, rules, findings, res.suppressed, loadErrs) }
 		}
 		if err := print(); err != nil {
 			fmt.Fprintln(stderr, "idemlint:", err)
@@ -161,6 +164,7 @@ func run(settings analyzer.Settings, args []string, stdout, stderr io.Writer) in
 type lintResult struct {
 	roots       int // the packages the patterns matched
 	findings    []finding
+	suppressed  []finding         // what a //idemlint:ignore directive suppressed (-json, -sarif)
 	loadErrs    []string          // "pos: message", each once
 	notAnalyzed []string          // the named packages not analyzed, by ID
 	dirs        map[string]string // package ID -> directory
@@ -179,11 +183,14 @@ func lint(ctx context.Context, dir string, settings analyzer.Settings, prog *fac
 	if err != nil {
 		return nil, err
 	}
-	return lintListed(pkgs, settings, prog, rules, f, stderr, lap)
+	return lintListed(pkgs, settings, prog, rules, f, stderr, lap, nil, "")
 }
 
-// lintListed is lint on the packages go list gave.
-func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program, rules []*analysis.Analyzer, f *facts.Facts, stderr io.Writer, lap func(string)) (*lintResult, error) {
+// lintListed is lint on the packages go list gave. With a cache (the
+// language server's; its prog is prog), the first pass skips the
+// dependencies whose facts the cache keeps and leaves the cache what it
+// learned of the others (see depCache); modCache is GOMODCACHE.
+func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program, rules []*analysis.Analyzer, f *facts.Facts, stderr io.Writer, lap func(string), cache *depCache, modCache string) (*lintResult, error) {
 	// Packages that do not load (or import one that does not) are not
 	// analyzed; the others are, as go vet would.
 	loadErrs, notAnalyzed := loadErrors(pkgs)
@@ -228,11 +235,18 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 	}
 	prog.SetRoots(rootPaths)
 	d := newUnitDriver(pkgs)
+	if cache != nil {
+		d.skip = cache.reuse(pkgs, d)
+	}
 	names := newNameCheck(f.Config, pkgs)
 	d.pass(first.Analyzer, rules1, func(pkg *types.Package, fset *token.FileSet) {
 		prog.AddTypes(pkg, func(tn *types.TypeName) bool { return skipType(fset, tn) })
 		names.root(pkg)
 	})
+	d.skip = nil
+	if cache != nil {
+		cache.keep(pkgs, d, modCache)
+	}
 	lap("first pass")
 	names.warn(stderr)
 	errs := d.errs
@@ -277,7 +291,8 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 	for _, p := range pkgs {
 		dirs[p.ImportPath] = p.Dir
 	}
-	return &lintResult{roots: roots, findings: d.findings(), loadErrs: loadErrs, notAnalyzed: notAnalyzed, dirs: dirs}, nil
+	findings, suppressed := d.findings()
+	return &lintResult{roots: roots, findings: findings, suppressed: suppressed, loadErrs: loadErrs, notAnalyzed: notAnalyzed, dirs: dirs}, nil
 }
 
 // reportNotAnalyzed names the packages that were not analyzed, last, so
@@ -342,6 +357,10 @@ type finding struct {
 	line, col int
 	msg       string
 	related   []related
+	// suppressed: a //idemlint:ignore directive suppresses the finding,
+	// giving reason ("" when it has none: the code action's placeholder).
+	suppressed bool
+	reason     string
 	// start and stop are the span, as positions (the language server's
 	// ranges); fixes are the analyzer's suggested fixes.
 	start, stop token.Position
@@ -384,9 +403,19 @@ func printText(w io.Writer, fs []finding) {
 	}
 }
 
+// jsonSuppressed is the key under which -json lists, per package, the
+// diagnostics that directives suppress.
+const jsonSuppressed = "idemlint:ignore"
+
 // printJSON writes the go/analysis JSON tree (package -> rule ->
 // diagnostics), each finding once.
-func printJSON(w io.Writer, fs []finding) error {
+//
+// The diagnostics a //idemlint:ignore directive suppresses are listed
+// apart, under the key "idemlint:ignore" of their package (not a rule: a
+// consumer that counts a rule's findings does not count them), each with
+// its rule as category and the directive's reason as justification; a
+// directive left with the code action's placeholder has no justification.
+func printJSON(w io.Writer, fs, suppressed []finding) error {
 	type jsonRelated struct {
 		Posn    string `json:"posn"`
 		Message string `json:"message"`
@@ -397,17 +426,25 @@ func printJSON(w io.Writer, fs []finding) error {
 		End      string        `json:"end,omitempty"`
 		Message  string        `json:"message"`
 		Related  []jsonRelated `json:"related,omitempty"`
+		// Justification is a suppression's reason.
+		Justification string `json:"justification,omitempty"`
 	}
 	tree := map[string]map[string][]jsonDiag{}
-	for _, f := range fs {
+	add := func(f finding, key string) {
 		if tree[f.pkg] == nil {
 			tree[f.pkg] = map[string][]jsonDiag{}
 		}
-		d := jsonDiag{Category: f.rule, Posn: f.posn, End: f.end, Message: f.msg}
+		d := jsonDiag{Category: f.rule, Posn: f.posn, End: f.end, Message: f.msg, Justification: f.reason}
 		for _, r := range f.related {
 			d.Related = append(d.Related, jsonRelated{r.posn, r.msg})
 		}
-		tree[f.pkg][f.rule] = append(tree[f.pkg][f.rule], d)
+		tree[f.pkg][key] = append(tree[f.pkg][key], d)
+	}
+	for _, f := range fs {
+		add(f, f.rule)
+	}
+	for _, f := range suppressed {
+		add(f, jsonSuppressed)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "\t")

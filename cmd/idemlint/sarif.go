@@ -58,6 +58,15 @@ type (
 		Message          sarifMessage    `json:"message"`
 		Locations        []sarifLocation `json:"locations"`
 		RelatedLocations []sarifLocation `json:"relatedLocations,omitempty"`
+		Suppressions     []sarifSuppress `json:"suppressions,omitempty"`
+	}
+	// sarifSuppress is a result's suppression: an in-source directive,
+	// "accepted" with its reason as justification, or "underReview" with
+	// none when the reason is still the code action's placeholder.
+	sarifSuppress struct {
+		Kind          string `json:"kind"`
+		Status        string `json:"status"`
+		Justification string `json:"justification,omitempty"`
 	}
 	sarifLocation struct {
 		ID               *int          `json:"id,omitempty"`
@@ -99,7 +108,13 @@ func ruleHelp(name string) string {
 // working directory are relative to SRCROOT (the working directory), so
 // that GitHub code scanning, run from the repository root, places them.
 // loadErrs, when any, mark the run as not fully successful.
-func printSARIF(w io.Writer, rules []*analysis.Analyzer, fs []finding, loadErrs []string) error {
+//
+// A diagnostic that a //idemlint:ignore directive suppresses is a result
+// with an inSource suppression (GitHub code scanning shows it as
+// dismissed): its status is "accepted" and its justification the
+// directive's reason, or "underReview" without a justification when the
+// reason is the code action's placeholder.
+func printSARIF(w io.Writer, rules []*analysis.Analyzer, fs, suppressed []finding, loadErrs []string) error {
 	run := sarifRun{
 		Tool:        sarifTool{Driver: sarifDriver{Name: "idemlint", InformationURI: repoURL + "/blob/main/docs/idemlint.md", Rules: []sarifRule{}}},
 		Invocations: []sarifInvocation{{ExecutionSuccessful: len(loadErrs) == 0}},
@@ -123,7 +138,7 @@ func printSARIF(w io.Writer, rules []*analysis.Analyzer, fs []finding, loadErrs 
 		run.Invocations[0].ToolExecutionNotifications = append(run.Invocations[0].ToolExecutionNotifications,
 			sarifNotification{Level: "error", Message: sarifMessage{e}})
 	}
-	for _, f := range fs {
+	for _, f := range append(fs[:len(fs):len(fs)], suppressed...) {
 		r := sarifResult{
 			RuleID: f.rule, RuleIndex: index[f.rule], Level: "warning",
 			Message:   sarifMessage{f.msg},
@@ -132,6 +147,13 @@ func printSARIF(w io.Writer, rules []*analysis.Analyzer, fs []finding, loadErrs 
 		for i, rel := range f.related {
 			id := i + 1
 			r.RelatedLocations = append(r.RelatedLocations, sarifLocation{ID: &id, PhysicalLocation: physical(rel.posn, ""), Message: &sarifMessage{rel.msg}})
+		}
+		if f.suppressed {
+			s := sarifSuppress{Kind: "inSource", Status: "accepted", Justification: f.reason}
+			if f.reason == "" {
+				s.Status = "underReview"
+			}
+			r.Suppressions = []sarifSuppress{s}
 		}
 		run.Results = append(run.Results, r)
 	}

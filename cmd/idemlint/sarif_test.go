@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -144,6 +145,97 @@ func TestSARIFSchema(t *testing.T) {
 			}
 			if txrpc != 1 {
 				t.Errorf("%d txrpc results, want 1:\n%s", txrpc, stdout)
+			}
+		})
+	}
+}
+
+// TestSuppressionListed (txrpc only: the module's timeoutfail finding is
+// not suppressed): a finding that //idemlint:ignore suppresses is
+// not reported (exit 0, no text) and is listed by -json (under
+// "idemlint:ignore", with the reason as justification) and -sarif (a
+// result with an inSource suppression); a directive left with the code
+// action's placeholder suppresses too, but neither output gives it a
+// justification, and SARIF marks it underReview rather than accepted.
+func TestSuppressionListed(t *testing.T) {
+	s := loadSARIFSchema(t)
+	bin := buildIdemlint(t)
+	const at = "\tif err := notify(ctx, id); err != nil {"
+	for _, tc := range []struct {
+		name, reason, justification, status string
+	}{
+		{"reason", "the gateway dedupes on id", "the gateway dedupes on id", "accepted"},
+		{"placeholder", "TODO: say why this is safe", "", "underReview"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := strings.Replace(bad, at, "\t//idemlint:ignore txrpc "+tc.reason+"\n"+at, 1)
+			dir := writeModule(t, src)
+			if stdout, stderr, code := run(t, dir, bin, "-txrpc", "./..."); code != 0 || strings.Contains(stderr, "txrpc") {
+				t.Fatalf("text: exit %d, want 0 and no finding\n%s%s", code, stdout, stderr)
+			}
+
+			stdout, stderr, code := run(t, dir, bin, "-txrpc", "-json", "./...")
+			if code != 0 {
+				t.Fatalf("-json: exit %d\n%s", code, stderr)
+			}
+			var tree map[string]map[string][]struct {
+				Category, Posn, Justification string
+			}
+			if err := json.Unmarshal([]byte(stdout), &tree); err != nil {
+				t.Fatalf("-json: %v\n%s", err, stdout)
+			}
+			pkg := tree["example.com/shop/shop"]
+			if len(pkg["txrpc"]) != 0 {
+				t.Errorf("-json lists the suppressed finding as a txrpc finding:\n%s", stdout)
+			}
+			sup := pkg["idemlint:ignore"]
+			if len(sup) != 1 || sup[0].Category != "txrpc" || !strings.HasSuffix(sup[0].Posn, "shop.go:20:12") {
+				t.Fatalf("-json suppressed = %+v, want the txrpc call at shop.go:20:12\n%s", sup, stdout)
+			}
+			if sup[0].Justification != tc.justification {
+				t.Errorf("-json justification %q, want %q", sup[0].Justification, tc.justification)
+			}
+			if tc.justification == "" && strings.Contains(stdout, "justification") {
+				t.Errorf("-json gives the placeholder a justification:\n%s", stdout)
+			}
+
+			stdout, stderr, code = run(t, dir, bin, "-txrpc", "-sarif", "./...")
+			if code != 0 {
+				t.Fatalf("-sarif: exit %d\n%s", code, stderr)
+			}
+			doc, err := decodeJSON([]byte(stdout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := s.validate(doc); len(errs) > 0 {
+				t.Fatalf("-sarif output violates the SARIF 2.1.0 schema:\n%s\n%s", strings.Join(errs, "\n"), stdout)
+			}
+			var log struct {
+				Runs []struct {
+					Results []struct {
+						RuleID       string
+						Suppressions []map[string]string
+					}
+				}
+			}
+			if err := json.Unmarshal([]byte(stdout), &log); err != nil {
+				t.Fatal(err)
+			}
+			var got []map[string]string
+			for _, r := range log.Runs[0].Results {
+				if r.RuleID == "txrpc" {
+					if len(r.Suppressions) != 1 {
+						t.Fatalf("txrpc result without its suppression:\n%s", stdout)
+					}
+					got = append(got, r.Suppressions[0])
+				}
+			}
+			want := map[string]string{"kind": "inSource", "status": tc.status}
+			if tc.justification != "" {
+				want["justification"] = tc.justification
+			}
+			if len(got) != 1 || fmt.Sprint(got[0]) != fmt.Sprint(want) {
+				t.Errorf("-sarif txrpc suppressions %v, want [%v]", got, want)
 			}
 		})
 	}

@@ -15,11 +15,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
 
 	"golang.org/x/tools/go/analysis"
+
+	"github.com/idemkit/idem/analyzer"
 	"golang.org/x/tools/go/gcexportdata"
 	"golang.org/x/tools/go/types/objectpath"
 
@@ -121,6 +124,9 @@ type unitDriver struct {
 	failed map[string]bool
 	// only, when set, lists the package IDs to analyze.
 	only map[string]bool
+	// skip lists package IDs not to analyze: their facts are already
+	// there (the language server's depCache).
+	skip map[string]bool
 }
 
 type factKey struct {
@@ -226,13 +232,26 @@ func (d *unitDriver) pass(factsA *analysis.Analyzer, rules []*analysis.Analyzer,
 					<-ch
 				}
 			}
-			if !d.analyzed(p) || d.only != nil && !d.only[p.ImportPath] {
+			if !d.analyzed(p) || d.only != nil && !d.only[p.ImportPath] || d.skip[p.ImportPath] {
 				return
 			}
 			w := max(len(p.Deps), 1)
 			sem.acquire(w)
 			defer sem.release(w)
-			d.unit(p, withRequires(append([]*analysis.Analyzer{factsA}, rules...), p.DepOnly), rules, onRoot)
+			// Labels for IDEMLINT_CPUPROFILE: which pass, and whether the
+			// unit is a named package or a dependency, so that a profile
+			// says what a re-analysis would save by skipping either
+			// (go tool pprof -tagfocus=unit=dep).
+			kind, pass := "root", "1"
+			if p.DepOnly {
+				kind = "dep"
+			}
+			if d.only != nil {
+				pass = "2"
+			}
+			pprof.Do(context.Background(), pprof.Labels("unit", kind, "pass", pass), func(context.Context) {
+				d.unit(p, withRequires(append([]*analysis.Analyzer{factsA}, rules...), p.DepOnly), rules, onRoot)
+			})
 		}(p)
 	}
 	wg.Wait()
@@ -492,6 +511,9 @@ func (f importerFunc) Import(path string) (*types.Package, error) { return f(pat
 func (d *unitDriver) report(p *listed, a *analysis.Analyzer, fset *token.FileSet, diag analysis.Diagnostic) {
 	pos := fset.Position(diag.Pos)
 	fd := finding{id: p.ImportPath, pkg: strings.TrimSuffix(p.path(), "_test"), rule: a.Name, posn: rel(pos), file: pos.Filename, line: pos.Line, col: pos.Column, msg: diag.Message, start: pos, stop: pos}
+	if reason, ok := strings.CutPrefix(diag.Category, analyzer.SuppressedCategory); ok {
+		fd.suppressed, fd.reason = true, reason
+	}
 	if diag.End.IsValid() {
 		fd.stop = fset.Position(diag.End)
 		fd.end = rel(fd.stop)
@@ -532,8 +554,22 @@ func (d *unitDriver) drop(ids map[string]bool) {
 }
 
 // findings returns the diagnostics, each once (a package and its test
-// variant report the same ones), sorted by position.
-func (d *unitDriver) findings() []finding {
+// variant report the same ones), sorted by position: the findings, and
+// apart those a directive suppressed.
+func (d *unitDriver) findings() (findings, suppressed []finding) {
+	for _, f := range d.all() {
+		if f.suppressed {
+			suppressed = append(suppressed, f)
+		} else {
+			findings = append(findings, f)
+		}
+	}
+	return findings, suppressed
+}
+
+// all returns the diagnostics, suppressed or not, each once, sorted by
+// position.
+func (d *unitDriver) all() []finding {
 	seen := map[string]bool{}
 	var out []finding
 	sort.SliceStable(d.diags, func(i, j int) bool { return d.diags[i].pkg < d.diags[j].pkg })

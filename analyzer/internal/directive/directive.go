@@ -4,6 +4,9 @@
 //
 // on the line of a diagnostic or on the line above it. The reason is
 // required: a directive without one suppresses nothing and is reported.
+// A directive whose reason is still [Placeholder] (as the editor's
+// "suppress" code action writes it) suppresses, but gives no reason: a
+// driver that keeps suppressed diagnostics (see [KeepSuppressed]) says so.
 package directive
 
 import (
@@ -12,11 +15,40 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/tools/go/analysis"
 )
 
 const prefix = "//idemlint:ignore"
+
+// Placeholder is the reason the language server's "suppress" code action
+// writes, for the user to replace. It is not a reason.
+const Placeholder = "TODO: say why this is safe"
+
+// SuppressedCategory prefixes the Category of a suppressed diagnostic
+// when suppressed diagnostics are kept; the rest is the directive's
+// reason, empty when it has none (the placeholder).
+const SuppressedCategory = "idemlint:ignore "
+
+var keep atomic.Bool
+
+// KeepSuppressed makes every Reporter report the diagnostics a directive
+// suppresses instead of dropping them, with a Category of
+// SuppressedCategory and the reason. A driver that lists suppressions
+// (idemlint -json, -sarif) turns it on; analysistest and the go vet and
+// golangci-lint drivers never do, and see suppressed diagnostics dropped.
+func KeepSuppressed(on bool) { keep.Store(on) }
+
+// Reason returns the reason a directive's text gives: "" for the
+// placeholder, left as the code action wrote it.
+func Reason(text string) string {
+	text = strings.TrimSpace(text)
+	if strings.HasPrefix(text, Placeholder) {
+		return ""
+	}
+	return text
+}
 
 type key struct {
 	file string
@@ -27,7 +59,7 @@ type key struct {
 type Reporter struct {
 	pass    *analysis.Pass
 	rule    string
-	ignored map[key]bool
+	ignored map[key]string // the reason, by directive line
 	seen    map[token.Pos]bool
 	calls   map[token.Pos]*ast.CallExpr
 	// NoRelated drops related positions (see facts.Config.NoRelated).
@@ -37,7 +69,7 @@ type Reporter struct {
 // New scans the pass's files for directives naming rule, reports those
 // without a reason, and returns a Reporter for rule.
 func New(pass *analysis.Pass, rule string) *Reporter {
-	r := &Reporter{pass: pass, rule: rule, ignored: map[key]bool{}, seen: map[token.Pos]bool{}}
+	r := &Reporter{pass: pass, rule: rule, ignored: map[key]string{}, seen: map[token.Pos]bool{}}
 	for _, f := range pass.Files {
 		for _, cg := range f.Comments {
 			for _, c := range cg.List {
@@ -79,13 +111,26 @@ func (r *Reporter) scan(c *ast.Comment) {
 		return
 	}
 	p := r.pass.Fset.Position(c.Pos())
-	r.ignored[key{p.Filename, p.Line}] = true
+	reason := strings.TrimSpace(rest)
+	reason = strings.TrimSpace(strings.TrimPrefix(reason, fields[0]))
+	r.ignored[key{p.Filename, p.Line}] = Reason(reason)
 }
 
 // Ignored reports whether a diagnostic at pos is suppressed.
 func (r *Reporter) Ignored(pos token.Pos) bool {
+	_, ok := r.suppressed(pos)
+	return ok
+}
+
+// suppressed returns the reason of the directive that suppresses a
+// diagnostic at pos, and whether one does.
+func (r *Reporter) suppressed(pos token.Pos) (string, bool) {
 	p := r.pass.Fset.Position(pos)
-	return r.ignored[key{p.Filename, p.Line}] || r.ignored[key{p.Filename, p.Line - 1}]
+	if reason, ok := r.ignored[key{p.Filename, p.Line}]; ok {
+		return reason, true
+	}
+	reason, ok := r.ignored[key{p.Filename, p.Line - 1}]
+	return reason, ok
 }
 
 // Report reports d unless it is suppressed or a diagnostic was already
@@ -93,11 +138,15 @@ func (r *Reporter) Ignored(pos token.Pos) bool {
 // SSA puts calls) is widened to the whole call, so that editors underline
 // it: Pos is the call's start and End its end.
 func (r *Reporter) Report(d analysis.Diagnostic) {
-	if r.Ignored(d.Pos) || r.seen[d.Pos] {
+	reason, ignored := r.suppressed(d.Pos)
+	if ignored && !keep.Load() || r.seen[d.Pos] {
 		return
 	}
 	r.seen[d.Pos] = true
 	d.Category = r.rule
+	if ignored {
+		d.Category = SuppressedCategory + reason
+	}
 	if r.NoRelated {
 		d.Related = nil
 	}

@@ -19,3 +19,19 @@ func TestDistance(t *testing.T) {
 		}
 	}
 }
+
+// TestReason: the code action's placeholder, alone or followed by more
+// text, is no reason; anything else is.
+func TestReason(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{Placeholder, ""},
+		{"  " + Placeholder + " ", ""},
+		{Placeholder + " later", ""},
+		{"the gateway dedupes on id", "the gateway dedupes on id"},
+		{"TODO: check with payments", "TODO: check with payments"},
+	} {
+		if got := Reason(c.text); got != c.want {
+			t.Errorf("Reason(%q) = %q, want %q", c.text, got, c.want)
+		}
+	}
+}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+
+	"github.com/idemkit/idem/analyzer"
 )
 
 // reasonPlaceholder is the reason the suppress action writes, for the
 // user to replace.
-const reasonPlaceholder = "TODO: say why this is safe"
+const reasonPlaceholder = analyzer.ReasonPlaceholder
 
 // codeAction answers textDocument/codeAction once the file's module is
 // analyzed: for each finding in the range, "suppress with
@@ -22,6 +24,7 @@ func (s *server) codeAction(ctx context.Context, raw json.RawMessage) (any, *rpc
 	if err != nil {
 		return nil, &rpcError{codeInvalidParams, err.Error()}
 	}
+	s.remember(path, p.TextDocument.URI)
 	if len(p.Context.Only) > 0 {
 		ok := false
 		for _, k := range p.Context.Only {
@@ -79,7 +82,7 @@ func (s *server) codeAction(ctx context.Context, raw json.RawMessage) (any, *rpc
 		for _, fx := range f.Fixes {
 			changes := map[string][]textEdit{}
 			for _, e := range fx.Edits {
-				uri := pathToURI(e.Span.File)
+				uri := s.uriOf(e.Span.File)
 				changes[uri] = append(changes[uri], textEdit{Range: conv.lspRange(e.Span), NewText: e.NewText})
 			}
 			actions = append(actions, codeAction{

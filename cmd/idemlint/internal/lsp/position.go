@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -95,8 +97,25 @@ func goModSpan(msg, gomod string) Span {
 	return Span{File: gomod, Line: 1, Col: 1}
 }
 
-// uriToPath returns the absolute path of a file: URI.
-func uriToPath(uri string) (string, error) {
+// onWindows: file paths are Windows paths (a drive letter or a UNC
+// share, backslashes).
+var onWindows = runtime.GOOS == "windows"
+
+// uriToPath returns the absolute path of a file: URI on this machine.
+func uriToPath(uri string) (string, error) { return uriToPathOS(uri, onWindows) }
+
+// pathToURI is the file: URI of an absolute path on this machine. The
+// server answers with the URI the client used for a file when it knows
+// it (see server.uriOf): this is the spelling for files it never named.
+func pathToURI(path string) string { return pathToURIOS(path, onWindows) }
+
+// uriToPathOS returns the absolute path of a file: URI, as a Windows path
+// when windows is set: "file:///C:/a/b.go", "file:///c%3A/a/b.go" (VS
+// Code's spelling, the drive colon percent-encoded) and "file:///c:/a/b.go"
+// are all C:\a\b.go (the drive letter upper-cased, as gopls does, so that
+// the three name one file), and "file://host/share/b.go" is the UNC path
+// \\host\share\b.go. Elsewhere the URI's path is the file's path.
+func uriToPathOS(uri string, windows bool) (string, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
 		return "", fmt.Errorf("invalid URI %q: %w", uri, err)
@@ -104,14 +123,42 @@ func uriToPath(uri string) (string, error) {
 	if u.Scheme != "file" {
 		return "", fmt.Errorf("URI %q: only file: URIs are served", uri)
 	}
-	p := filepath.FromSlash(u.Path)
-	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("URI %q: not an absolute path", uri)
+	if !windows {
+		if u.Host != "" && u.Host != "localhost" {
+			return "", fmt.Errorf("URI %q: a file on another host (%s)", uri, u.Host)
+		}
+		p := filepath.FromSlash(u.Path)
+		if !filepath.IsAbs(p) {
+			return "", fmt.Errorf("URI %q: not an absolute path", uri)
+		}
+		return filepath.Clean(p), nil
 	}
-	return filepath.Clean(p), nil
+	p := u.Path // decoded: %3A is ':'
+	switch {
+	case u.Host != "" && u.Host != "localhost":
+		if len(p) < 2 || p[0] != '/' {
+			return "", fmt.Errorf("URI %q: no share on host %s", uri, u.Host)
+		}
+		return `\\` + u.Host + strings.ReplaceAll(path.Clean(p), "/", `\`), nil
+	case len(p) >= 3 && p[0] == '/' && isDrive(p[1]) && p[2] == ':' && (len(p) == 3 || p[3] == '/'):
+		clean := path.Clean("/" + p[3:]) // the path on the drive, from its root
+		return strings.ToUpper(p[1:2]) + ":" + strings.ReplaceAll(clean, "/", `\`), nil
+	}
+	return "", fmt.Errorf("URI %q: not an absolute Windows path (no drive letter or share)", uri)
 }
 
-// pathToURI is the file: URI of an absolute path.
-func pathToURI(path string) string {
-	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(path)}).String()
+// pathToURIOS is the file: URI of an absolute path, a Windows path when
+// windows is set ("C:\a\b.go" is "file:///C:/a/b.go", a UNC path
+// "\\host\share\b.go" is "file://host/share/b.go").
+func pathToURIOS(p string, windows bool) string {
+	if !windows {
+		return (&url.URL{Scheme: "file", Path: filepath.ToSlash(p)}).String()
+	}
+	slash := strings.ReplaceAll(p, `\`, "/")
+	if host, rest, ok := strings.Cut(strings.TrimPrefix(slash, "//"), "/"); ok && strings.HasPrefix(slash, "//") {
+		return (&url.URL{Scheme: "file", Host: host, Path: "/" + rest}).String()
+	}
+	return (&url.URL{Scheme: "file", Path: "/" + slash}).String()
 }
+
+func isDrive(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }

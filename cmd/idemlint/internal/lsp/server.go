@@ -49,6 +49,28 @@ type server struct {
 	published map[string]string  // files with diagnostics shown -> module root
 	inflight  map[string]context.CancelFunc
 	nextID    int
+	// uris are the URIs the client named files with, by path: the server
+	// answers in the client's spelling (a Windows client may write the
+	// drive "c%3A" or "C:"; some compare URIs as strings).
+	uris map[string]string
+}
+
+// remember records the URI the client names path with.
+func (s *server) remember(path, uri string) {
+	s.mu.Lock()
+	s.uris[path] = uri
+	s.mu.Unlock()
+}
+
+// uriOf is the URI of path: the client's own spelling when it named the
+// file, else pathToURI's.
+func (s *server) uriOf(path string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if uri, ok := s.uris[path]; ok {
+		return uri
+	}
+	return pathToURI(path)
 }
 
 // module is the analysis state of one module.
@@ -88,6 +110,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		modules:   map[string]*module{},
 		published: map[string]string{},
 		inflight:  map[string]context.CancelFunc{},
+		uris:      map[string]string{},
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	defer s.stop()
@@ -340,6 +363,7 @@ func (s *server) notify(method string, raw json.RawMessage) {
 			bad(err)
 			return
 		}
+		s.remember(path, p.TextDocument.URI)
 		switch method {
 		case "textDocument/didOpen":
 			s.mu.Lock()
@@ -658,7 +682,7 @@ func (s *server) publish(m *module) {
 	}
 	s.mu.Unlock()
 	for _, p := range paths {
-		s.sendNotification("textDocument/publishDiagnostics", publishDiagnosticsParams{URI: pathToURI(p), Diagnostics: byFile[p]})
+		s.sendNotification("textDocument/publishDiagnostics", publishDiagnosticsParams{URI: s.uriOf(p), Diagnostics: byFile[p]})
 	}
 }
 
@@ -681,7 +705,7 @@ func (s *server) findingDiagnostic(conv *converter, f Finding) diagnostic {
 	}
 	for _, r := range f.Related {
 		d.RelatedInformation = append(d.RelatedInformation, relatedInformation{
-			Location: location{URI: pathToURI(r.Span.File), Range: conv.lspRange(r.Span)},
+			Location: location{URI: s.uriOf(r.Span.File), Range: conv.lspRange(r.Span)},
 			Message:  r.Message,
 		})
 	}

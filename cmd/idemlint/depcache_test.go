@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/analyzer"
+	"github.com/idemkit/idem/analyzer/facts"
+)
+
+// The module cache of TestDepCacheEdits: a dependency that does network
+// I/O.
+const depSrc = `package dep
+
+import (
+	"context"
+	"net/http"
+)
+
+// Notify posts to the gateway.
+func Notify(ctx context.Context, id string) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", "https://pay.example/n?id="+id, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// Client is Notify as a method: its summary is in the Program.
+type Client struct{}
+
+func (*Client) Notify(ctx context.Context, id string) error { return Notify(ctx, id) }
+`
+
+const apiSrc = `package api
+
+import "context"
+
+type Notifier interface{ Notify(ctx context.Context, id string) error }
+`
+
+// implSrc implements api.Notifier over dep.Notify (body is the method's).
+const implSrc = `package impl
+
+import (
+	"context"
+
+	"example.com/dep"
+)
+
+type Gateway struct{}
+
+func (*Gateway) Notify(ctx context.Context, id string) error { %s }
+`
+
+// shopSrc calls dep.Notify directly (CALL) and through the interface
+// inside a transaction.
+const shopSrc = `package shop
+
+import (
+	"context"
+	"database/sql"
+
+	"example.com/app/api"
+	"example.com/dep"
+)
+
+var _ = dep.Notify
+
+func Charge(ctx context.Context, db *sql.DB, n api.Notifier, id string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "UPDATE payments SET state='PROCESSING' WHERE id=$1", id); err != nil {
+		return err
+	}
+	%s
+	_ = n.Notify(ctx, id)
+	return tx.Commit()
+}
+`
+
+// TestDepCacheEdits drives the language server's linter through a
+// sequence of edits and checks after each that its findings equal a fresh
+// run of the command's driver: the dependency's facts come from the cache
+// from the second run on (it must not be analyzed again, and what it does
+// must still be seen), and the module's own packages are forgotten in the
+// kept facts.Program and analyzed again, so that a deleted implementation
+// leaves no finding behind.
+func TestDepCacheEdits(t *testing.T) {
+	t.Setenv("GOWORK", "off")
+	t.Setenv("GOFLAGS", "")
+	root := t.TempDir()
+	cacheDir := filepath.Join(root, "modcache")
+	app := filepath.Join(root, "app")
+	write := func(files map[string]string) {
+		t.Helper()
+		for name, content := range files {
+			p := filepath.Join(root, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(map[string]string{
+		"modcache/example.com/dep@v1.0.0/go.mod": "module example.com/dep\n\ngo 1.26\n",
+		"modcache/example.com/dep@v1.0.0/dep.go": depSrc,
+		"app/go.mod":                             "module example.com/app\n\ngo 1.26\n\nrequire example.com/dep v1.0.0\n\nreplace example.com/dep => ../modcache/example.com/dep@v1.0.0\n",
+		"app/api/api.go":                         apiSrc,
+		"app/impl/impl.go":                       fmt.Sprintf(implSrc, "return dep.Notify(ctx, id)"),
+		"app/shop/shop.go":                       fmt.Sprintf(shopSrc, "_ = dep.Notify(ctx, id)"),
+	})
+	l := &lspLinter{last: map[string]lspRun{}, deps: map[string]*depCache{}, modCache: cacheDir, modCacheOK: true}
+	ctx := context.Background()
+
+	findings := func(fs []finding) []string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, fmt.Sprintf("%s:%d %s", filepath.Base(f.file), f.line, f.rule))
+		}
+		slices.Sort(out)
+		return out
+	}
+	fresh := func() []string {
+		t.Helper()
+		prog := facts.NewProgram()
+		rules, f, err := analyzer.NewSuite(analyzer.Settings{}, facts.Config{Program: prog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := lint(ctx, app, analyzer.Settings{}, prog, rules, f, []string{"./..."}, true, io.Discard, func(string) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return findings(res.findings)
+	}
+	step := func(name string, wantReused bool, must ...string) {
+		t.Helper()
+		if _, err := l.lint(ctx, app, nil); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got := findings(l.last[app].res.findings)
+		want := fresh()
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s: the server found\n\t%s\nthe command\n\t%s", name, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+		}
+		for _, m := range must {
+			if !slices.Contains(want, m) {
+				t.Errorf("%s: the command does not find %q (the test is wrong): %q", name, m, want)
+			}
+		}
+		if c := l.deps[app]; c == nil || c.reused["example.com/dep"] != wantReused {
+			t.Errorf("%s: example.com/dep's facts reused: %v, want %v", name, c != nil && c.reused["example.com/dep"], wantReused)
+		}
+	}
+	direct, viaIface := "shop.go:22 txrpc", "shop.go:23 txrpc"
+
+	step("first run", false, direct, viaIface)
+	write(map[string]string{"app/shop/shop.go": fmt.Sprintf(shopSrc, "// moved out")})
+	step("call moved out of the transaction", true, viaIface)
+	write(map[string]string{"app/shop/shop.go": fmt.Sprintf(shopSrc, "_ = dep.Notify(ctx, id)")})
+	step("call moved back in", true, direct, viaIface)
+	write(map[string]string{"app/impl/impl.go": fmt.Sprintf(implSrc, "return nil")})
+	step("the implementation stops doing I/O", true, direct)
+	write(map[string]string{"app/impl/impl.go": "package impl\n\ntype Gateway struct{}\n"})
+	step("the implementation's method deleted", true, direct)
+	write(map[string]string{"app/impl/web.go": "package impl\n\nimport (\n\t\"context\"\n\n\t\"example.com/dep\"\n)\n\ntype Web struct{}\n\nfunc (*Web) Notify(ctx context.Context, id string) error { return dep.Notify(ctx, id) }\n"})
+	step("a file with a new implementation created", true, direct, viaIface)
+	if err := os.Remove(filepath.Join(app, "impl", "web.go")); err != nil {
+		t.Fatal(err)
+	}
+	step("that file deleted", true, direct)
+	write(map[string]string{"app/wrap/wrap.go": "package wrap\n\nimport \"example.com/dep\"\n\n// Wrapped implements api.Notifier with dep's method.\ntype Wrapped struct{ *dep.Client }\n"})
+	step("a package embedding the dependency's type created", true, direct, viaIface)
+	if err := os.RemoveAll(filepath.Join(app, "wrap")); err != nil {
+		t.Fatal(err)
+	}
+	step("that package deleted", true, direct)
+}
