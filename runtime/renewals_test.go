@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/stall"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/memstore"
 )
@@ -62,6 +63,7 @@ func TestRenewalsQuickCallsArmNothing(t *testing.T) {
 			return 0, context.Cause(ctx)
 		}
 	}
+	starved := stall.Start()
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	for i := range 3 {
@@ -77,8 +79,18 @@ func TestRenewalsQuickCallsArmNothing(t *testing.T) {
 			t.Errorf("a slow call: %v", err)
 		}
 	}
-	if n := store.renewals.Load(); n < 3*6 {
-		t.Errorf("%d renewals for three calls of three leases each, want at least 18 (every lease/3)", n)
+	// Every lease/3, three leases: 8 renewals a call on time, 6 asked. A
+	// process that did not run for a third of the lease (every core busy
+	// with other work) renews less often, late; it must still renew each
+	// call often enough to keep its lease (the errors above), at least
+	// twice in three leases.
+	want := int64(3 * 6)
+	if worst := starved.Stop(); worst >= lease/3 {
+		t.Logf("the process stalled for up to %v (the machine's load): asking 2 renewals a call, not 6", worst)
+		want = 3 * 2
+	}
+	if n := store.renewals.Load(); n < want {
+		t.Errorf("%d renewals for three calls of three leases each, want at least %d (every lease/3)", n, want)
 	}
 	if n, _ := runtime.RenewalsScheduled(rt); n != 0 {
 		t.Errorf("%d heartbeats still scheduled after the calls", n)

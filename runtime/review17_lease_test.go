@@ -340,6 +340,7 @@ func TestReview17ManyCallsOneTimer(t *testing.T) {
 	starved := stall.Start()
 	var runs [n]atomic.Int32
 	var lost, failed atomic.Int32
+	var lostKey [n]atomic.Bool
 	call := func(i int) runtime.Call[reviewReq, string] {
 		// Leases of 150 to 450ms lost renewals on a CI machine whose two
 		// cores were busy with other packages' tests: a round that starts
@@ -368,6 +369,7 @@ func TestReview17ManyCallsOneTimer(t *testing.T) {
 			if _, err := runtime.Do(ctx, rt, call(i)); err != nil {
 				if errors.Is(err, runtime.ErrLeaseLost) {
 					lost.Add(1)
+					lostKey[i].Store(true)
 				} else {
 					failed.Add(1)
 				}
@@ -379,6 +381,23 @@ func TestReview17ManyCallsOneTimer(t *testing.T) {
 	dups.Add(1)
 	go func() {
 		defer dups.Done()
+		// Duplicates start once every call has claimed its key and runs
+		// its effect (on a loaded machine the last of 300 goroutines may
+		// start long after the first): a duplicate that came first would
+		// claim the key itself and tell the call it is in progress.
+		for started := 0; started < n; {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			started = 0
+			for i := range n {
+				if runs[i].Load() > 0 {
+					started++
+				}
+			}
+		}
 		for {
 			select {
 			case <-stop:
@@ -393,21 +412,24 @@ func TestReview17ManyCallsOneTimer(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	dups.Wait()
-	twice := 0
-	for i := range n {
-		if runs[i].Load() != 1 {
-			twice++
-		}
-	}
 	// A lease is lost to the machine, not to the shared timer, when the
 	// process did not run for a third of the shortest lease (600 ms): a
 	// renewal due at a third of the lease then starts near its safe end.
-	// On a machine that ran the test without such a stall, every lease
-	// must hold.
+	// Its effect was stopped, and a duplicate may run it again (no Query:
+	// the at-least-once window the README describes). On a machine that
+	// ran the test without such a stall, every lease must hold and every
+	// effect run once.
 	worst := starved.Stop()
-	if lost.Load() != 0 && worst >= 200*time.Millisecond {
+	excused := lost.Load() != 0 && worst >= 200*time.Millisecond
+	if excused {
 		t.Logf("%d calls lost their lease while the process stalled for up to %v (the machine's load): not counted", lost.Load(), worst)
 		lost.Store(0)
+	}
+	twice := 0
+	for i := range n {
+		if r := runs[i].Load(); r != 1 && !(excused && lostKey[i].Load() && r == 2) {
+			twice++
+		}
 	}
 	if lost.Load() != 0 || failed.Load() != 0 || twice != 0 {
 		t.Fatalf("%d calls lost their lease (longest scheduler stall %v), %d failed otherwise, %d effects ran other than once", lost.Load(), worst, failed.Load(), twice)
