@@ -135,6 +135,21 @@ type MethodSummary struct {
 	// Via are the interface methods it calls (a decorator's), whose
 	// implementations may do what it is not seen doing itself.
 	Via []invokedMethod
+	// Spawns are the interface methods called by the goroutines it starts
+	// (through functions of its own package): the work it hands off,
+	// which the first pass cannot resolve.
+	Spawns []spawnedCall
+}
+
+// spawnedCall is an interface method called in a goroutine that a method
+// starts: at is where the goroutine starts, chain the functions of the
+// method's package from the goroutine's function to the one that calls
+// display (the interface method's name in messages).
+type spawnedCall struct {
+	invokedMethod
+	at      string
+	chain   []string
+	display string
 }
 
 // NewProgram returns an empty Program.
@@ -434,6 +449,17 @@ func (p *Program) judgeNet(want map[string]string, method string, onPath map[str
 		for _, v := range s.Via {
 			if via, f := p.judgeNet(v.want, v.name, onPath); f != nil && net == nil {
 				netImpl, net = impl.display, &NetIO{Chain: append([]string{v.name, via}, f.Chain...), Leaf: f.Leaf, Handoff: f.Handoff}
+			}
+		}
+		// A goroutine it starts whose work does network I/O: a hand-off
+		// (the worker's network call, rather than the channel feeding it).
+		for _, sp := range s.Spawns {
+			if net != nil {
+				break
+			}
+			if via, f := p.judgeNet(sp.want, sp.name, onPath); f != nil {
+				chain := append(append(append([]string{}, sp.chain...), sp.display, via), f.Chain...)
+				netImpl, net = impl.display, &NetIO{Chain: chain, Leaf: f.Leaf, Handoff: "a goroutine started at " + sp.at}
 			}
 		}
 		if s.MayIO != nil && may == nil {

@@ -1035,6 +1035,7 @@ func (r *Result) export() {
 				ms.Net = &NetIO{Chain: s.Net.Chain, Leaf: s.Net.Leaf, Handoff: s.Net.Handoff}
 			} else {
 				ms.Via = invokedBy(fn) // a decorator's (see judgeNet, delegates)
+				ms.Spawns = r.spawnedBy(fn)
 			}
 			if s.MayIO != nil {
 				ms.MayIO = &NetIO{Chain: s.MayIO.Chain, Leaf: s.MayIO.Leaf, Handoff: s.MayIO.Handoff}
@@ -1205,6 +1206,81 @@ func invokedBy(fn *ssa.Function) []invokedMethod {
 		}
 	}
 	visit(fn)
+	return out
+}
+
+// spawnedBy returns the interface methods called by the goroutines that fn
+// starts (go g(..), g a function of fn's package), found through the
+// static calls of g within the package (a worker's Run calling a
+// Webhook's Trigger): the first pass cannot resolve them, judgeNet does.
+func (r *Result) spawnedBy(fn *ssa.Function) []spawnedCall {
+	var out []spawnedCall
+	seen := map[string]bool{}
+	var starts func(f *ssa.Function)
+	starts = func(f *ssa.Function) {
+		for _, b := range f.Blocks {
+			for _, instr := range b.Instrs {
+				g, ok := instr.(*ssa.Go)
+				if !ok {
+					continue
+				}
+				if sf := StaticFn(g.Common()); sf != nil && sf.Pkg == fn.Pkg {
+					out = r.invokedUnder(sf, r.PosString(g.Pos()), out, seen)
+				}
+			}
+		}
+		for _, af := range f.AnonFuncs {
+			starts(af)
+		}
+	}
+	starts(fn)
+	return out
+}
+
+// invokedUnder appends to out the interface methods called by g or by the
+// functions of its package it calls (breadth first, each function once,
+// up to 8 calls deep), with the chain of functions that leads to each.
+func (r *Result) invokedUnder(g *ssa.Function, at string, out []spawnedCall, seen map[string]bool) []spawnedCall {
+	type item struct {
+		fn    *ssa.Function
+		chain []string
+	}
+	visited := map[*ssa.Function]bool{g: true}
+	queue := []item{{g, []string{DisplayName(g)}}}
+	for len(queue) > 0 {
+		it := queue[0]
+		queue = queue[1:]
+		var walk func(f *ssa.Function)
+		walk = func(f *ssa.Function) {
+			for _, b := range f.Blocks {
+				for _, instr := range b.Instrs {
+					ci, ok := instr.(ssa.CallInstruction)
+					if !ok {
+						continue
+					}
+					c := ci.Common()
+					if iface := ifaceOf(c); iface != nil {
+						want := ifaceText(iface)
+						k := wantKey(want) + "|" + c.Method.Name()
+						if !seen[k] {
+							seen[k] = true
+							out = append(out, spawnedCall{invokedMethod: invokedMethod{want: want, name: c.Method.Name()},
+								at: at, chain: it.chain, display: FuncName(c.Method)})
+						}
+						continue
+					}
+					if sf := StaticFn(c); sf != nil && sf.Pkg == g.Pkg && !visited[sf] && len(it.chain) < 8 {
+						visited[sf] = true
+						queue = append(queue, item{sf, append(append([]string{}, it.chain...), DisplayName(sf))})
+					}
+				}
+			}
+			for _, af := range f.AnonFuncs {
+				walk(af)
+			}
+		}
+		walk(it.fn)
+	}
 	return out
 }
 

@@ -156,9 +156,15 @@ func report(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, pos
 		what = fmt.Sprintf("a goroutine started at %s runs %s, which may do network I/O,", res.PosString(rep.Start(pos)), p.Chain[0])
 	}
 	leaf := p.Chain[len(p.Chain)-1]
+	// A channel send is where the work is handed off, not a network call
+	// (the worker that receives it is out of sight).
+	sent := strings.HasPrefix(leaf, "a send on a channel")
 	chain := ""
 	if len(p.Chain) > 1 {
 		chain = fmt.Sprintf(" (%s, leaf call %s at %s)", p.String(), leaf, p.Leaf)
+		if sent {
+			chain = fmt.Sprintf(" (%s, at %s)", p.String(), p.Leaf)
+		}
 	} else if p.Leaf != "" && p.LeafPos != pos {
 		chain = fmt.Sprintf(" (at %s)", p.Leaf)
 	}
@@ -182,8 +188,12 @@ func report(pass *analysis.Pass, res *facts.Result, rep *directive.Reporter, pos
 		d.Related = append(d.Related, analysis.RelatedInformation{Pos: site.Pos, Message: began})
 	}
 	switch {
+	case p.LeafPos.IsValid() && p.LeafPos != pos && sent:
+		d.Related = append(d.Related, analysis.RelatedInformation{Pos: p.LeafPos, Message: "work handed off here: " + leaf})
 	case p.LeafPos.IsValid() && p.LeafPos != pos:
 		d.Related = append(d.Related, analysis.RelatedInformation{Pos: p.LeafPos, Message: "leaf network call: " + leaf})
+	case p.Decl.IsValid() && len(p.Chain) > 1 && sent:
+		d.Related = append(d.Related, analysis.RelatedInformation{Pos: p.Decl, Message: fmt.Sprintf("%s is declared here; it hands work off (%s) at %s", p.Chain[0], leaf, p.Leaf)})
 	case p.Decl.IsValid() && len(p.Chain) > 1:
 		d.Related = append(d.Related, analysis.RelatedInformation{Pos: p.Decl, Message: fmt.Sprintf("%s is declared here; its leaf network call %s is at %s", p.Chain[0], leaf, p.Leaf)})
 	}

@@ -1,7 +1,9 @@
 package main_test
 
 import (
+	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idem/internal/modtest"
@@ -49,5 +51,89 @@ func lintLabelled(t *testing.T, dir, rule string, wantN, negatives int) {
 	_, notes := compare(want, findings(t, stdout))
 	for _, n := range notes {
 		t.Error(n)
+	}
+}
+
+// TestHandoffs lints analyzer/testdata/mod/hooks with the command: a
+// webhook manager, reached through its interface from a helper package,
+// queues jobs on a channel and starts a worker goroutine whose Webhook
+// (an interface: two implementations embedding an HTTP BaseWebhook) POSTs
+// them. Every labelled line is reported, the outbox and the after-commit
+// call are not, and each finding, in text, -json and -sarif, is a hand-off
+// that names the goroutine and the worker's network call, with the outbox
+// advice and not the PROCESSING recipe.
+func TestHandoffs(t *testing.T) {
+	lintLabelled(t, "hooks", "txrpc", 2, 2)
+	mod := modtest.Dir(t)
+	bin := buildIdemlint(t)
+	check := func(format, msg string) {
+		t.Helper()
+		for _, want := range []string{
+			"hands work to another goroutine (a goroutine started at webhooks.go:",
+			"(*webhooks.Worker).Run -> (*webhooks.Worker).trigger -> (webhooks.Webhook).Trigger -> ",
+			"leaf call (*http.Client).Do at webhooks.go:",
+			"a hand-off before the database transaction run by the call at handler.go:",
+			"a dual write",
+			"write the event to an outbox table in the same transaction",
+		} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: message lacks %q:\n%s", format, want, msg)
+			}
+		}
+		if strings.Contains(msg, "PROCESSING") || strings.Contains(msg, "a send on a channel") {
+			t.Errorf("%s: a hand-off with the network-call recipe or the channel as its leaf:\n%s", format, msg)
+		}
+	}
+	stdout, stderr, _ := run(t, mod, bin, "./hooks/...")
+	n := 0
+	for _, line := range strings.Split(stdout+stderr, "\n") {
+		if strings.Contains(line, "(txrpc)") {
+			n++
+			check("text", line)
+		}
+	}
+	if n != 2 {
+		t.Errorf("text: %d txrpc findings, want 2:\n%s%s", n, stdout, stderr)
+	}
+	stdout, _, _ = run(t, mod, bin, "-json", "./hooks/...")
+	var tree map[string]map[string][]struct {
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &tree); err != nil {
+		t.Fatal(err)
+	}
+	n = 0
+	for _, byRule := range tree {
+		for _, d := range byRule["txrpc"] {
+			n++
+			check("json", d.Message)
+		}
+	}
+	if n != 2 {
+		t.Errorf("-json: %d txrpc findings, want 2", n)
+	}
+	stdout, _, _ = run(t, mod, bin, "-sarif", "./hooks/...")
+	var log struct {
+		Runs []struct {
+			Results []struct {
+				RuleID  string `json:"ruleId"`
+				Message struct {
+					Text string `json:"text"`
+				} `json:"message"`
+			} `json:"results"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &log); err != nil || len(log.Runs) != 1 {
+		t.Fatalf("sarif: %v\n%s", err, stdout)
+	}
+	n = 0
+	for _, r := range log.Runs[0].Results {
+		if r.RuleID == "txrpc" {
+			n++
+			check("sarif", r.Message.Text)
+		}
+	}
+	if n != 2 {
+		t.Errorf("-sarif: %d txrpc results, want 2", n)
 	}
 }
