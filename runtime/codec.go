@@ -73,7 +73,6 @@ type jsonEncoder struct {
 	buf     bytes.Buffer
 	enc     *json.Encoder // on buf, made on first use
 	scratch []byte        // for jsonfast.Encode
-	sum     [sha256.Size]byte
 }
 
 // maxPooledEncoder is the largest buffer returned to the pool: a rare huge
@@ -239,45 +238,6 @@ func encodeRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []
 		return Fingerprint(b), b, nil
 	}
 	return bytes.Clone(fingerprint), b, nil
-}
-
-// claimRequest is encodeRequest for a claim: with the default codec and a
-// request jsonfast encodes, the encoding and the fingerprint are written in
-// a pooled encoder's buffers (no allocation), returned in je; the caller
-// gives je back with rt.enc.put once no store holds fp and b: after every
-// claim that used them returned without error (see [ClaimParams]: a store
-// copies what it keeps; a claim that failed may still be running). je is
-// nil when fp and b were allocated, as encodeRequest does.
-func claimRequest[Req any](rt *Runtime, req *Req, fingerprint []byte) (fp, b []byte, je *jsonEncoder, err error) {
-	if _, ok := rt.cfg.codec.(JSONCodec); ok {
-		if p := jsonfast.For[Req](&rt.enc.plans); p != nil {
-			if fingerprint == nil {
-				if fingerprint, err = requestFingerprint(&rt.enc.canon, req); err != nil {
-					return nil, nil, nil, err
-				}
-			}
-			je = rt.enc.get()
-			je.scratch = jsonfast.Encode(p, je.scratch[:0], req)
-			b = je.scratch
-			switch {
-			case fingerprint != nil:
-				fp = fingerprint
-			case canon.LossyUTF8(b):
-				sum, err := canonicalFingerprint(&rt.enc.canon, reflect.ValueOf(req).Elem())
-				if err != nil {
-					rt.enc.put(je)
-					return nil, nil, nil, err
-				}
-				fp = sum
-			default:
-				je.sum = sha256.Sum256(b)
-				fp = je.sum[:]
-			}
-			return fp, b, je, nil
-		}
-	}
-	fp, b, err = encodeRequest(rt, req, fingerprint)
-	return fp, b, nil, err
 }
 
 // requestFingerprint returns nil when json's encoding of *req holds all of

@@ -111,18 +111,9 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 	// One allocation carries the call (a replay decodes into it), and one
 	// more what a claim runs with.
 	ex := &execution[Req, Resp]{rt: rt, c: c, id: id, lease: lease, ttl: ttl, local: local}
-	fp, reqBytes, je, err := claimRequest(rt, &ex.c.Request, c.Fingerprint)
+	fp, reqBytes, err := encodeRequest(rt, &ex.c.Request, c.Fingerprint)
 	if err != nil {
 		return zero, fmt.Errorf("idem: %s: encoding request: %w", c.Operation, err)
-	}
-	if je != nil {
-		// fp and reqBytes are je's: the store copied what it kept, so they
-		// go back to the pool unless a claim failed (it may still run).
-		defer func() {
-			if je != nil {
-				rt.enc.put(je)
-			}
-		}()
 	}
 	claim := ClaimParams{
 		ID: id, Fingerprint: fp, Request: reqBytes, Owner: rt.cfg.owner,
@@ -138,9 +129,6 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 		start := time.Now()
 		res, err := claimOnce(ctx, rt, claim, local != nil)
 		rt.phase(ctx, id.Operation, PhaseClaim, start)
-		if err != nil {
-			je = nil // the failed claim may still read fp and reqBytes
-		}
 		if errors.Is(err, ErrInProgress) {
 			// The store saw the call in flight but could not read its
 			// lease (a row another transaction holds): wait as for a live

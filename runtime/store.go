@@ -103,9 +103,7 @@ func (r *Record) LeaseLive() bool {
 	return !r.LeaseExpiresAt.IsZero() && r.LeaseExpiresAt.After(r.StoreNow)
 }
 
-// ClaimParams describe an atomic claim. Fingerprint and Request are the
-// caller's once Claim returns without error: a store copies what it keeps
-// (see [Store]).
+// ClaimParams describe an atomic claim.
 type ClaimParams struct {
 	ID          Identity
 	Fingerprint []byte
@@ -199,18 +197,12 @@ type AcquireParams struct {
 // own clock. Methods that compare-and-set return [ErrLeaseLost] when the
 // record is not in the expected (state, owner, version) and change nothing.
 //
-// Byte slices: a claim's Fingerprint and Request are the caller's again
-// once Claim returns without error (the runtime encodes them in a pooled
-// buffer it then reuses), so a store that keeps them keeps copies; the
-// record Claim returns may share them, and the caller reads it before it
-// reuses them. A claim that returned an error may still be running, and its
-// caller never reuses its slices. Every other slice is immutable once
-// handed over, both ways: a caller of a store never modifies the slices of
-// the parameters it passed to any other method (a transition's Response)
-// after the call, so a store may keep them rather than copy them, and never
-// modifies the slices of the records it gets back, so a store may return
-// slices it holds. The runtime keeps this rule; so must any other caller of
-// a store.
+// Byte slices are immutable once handed over, both ways: a caller of a
+// store never modifies the slices of the parameters it passed (Fingerprint,
+// Request, Response) after the call, so a store may keep them rather than
+// copy them, and never modifies the slices of the records it gets back, so
+// a store may return slices it holds. The runtime keeps this rule; so must
+// any other caller of a store.
 type Store interface {
 	// Claim atomically inserts a PROCESSING record, or takes over a
 	// PROCESSING record with the same fingerprint whose lease expired, or

@@ -19,10 +19,9 @@ import (
 )
 
 // Store keeps records in memory. Its clock is the process clock (or the one
-// given with [WithClock]). It copies a claim's fingerprint and request,
-// which are the caller's once the claim returns, and keeps the response a
-// transition is given, as the [runtime.Store] contract allows; the records
-// it returns share what it keeps: they may not be modified.
+// given with [WithClock]). It keeps the byte slices of the parameters it is
+// given (fingerprint, request, response), as the [runtime.Store] contract
+// allows, and the records it returns share them: neither may be modified.
 //
 // Records live in a slab of fixed-size blocks, indexed by a hash of their
 // identity: a new record takes a free slot and allocates nothing of its
@@ -371,11 +370,10 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (res runtime.C
 		if r == nil {
 			r = s.insert(p.ID, c)
 		}
-		fp, req := own(p.Fingerprint, p.Request)
 		*r = record{
-			id: r.id, next: r.next, fingerprint: fp, state: stateProcessing,
+			id: r.id, next: r.next, fingerprint: p.Fingerprint, state: stateProcessing,
 			owner: p.Owner, version: s.nextVersion(), leaseExpiresAt: at.after(p.Lease),
-			request: req, createdAt: at, updatedAt: at, expiresAt: noTime,
+			request: p.Request, createdAt: at, updatedAt: at, expiresAt: noTime,
 		}
 	case r.state == stateProcessing && r.leaseExpiresAt.expired(at) && bytes.Equal(r.fingerprint, p.Fingerprint):
 		r.owner, r.version, r.leaseExpiresAt, r.token = p.Owner, s.nextVersion(), at.after(p.Lease), ""
@@ -391,26 +389,6 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (res runtime.C
 	res.Claimed = true
 	s.read(&res.Record, r, now)
 	return res, nil
-}
-
-// own returns copies of a claim's fingerprint and request, in one
-// allocation: a claim's slices are its caller's once it returns (see
-// [runtime.ClaimParams]). A nil slice stays nil.
-func own(fp, req []byte) ([]byte, []byte) {
-	if fp == nil && req == nil {
-		return nil, nil
-	}
-	b := make([]byte, len(fp)+len(req))
-	n := copy(b, fp)
-	copy(b[n:], req)
-	var ofp, oreq []byte
-	if fp != nil {
-		ofp = b[:n:n]
-	}
-	if req != nil {
-		oreq = b[n:]
-	}
-	return ofp, oreq
 }
 
 // Get implements [runtime.Store].

@@ -18,7 +18,6 @@ func RunStore(t *testing.T, newStore NewStore) {
 	runCases(t, newStore, []testCase{
 		{"ClaimNew", testClaimNew},
 		{"ClaimLiveIsNotClaimed", testClaimLive},
-		{"ClaimSlicesAreTheCallers", testClaimSlices},
 		{"TransitionIsCAS", testTransitionCAS},
 		{"RenewKeepsVersion", testRenew},
 		{"ReleaseIsCAS", testRelease},
@@ -86,43 +85,6 @@ func testClaimNew(t *testing.T, s runtime.Store) {
 	if _, err := s.Get(ctx, ident(t, "absent")); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("Get(absent) error = %v, want ErrNotFound", err)
 	}
-}
-
-// testClaimSlices: a claim's fingerprint and request are the caller's once
-// the claim returns (the runtime encodes them in a pooled buffer it reuses):
-// a store that keeps them keeps copies. Checked on a new record and on one
-// that replaces a finished record whose TTL passed.
-func testClaimSlices(t *testing.T, s runtime.Store) {
-	ctx := context.Background()
-	claim := func(id runtime.Identity, fp, req string) {
-		t.Helper()
-		p := claimParams(id, "w1", longLease)
-		p.Fingerprint, p.Request = []byte(fp), []byte(req)
-		rec := mustClaim(t, s, p)
-		for i := range p.Fingerprint {
-			p.Fingerprint[i] = 'x' // the caller reuses its buffers
-		}
-		for i := range p.Request {
-			p.Request[i] = 'x'
-		}
-		got, err := s.Get(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got.Fingerprint) != fp || string(got.Request) != req {
-			t.Fatalf("after the caller rewrote its claim's buffers the record holds fingerprint %q, request %q; want %q, %q",
-				got.Fingerprint, got.Request, fp, req)
-		}
-		res, err := s.Claim(ctx, claimParams(id, "w2", longLease))
-		if err != nil || res.Claimed || string(res.Record.Fingerprint) != fp {
-			t.Fatalf("a duplicate's claim: claimed=%v fp=%q err=%v, want the record of fingerprint %q", res.Claimed, res.Record.Fingerprint, err, fp)
-		}
-		finish(t, s, rec, runtime.StateSuccess, shortTTL)
-	}
-	id := ident(t, "k1")
-	claim(id, "fp-1", `{"n":1}`)
-	sleep(shortTTL + 100*time.Millisecond)
-	claim(id, "fp-2", `{"n":2}`) // replaces the expired record
 }
 
 func testClaimLive(t *testing.T, s runtime.Store) {
