@@ -79,6 +79,8 @@ func TestReview17LongEffectTinyLease(t *testing.T) {
 		}()
 		time.Sleep(20 * time.Millisecond)
 
+		starved := stall.Start()
+		defer starved.Stop()
 		eff := &overlapEffect{d: 1500 * time.Millisecond}
 		call := runtime.Call[reviewReq, string]{Operation: "R17.Long", Key: "k", Request: reviewReq{1}, Lease: 150 * time.Millisecond, Effect: eff.run}
 		stop := make(chan struct{})
@@ -149,7 +151,19 @@ func TestReview17LongEffectTinyLease(t *testing.T) {
 			summary = append(summary, fmt.Sprintf("%v=%d", k, v.(*atomic.Int32).Load()))
 			return true
 		})
-		if eff.overlaps.Load() != 0 || eff.completed.Load() != 1 || eff.runs.Load() != 1 {
+		// One run, completed, never two at once. A process that did not
+		// run for a third of the 150 ms lease loses it to the machine: the
+		// lease rule stops that run (a worker is told the lease was lost)
+		// and a duplicate runs the effect again, after it (no Query: the
+		// at-least-once window); only then may it run twice.
+		runs := int32(1)
+		if lost, ok := answers.Load(errKind(runtime.ErrLeaseLost)); ok && lost.(*atomic.Int32).Load() > 0 {
+			if worst := starved.Stop(); worst >= 50*time.Millisecond {
+				t.Logf("a lease was lost while the process stalled for up to %v (the machine's load): a second run allowed", worst)
+				runs = 2
+			}
+		}
+		if eff.overlaps.Load() != 0 || eff.completed.Load() != 1 || eff.runs.Load() < 1 || eff.runs.Load() > runs {
 			t.Fatalf("effect ran %d times (%d completed, %d overlaps); want once, no overlap; answers: %v",
 				eff.runs.Load(), eff.completed.Load(), eff.overlaps.Load(), summary)
 		}

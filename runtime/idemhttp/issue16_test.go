@@ -76,10 +76,26 @@ func TestIssue16UncertainAnswers(t *testing.T) {
 					tenant := teststores.Unique()
 					for _, path := range []string{"/gateway-timeout", "/context-ended"} {
 						t.Run(path, func(t *testing.T) {
-							before := hs.runs.Load()
-							first := hs.do(t, req{path: path, keys: keys("k1"), tenant: tenant})
-							retry := hs.do(t, req{path: path, keys: keys("k1"), tenant: tenant})
-							if n := hs.runs.Load() - before; n != 1 || first.status < 500 {
+							// The first request must reach the handler within its
+							// 100 ms budget; on a loaded machine the claim alone
+							// may use it up (answered 5xx by the middleware, the
+							// handler never run), and the schedule did not happen:
+							// it is tried again under a new key, a few times.
+							var first, retry result
+							var n int32
+							for try := range 5 {
+								key := fmt.Sprintf("k%d", try)
+								before := hs.runs.Load()
+								first = hs.do(t, req{path: path, keys: keys(key), tenant: tenant})
+								if hs.runs.Load() == before {
+									t.Logf("%s: the first request under %s never reached the handler (%d %s): again", path, key, first.status, first.body)
+									continue
+								}
+								retry = hs.do(t, req{path: path, keys: keys(key), tenant: tenant})
+								n = hs.runs.Load() - before
+								break
+							}
+							if n != 1 || first.status < 500 {
 								t.Fatalf("%s: the handler ran %d times (first %d, retry %d %s)", path, n, first.status, retry.status, retry.body)
 							}
 							if retry.status != http.StatusConflict || problemType(retry) != "outcome-unknown" {
