@@ -70,9 +70,10 @@ const DefaultGroupCommitBatch = 64
 // reply until the latest of its callers' deadlines (at most 30 s): a caller
 // waits no longer than for a statement of its own. A batch in flight for
 // half a second or more is stuck (its reply held, a lock): later callers
-// run their statements at once, beside it. DoTx's claim and FAILED record are batched like any other; what
-// it writes inside the caller's transaction is not. Renew, Release, Get and
-// the reconciler's statements are never batched.
+// run their statements at once, beside it. DoTx's claim and FAILED record
+// are batched like any other; what it writes inside the caller's
+// transaction is not. Renew, Release, Get and the reconciler's statements
+// are never batched.
 func WithGroupCommit(maxBatch int) Option {
 	return func(s *Store) {
 		if maxBatch <= 0 {
