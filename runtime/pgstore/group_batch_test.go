@@ -193,16 +193,23 @@ func TestGroupClaimBatchBesideConcurrentClaim(t *testing.T) {
 	if _, err := s.q.WithTx(tx).Claim(ctx, other); err != nil {
 		t.Fatal(err)
 	}
+	var holder int32 // the open transaction's backend
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
 	id2, arg2 := claimArg(scope, "k2", "mine")
 	_, arg := claimArg(scope, "k", "mine")
 	got := make(chan []*batchItem[db.ClaimParams, []db.ClaimRow])
 	go func() { got <- s.queueClaims([]runtime.Identity{id, id2}, []db.ClaimParams{arg, arg2}) }()
-	// The batch waits on the open transaction's insert of k.
+	// The batch waits on the open transaction's insert of k (blocked by
+	// that transaction's backend: other tests' batches run in parallel on
+	// the same server, and one of them waiting on a lock of its own is not
+	// this batch).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var waiting int
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%GroupSet%'`).Scan(&waiting); err != nil {
+			WHERE $1::int = ANY(pg_blocking_pids(pid)) AND query LIKE '%GroupSet%'`, holder).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting > 0 {
