@@ -21,13 +21,49 @@ packages=$!
 tools_bin="$SERVICES_DIR/bin"
 go -C tools build -o "$tools_bin/" honnef.co/go/tools/cmd/staticcheck >"$SERVICES_DIR/staticcheck-build.log" 2>&1 &
 staticcheck_build=$!
-# On an early exit the build is stopped and apt is let finish (a killed
-# dpkg leaves its lock behind), then the services are stopped.
-# Each step may fail (the build ended long ago, apt was waited for): under
-# set -e a failing command in the trap would make a green run exit 1.
-# The stores' go test, when it still runs (another suite failed first), is
-# stopped with the test binaries it started.
-trap 'kill "$staticcheck_build" 2>/dev/null || true; if [ -n "${stores_test:-}" ]; then pkill -P "$stores_test" 2>/dev/null || true; kill "$stores_test" 2>/dev/null || true; fi; wait "$packages" 2>/dev/null || true; services_stop' EXIT
+
+# Test runs started in the background (bg_test), by name: their pids and logs.
+declare -A bg_pid=()
+# On an early exit the build is stopped, the background test runs are
+# stopped with the test binaries they started, and apt is let finish (a
+# killed dpkg leaves its lock behind); then the services are stopped. Each
+# step may fail (the build ended long ago, apt was waited for): under set -e
+# a failing command in the trap would make a green run exit 1.
+stop_all() {
+	kill "$staticcheck_build" 2>/dev/null || true
+	local name
+	for name in "${!bg_pid[@]}"; do
+		pkill -P "${bg_pid[$name]}" 2>/dev/null || true
+		kill "${bg_pid[$name]}" 2>/dev/null || true
+	done
+	wait "$packages" 2>/dev/null || true
+	services_stop
+}
+trap stop_all EXIT
+
+# bg_test NAME ARGS... runs `go test -count=1 -vet=off ARGS` in the
+# background, its output in $SERVICES_DIR/NAME.log. go vet ./... has already
+# run every analyzer go test would (-vet=off saves type-checking each
+# package once more).
+bg_test() {
+	local name=$1
+	shift
+	log "go test $* (in the background: $name)"
+	# shellcheck disable=SC2068
+	go test -count=1 -vet=off "$@" >"$SERVICES_DIR/$name.log" 2>&1 &
+	bg_pid[$name]=$!
+}
+
+# wait_test NAME waits for a background run, prints its output, and exits
+# with its status when it failed.
+wait_test() {
+	local name=$1 status=0
+	wait "${bg_pid[$name]}" || status=$?
+	unset "bg_pid[$name]"
+	log "$name: exit $status"
+	cat "$SERVICES_DIR/$name.log"
+	[ "$status" -eq 0 ] || exit "$status"
+}
 
 log "checking gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -37,8 +73,21 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 
+# The stores' suites mostly wait on leases and servers, not on the CPU: they
+# start as soon as their server runs, beside the checks (their -race build
+# is one the other suites need as well), so that the two longest packages
+# do not end the run.
+start_postgres
+bg_test pgstore -race ./runtime/pgstore "$@"
+
 log "go vet"
 go vet ./...
+
+wait "$packages" || { cat "$SERVICES_DIR/packages.log" >&2; exit 1; }
+cat "$SERVICES_DIR/packages.log" >&2
+start_redis
+start_redis_cluster
+bg_test redisstore -race ./runtime/redisstore "$@"
 
 log "building pinned staticcheck"
 wait "$staticcheck_build" || { cat "$SERVICES_DIR/staticcheck-build.log" >&2; exit 1; }
@@ -69,44 +118,36 @@ log "checking that every mutant of scripts/mutants.txt applies"
 go run ./internal/mutants -check >"$SERVICES_DIR/mutants-check.log" ||
 	{ cat "$SERVICES_DIR/mutants-check.log" >&2; exit 1; }
 
-wait "$packages" || { cat "$SERVICES_DIR/packages.log" >&2; exit 1; }
-cat "$SERVICES_DIR/packages.log" >&2
-start_postgres
-start_redis
-start_redis_cluster
 
 # Packages whose code runs on one goroutine, or whose tests mostly wait on
 # the go command they start, run once without the race detector: the
 # rules' analysistest suites (CPU-bound, they type-check real libraries:
 # under -race they took two thirds of CI's time), the analyzers' shared
 # helpers and the golangci-lint plugin, the generator and its command, the
-# templates, and the tests that drive the go command (mutants' check, the
-# release and adoption tests). Their builds are the ones go vet already
-# compiled, so a cold run compiles them once. What runs concurrently keeps
-# -race: the runtime, the stores, the adapters, analyzer/facts (shared by
-# parallel passes) and cmd/idemlint (the whole-program driver's workers and
-# the language server).
-norace=$(go list ./analyzer/... ./generator/... ./cmd/idemgen ./templates ./internal/mutants ./internal/releasetest ./examples/adopt |
+# templates, the tests that drive the go command (mutants' check, the
+# release and adoption tests) and cmd/idemlint's, which run the idemlint
+# binary as a child process: a -race test binary would check only the test's
+# own client. Their builds are the ones go vet already compiled, so a cold
+# run compiles them once. What runs concurrently keeps -race: the runtime,
+# the stores, the adapters, analyzer/facts (shared by parallel passes), and
+# the language server: its protocol, diagnostics, cancellation, settings and
+# dependency-cache tests run again from a -race test binary, which builds
+# the server it starts with -race and fails on any race the server reports.
+norace=$(go list ./analyzer/... ./generator/... ./cmd/idemgen ./templates ./internal/mutants ./internal/releasetest ./examples/adopt ./cmd/idemlint |
 	grep -v -x -F "$(go list ./analyzer/facts/...)")
-# The stores' suites (PostgreSQL, Redis) mostly wait on leases and servers,
-# not on the CPU: they run in a go test of their own beside the rest, which
-# would otherwise leave the two slowest packages to the end of the queue.
 stores=$(go list ./runtime/pgstore ./runtime/redisstore)
-log "go test -race (the stores' suites, beside the rest)"
+# The two batches run side by side: most of the -race batch waits on leases,
+# timers and servers (the runtime's suite used 20 s of CPU in 120 s), so it
+# runs up to 4 packages at once, and the CPU-bound batch without the race
+# detector fills what it leaves.
 # shellcheck disable=SC2086
-go test -race -count=1 "$@" $stores >"$SERVICES_DIR/stores.log" 2>&1 &
-stores_test=$!
+bg_test norace $norace "$@"
+bg_test lsprace -race -run '^(TestLSPProtocol|TestLSPDiagnostics|TestLSPExitKillsAnalysis|TestLSPConfig|TestDepCacheEdits)$' ./cmd/idemlint "$@"
 log "go test -race (everything else that runs concurrently)"
 # shellcheck disable=SC2046
-go test -race -count=1 "$@" $(go list ./... | grep -v -x -F "$norace" | grep -v -x -F "$stores")
-log "go test (what needs no race detector, see above)"
-# shellcheck disable=SC2086
-go test -count=1 "$@" $norace
-log "waiting for the stores' suites"
-stores_ok=0
-wait "$stores_test" || stores_ok=$?
-cat "$SERVICES_DIR/stores.log"
-if [ "$stores_ok" -ne 0 ]; then
-	exit "$stores_ok"
-fi
+go test -race -count=1 -vet=off -p 4 "$@" $(go list ./... | grep -v -x -F "$norace" | grep -v -x -F "$stores")
+wait_test norace
+wait_test lsprace
+wait_test pgstore
+wait_test redisstore
 log "all tests passed"

@@ -16,6 +16,12 @@ import (
 	"time"
 )
 
+// raceEnabled is set when the tests are built with -race (race_test.go):
+// the server they start is then built with -race too, so that the race
+// detector checks the server's own goroutines (analysis, debounce,
+// cancellation), which run in that process, not in the test binary.
+var raceEnabled bool
+
 // lspBin is idemlint built once for the language-server tests.
 var lspBin struct {
 	once sync.Once
@@ -33,7 +39,11 @@ func idemlintBinary(t *testing.T) string {
 			return
 		}
 		lspBin.path = filepath.Join(dir, "idemlint")
-		lspBin.out, lspBin.err = exec.Command("go", "build", "-o", lspBin.path, ".").CombinedOutput()
+		args := []string{"build", "-o", lspBin.path}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		lspBin.out, lspBin.err = exec.Command("go", append(args, ".")...).CombinedOutput()
 	})
 	if lspBin.err != nil {
 		t.Fatalf("go build: %v\n%s", lspBin.err, lspBin.out)
@@ -121,7 +131,9 @@ func startLSP(t *testing.T, dir string) *lspClient {
 			c.cmd.Process.Kill()
 			<-c.done
 		}
-		if t.Failed() {
+		if strings.Contains(c.stderr.String(), "WARNING: DATA RACE") {
+			t.Errorf("the race detector reported a data race in the server:\n%s", c.stderr.String())
+		} else if t.Failed() {
 			t.Logf("server log:\n%s", c.stderr.String())
 		}
 	})
