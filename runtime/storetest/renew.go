@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/overlap"
+	"github.com/idemkit/idem/internal/stall"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -148,6 +149,7 @@ func testRenewals(t *testing.T, s runtime.Store) {
 			first := newRuntime(t, faulty, runtime.WithLease(lease), runtime.WithOwner("first"))
 			dup := newRuntime(t, s, runtime.WithLease(lease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))
 
+			starved := stall.Start()
 			done := make(chan error, 1)
 			go func() {
 				_, err := runtime.Do(ctx, first, call("k", chargeReq{"a", 1}, effect))
@@ -170,8 +172,18 @@ func testRenewals(t *testing.T, s runtime.Store) {
 				}
 			}
 			ran, overlaps := o.Counts()
+			worst := starved.Stop()
 			if overlaps > 0 {
 				t.Fatalf("two owners ran the effect at once (%d effects; first call: %v; duplicate: %v)", ran, firstErr, dupErrs)
+			}
+			// A process that did not run for a sixth of the lease (every
+			// core busy) cannot confirm its lease in time when each
+			// renewal already takes up to a third of it: the lease rule
+			// then stops the effect, as it must. Only a process that ran
+			// on time must keep its lease; no overlap holds either way.
+			if tc.keeps && errors.Is(firstErr, runtime.ErrLeaseLost) && worst >= lease/6 {
+				t.Logf("the lease was lost while the process stalled for up to %v (the machine's load): not counted: %v", worst, firstErr)
+				return
 			}
 			if tc.keeps {
 				if firstErr != nil || ran != 1 {
