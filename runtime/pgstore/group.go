@@ -67,10 +67,13 @@ const DefaultGroupCommitBatch = 64
 // caller whose context ends while its statement is queued is withdrawn;
 // once its batch is in flight, it waits for the batch's outcome, so that
 // it is never told a write failed that then commits. A batch waits for its
-// reply until the latest of its callers' deadlines (at most 30 s): a caller
-// waits no longer than for a statement of its own. A batch in flight for
-// half a second or more is stuck (its reply held, a lock): later callers
-// run their statements at once, beside it. DoTx's claim and FAILED record
+// reply until the latest of its callers' deadlines (at most 30 s), and each
+// of its callers waits for that outcome: a caller whose deadline is earlier
+// than a batch mate's (or a caller without a deadline's) can wait past its
+// own deadline when the batch's reply is slow, up to that bound, rather than
+// be told something false. A batch in flight for half a second or more is
+// stuck (its reply held, a lock): later callers run their statements at
+// once, beside it. DoTx's claim and FAILED record
 // are batched like any other; what it writes inside the caller's
 // transaction is not. Renew, Release, Get and the reconciler's statements
 // are never batched.
