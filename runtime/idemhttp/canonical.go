@@ -72,6 +72,71 @@ func plainHost(host string) bool {
 	return true
 }
 
+// canonicalPath returns an escaped path in one spelling (RFC 3986, 6.2.2
+// and 6.2.3): its escapes as canonicalEscapes gives them, its dot-segments
+// removed (5.2.4; a "%2E" is a dot once decoded), and an empty path as "/",
+// which is what an http URI with no path means.
+func canonicalPath(p string) string {
+	p = canonicalEscapes(p)
+	if p == "" {
+		return "/"
+	}
+	return removeDotSegments(p)
+}
+
+// canonicalTarget is canonicalPath for the path of a request target
+// (path?query); the query keeps its spelling but for its escapes.
+func canonicalTarget(t string) string {
+	path, query, ok := strings.Cut(t, "?")
+	path = canonicalPath(path)
+	if !ok {
+		return path
+	}
+	return path + "?" + canonicalEscapes(query)
+}
+
+// removeDotSegments removes the "." and ".." segments of an absolute path
+// (RFC 3986, 5.2.4): "/a/./b" is "/a/b", "/a/b/.." is "/a/", "/.." is "/".
+// A path without a dot segment is returned as it is.
+func removeDotSegments(p string) string {
+	if p == "" || p[0] != '/' || !hasDotSegment(p) {
+		return p
+	}
+	segs := strings.Split(p[1:], "/")
+	out := make([]string, 0, len(segs))
+	for i, seg := range segs {
+		last := i == len(segs)-1
+		switch seg {
+		case ".":
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		default:
+			out = append(out, seg)
+			continue
+		}
+		if last {
+			out = append(out, "") // "/a/." is "/a/"
+		}
+	}
+	return "/" + strings.Join(out, "/")
+}
+
+// hasDotSegment reports whether the path p has a segment "." or "..".
+func hasDotSegment(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] != '/' {
+			continue
+		}
+		rest := p[i+1:]
+		if rest == "." || rest == ".." || strings.HasPrefix(rest, "./") || strings.HasPrefix(rest, "../") {
+			return true
+		}
+	}
+	return false
+}
+
 // canonicalEscapes returns s (an escaped path or target) with each
 // percent-encoded unreserved character (letters, digits, "-._~") decoded
 // and the hex digits of every other escape upper-cased. s without '%' is

@@ -61,3 +61,36 @@ func TestCanonicalEscapes(t *testing.T) {
 		t.Errorf("a target without escapes: %v allocations, want 0", n)
 	}
 }
+
+func TestCanonicalPath(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"", "/"},
+		{"/", "/"},
+		{"/pay", "/pay"},
+		{"/x/./pay", "/x/pay"},
+		{"/y/../pay", "/pay"},
+		{"/a/b/.", "/a/b/"},
+		{"/a/b/..", "/a/"},
+		{"/..", "/"},
+		{"/.", "/"},
+		{"/x/../../y", "/y"},
+		{"/a/%2E/b", "/a/b"},
+		{"/a/%2e%2E/b", "/b"},
+		{"/a/.b/..c/...", "/a/.b/..c/..."},
+		{"/a//b/../c", "/a//c"},
+		{"/caf%c3%a9/./x", "/caf%C3%A9/x"},
+	} {
+		if got := canonicalPath(tt.in); got != tt.want {
+			t.Errorf("canonicalPath(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	for _, tt := range []struct{ in, want string }{
+		{"?x=1", "/?x=1"},
+		{"/x/./pay?a=./b", "/x/pay?a=./b"},
+		{"/p?q=%7e", "/p?q=~"},
+	} {
+		if got := canonicalTarget(tt.in); got != tt.want {
+			t.Errorf("canonicalTarget(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

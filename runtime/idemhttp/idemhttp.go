@@ -375,9 +375,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sum := sha256.Sum256(body)
 	var sumHex [2 * sha256.Size]byte
 	hex.Encode(sumHex[:], sum[:])
-	// The target as one spelling (see canonicalEscapes); the query sees
+	// The target as one spelling (see canonicalTarget); the query sees
 	// it as sent (URL, below).
-	rq := request{Method: r.Method, Target: idname.Fit(canonicalEscapes(target), 1024), BodyLen: len(body), BodySHA256: string(sumHex[:])}
+	rq := request{Method: r.Method, Target: idname.Fit(canonicalTarget(target), 1024), BodyLen: len(body), BodySHA256: string(sumHex[:])}
 	op := m.operationOf(r, origPath)
 	if idScope != scope {
 		x.scope, x.rescope = scope, true
@@ -729,7 +729,7 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 		// the middleware cannot see (a mount "/api/", a catch-all
 		// "/{rest...}", "/"): that handler may route by path or by host, so
 		// the request as the client sent it is the operation.
-		return idname.Fit(r.Method+" "+canonicalHost(r.Host, r.TLS != nil)+canonicalEscapes(origPath), runtime.MaxKeyLen)
+		return idname.Fit(r.Method+" "+canonicalHost(r.Host, r.TLS != nil)+canonicalPath(origPath), runtime.MaxKeyLen)
 	}
 	cur := r.URL.EscapedPath()
 	switch {

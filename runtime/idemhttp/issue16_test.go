@@ -80,7 +80,9 @@ func TestIssue16UncertainAnswers(t *testing.T) {
 							// 100 ms budget; on a loaded machine the claim alone
 							// may use it up (answered 5xx by the middleware, the
 							// handler never run), and the schedule did not happen:
-							// it is tried again under a new key, a few times.
+							// it is tried again under a new key, a few times; so
+							// is a first request whose budget ended before its
+							// outcome was recorded.
 							var first, retry result
 							var n int32
 							for try := range 5 {
@@ -93,6 +95,16 @@ func TestIssue16UncertainAnswers(t *testing.T) {
 								}
 								retry = hs.do(t, req{path: path, keys: keys(key), tenant: tenant})
 								n = hs.runs.Load() - before
+								if n == 1 && retry.status == http.StatusGatewayTimeout && problemType(retry) == "timeout" && try < 4 {
+									// The first request's budget also ended before its
+									// outcome was recorded (the machine's load): the
+									// record is still PROCESSING under its lease, and
+									// the retry was rightly told it waited for the
+									// request in flight. Again, under a new key; a
+									// record never completed fails every try.
+									t.Logf("%s: the first request under %s ended before its outcome was recorded (retry: %d %s): again", path, key, retry.status, retry.body)
+									continue
+								}
 								break
 							}
 							if n != 1 || first.status < 500 {
