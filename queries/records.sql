@@ -45,7 +45,7 @@ SELECT true AS claimed, i.scope, i.operation, i.key, i.fingerprint, i.state, i.o
 FROM ins i
 UNION ALL
 SELECT false AS claimed, e.scope, e.operation, e.key, e.fingerprint, e.state, e.owner, e.version,
-    (CASE WHEN e.state = 'PROCESSING' AND e.xact IS NOT NULL AND pg_xact_status(e.xact) <> 'in progress'
+    (CASE WHEN e.state = 'PROCESSING' AND e.xact IS NOT NULL AND idem_xact_ended(e.xact)
         THEN LEAST(e.lease_expires_at, (SELECT t FROM clk)) ELSE e.lease_expires_at END)::timestamptz AS lease_expires_at, e.expires_at, e.request, e.response, e.takeovers, e.attempts,
     e.created_at, e.updated_at, e.token, e.note, e.response_omitted,
     (SELECT t FROM clk)::timestamptz AS store_now
@@ -117,7 +117,7 @@ WHERE r.scope = @scope AND r.operation = @operation AND r.key = @key AND r.versi
   AND ((r.state = 'PROCESSING' AND r.fingerprint = @fingerprint::bytea
         AND (r.lease_expires_at <= clk.t
              -- the caller's transaction of a DoTx claim ended without SUCCESS
-             OR (r.xact IS NOT NULL AND pg_xact_status(r.xact) <> 'in progress')))
+             OR (r.xact IS NOT NULL AND idem_xact_ended(r.xact))))
     OR (r.state IN ('SUCCESS', 'FAILED') AND r.expires_at <= clk.t)
     OR (@acquire_unknown::boolean AND r.state = 'UNKNOWN'
         AND (r.lease_expires_at IS NULL OR r.lease_expires_at <= clk.t)
@@ -134,7 +134,7 @@ RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.versio
 -- waiting for a call in flight, and Store.Get. The identity comes back too,
 -- and the store checks it: a record is never answered for another identity.
 SELECT r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.version,
-    (CASE WHEN r.state = 'PROCESSING' AND r.xact IS NOT NULL AND pg_xact_status(r.xact) <> 'in progress'
+    (CASE WHEN r.state = 'PROCESSING' AND r.xact IS NOT NULL AND idem_xact_ended(r.xact)
         THEN LEAST(r.lease_expires_at, clk.t) ELSE r.lease_expires_at END)::timestamptz AS lease_expires_at,
     r.expires_at, r.request, r.response, r.takeovers, r.attempts,
     r.created_at, r.updated_at, r.token, r.note, r.response_omitted,
@@ -239,7 +239,7 @@ due AS (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
     WHERE ((d.state = 'PROCESSING' AND (d.lease_expires_at <= (SELECT t FROM clk)
-            OR (d.xact IS NOT NULL AND pg_xact_status(d.xact) <> 'in progress')))
+            OR (d.xact IS NOT NULL AND idem_xact_ended(d.xact))))
         OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= (SELECT t FROM clk))
             AND (@max_attempts::integer <= 0 OR d.attempts < @max_attempts::integer)))
       AND (cardinality(@operations::text[]) = 0 OR d.operation = ANY(@operations::text[]))
@@ -292,7 +292,7 @@ WHERE state = ANY(@states::text[])
   AND attempts >= @min_attempts::integer
   AND updated_at <= clock_timestamp() - @older_than::interval
   AND (NOT @lease_free::boolean OR lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp()
-       OR (state = 'PROCESSING' AND xact IS NOT NULL AND pg_xact_status(xact) <> 'in progress'))
+       OR (state = 'PROCESSING' AND xact IS NOT NULL AND idem_xact_ended(xact)))
   AND (scope COLLATE "C", operation COLLATE "C", key COLLATE "C")
       > (@after_scope::text, @after_operation::text, @after_key::text)
 ORDER BY scope COLLATE "C", operation COLLATE "C", key COLLATE "C"

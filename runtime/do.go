@@ -387,6 +387,12 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		}
 		return zero, fmt.Errorf("%w: %s %q: %w", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key, err)
 	}
+	if tp.To == "" && err != nil && cause != nil && errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
+		// The lease rule stopped the effect, which returned its own error
+		// (a statement cancelled on the server, "canceling statement due
+		// to user request"), not the context's: the caller learns why.
+		return zero, fmt.Errorf("%w; the claim was released (the effect returned: %w)", cause, err)
+	}
 	return zero, err
 }
 

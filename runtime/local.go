@@ -173,6 +173,11 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		return zero, errors.Join(attempt, ex.releaseErr(cerr))
 	}
 	switch {
+	case release && cause != nil && errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost):
+		// The lease rule stopped the effect, which returned its own error
+		// (a statement cancelled on the server, "canceling statement due
+		// to user request"), not the context's: the caller learns why.
+		return zero, errors.Join(fmt.Errorf("%w; its writes were undone and the claim released (the effect returned: %w)", cause, err), ex.releaseErr(cerr))
 	case release:
 		return zero, errors.Join(err, ex.releaseErr(cerr))
 	case errors.Is(cerr, ErrLeaseLost):

@@ -71,7 +71,16 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 // (cause [runtime.ErrLeaseLost]) before the lease can expire, and its
 // writes are rolled back. SUCCESS is a compare-and-set from the claim,
 // inside tx, so it commits with the effect's writes, and a worker that lost
-// its lease meanwhile commits nothing. From that write on, the record's
+// its lease meanwhile commits nothing. The effect's statements run on tx's
+// connection: with pgx's default context handling, a context cancelled
+// while a statement runs (the lease rule's, or the caller's own) closes
+// that connection, so tx cannot commit and DoTx returns
+// [ErrRollbackRequired]; nothing of the effect commits, but the caller's
+// own writes in tx are lost with it. To keep tx usable in that case, build
+// the caller's connections with [pgconn.CancelRequestContextWatcherHandler]
+// (pgconn.Config.BuildContextWatcherHandler), which cancels the statement
+// on the server instead: the savepoint is then rolled back as above.
+// From that write on, the record's
 // row, locked by tx, holds duplicates off until tx ends (their claims do
 // not wait on the lock: see [Store.Claim]).
 //
@@ -198,6 +207,13 @@ func (x *txCall) Finish(ctx context.Context, keep bool) error {
 		return nil
 	}
 	if err := x.sp.Rollback(fctx); err != nil {
+		if x.sp.Conn().IsClosed() {
+			// pgx closes a connection whose statement's context ended
+			// (its default context handling): nothing of the transaction
+			// can commit, the effect's writes included.
+			return fmt.Errorf("%w: %s %q: the transaction's connection was closed (a statement's context ended while it ran); nothing of the transaction can commit: %w",
+				ErrRollbackRequired, id.Operation, id.Key, err)
+		}
 		return fmt.Errorf("%w: %s %q: rolling back to the savepoint left the effect's writes in the transaction: %w",
 			ErrRollbackRequired, id.Operation, id.Key, err)
 	}

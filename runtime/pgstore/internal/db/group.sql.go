@@ -82,7 +82,7 @@ FROM ins n
 JOIN carg a ON a.scope = n.scope AND a.operation = n.operation AND a.key = n.key
 UNION ALL
 SELECT 'c', a.i, false, e.scope, e.operation, e.key, e.fingerprint, e.state,
-    e.owner, e.version, (CASE WHEN e.state = 'PROCESSING' AND e.xact IS NOT NULL AND pg_xact_status(e.xact) <> 'in progress'
+    e.owner, e.version, (CASE WHEN e.state = 'PROCESSING' AND e.xact IS NOT NULL AND idem_xact_ended(e.xact)
         THEN LEAST(e.lease_expires_at, (SELECT t FROM clk)) ELSE e.lease_expires_at END)::timestamptz,
     e.expires_at, e.request, e.response, e.takeovers, e.attempts,
     e.created_at, e.updated_at, e.token, e.note, e.response_omitted,

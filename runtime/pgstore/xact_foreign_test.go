@@ -13,11 +13,13 @@ import (
 	"github.com/idemkit/idem/runtime/pgstore"
 )
 
-// TestAdvForeignXactPoisonsTheStore: one PROCESSING record whose xact
-// column names a transaction ID this cluster has not reached yet makes
-// every statement that reads that column over it fail with "transaction ID
-// ... is in the future": the record can never be claimed, replayed or read
-// again, and the reconciler's AcquirePending fails for every record of the
+// TestForeignXactDoesNotPoisonTheStore: one PROCESSING record whose xact
+// column names a transaction ID this cluster has not reached yet made every
+// statement that reads that column over it fail with "transaction ID ...
+// is in the future" (found by an adversarial review; fixed by
+// idem_xact_ended, queries/schema.sql): the record could never be claimed,
+// replayed or read again, and the reconciler's AcquirePending failed for
+// every record of the
 // table, so no other dead claim is ever converged.
 //
 // How such a row arises: the table is moved to another cluster (pg_dump
@@ -47,8 +49,8 @@ import (
 // Get of "moved" answers; a retry of "moved" runs its effect (its
 // transaction ended); AcquirePending returns "dead" (and "moved").
 //
-// Run: source /work/dev/env; go test ./runtime/pgstore/ -run TestAdvForeignXactPoisonsTheStore -count=3 -v
-func TestAdvForeignXactPoisonsTheStore(t *testing.T) {
+// Run: go test ./runtime/pgstore/ -run TestForeignXactDoesNotPoisonTheStore -count=3 -v
+func TestForeignXactDoesNotPoisonTheStore(t *testing.T) {
 	pool := advSchemaPool(t)
 	ctx := context.Background()
 	s := pgstore.New(pool)
