@@ -145,11 +145,28 @@ func (c *checker) execUpdate(call *ast.CallExpr) (*update, string, token.Pos) {
 	if !ok || !(strings.HasPrefix(method, "Exec") || strings.HasPrefix(method, "MustExec")) {
 		return nil, "", token.NoPos
 	}
-	u := c.parseUpdate(q)
+	u := dropFlags(c.pass.TypesInfo, call, queryIndex(c.pass.TypesInfo, call), c.parseUpdate(q))
 	if u == nil {
 		return nil, "", token.NoPos
 	}
 	return u, q, at
+}
+
+// queryIndex returns the index of call's SQL text argument (the first
+// string, as [rulekit.SQLCall] takes it), or -1 when the values are not
+// call's arguments (a squirrel builder's Exec).
+func queryIndex(info *types.Info, call *ast.CallExpr) int {
+	if rulekit.PkgPath(rulekit.Callee(info, call)) == rulekit.PkgSquirrel {
+		return -1
+	}
+	for i, a := range call.Args {
+		if t := info.TypeOf(a); t != nil {
+			if b, ok := t.Underlying().(*types.Basic); ok && b.Info()&types.IsString != 0 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // generated exports a BlindQuery fact for a generated method that runs a
