@@ -17,7 +17,8 @@ type update struct {
 	where  string // the WHERE clause, as written
 	// states are the columns named like a state that it sets, in order,
 	// with the value written into each (the SQL after "=").
-	states []assign
+	states   []assign
+	setMarks int // the ? placeholders of the SET
 }
 
 // assign is one "column = value" of an UPDATE's SET.
@@ -95,6 +96,7 @@ func (c *checker) parseUpdate(q string) *update {
 			u.states = append(u.states, assign{column: cm[1], value: strings.TrimSpace(rhs), marks: before})
 		}
 	}
+	u.setMarks = marks
 	if u.column == "" {
 		return nil
 	}

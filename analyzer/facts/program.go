@@ -50,6 +50,9 @@ type Program struct {
 	// owned are each package's contributions to named and methods, by
 	// package path, so that Forget can take them back.
 	owned map[string]*contribution
+	// locks is blindupdate's record of row locks held by callers (see
+	// rowlocks.go).
+	locks *rowLocks
 }
 
 // contribution is what one package (with its test variant) added: the
@@ -90,6 +93,7 @@ func (p *Program) Forget(paths ...string) {
 			delete(p.owned, path)
 		}
 		delete(p.calls, path)
+		p.forgetLocks(path)
 	}
 	p.impls = map[string][]*namedMethod{}
 }
@@ -288,8 +292,12 @@ func wantKey(want map[string]string) string {
 // Resolves reports whether the second pass could see more in package pkg
 // than the first: it calls an interface method that resolves to network
 // I/O, a transaction runner, a begin helper, a helper that ends a
-// transaction or a token delete.
+// transaction or a token delete; or it declares a helper that writes a
+// state blind (judged with its callers' row locks).
 func (p *Program) Resolves(pkg string) bool {
+	if p.hasBlindHelper(pkg) {
+		return true // its helpers are judged with their callers' row locks
+	}
 	p.mu.Lock()
 	calls := p.calls[pkg]
 	p.mu.Unlock()

@@ -267,6 +267,7 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 			again[p.ImportPath] = again[p.ImportPath] || again[dep]
 		}
 	}
+	prog.SetWhole(wholePackages(context.Background(), pkgs, d.failed))
 	f.Config.Consumers = len(rules)
 	d.errs = nil
 	d.only = again
