@@ -249,7 +249,7 @@ func (p *Program) refTables(r LockRef) []string {
 // field of the locked row) or on a row whose field is the key (the row
 // that names it). It returns false, with the first unlocked call ("" when
 // there is none: no call seen, or fn used as a value, or callers that may
-// not be loaded), otherwise.
+// not be loaded; with how many more there are), otherwise.
 func (p *Program) CallersLock(fn *types.Func, table string, keyParam int) (bool, string) {
 	k := FuncKey(fn)
 	if k == "" || fn.Pkg() == nil || keyParam < 0 || keyParam >= 64 {
@@ -291,17 +291,26 @@ func (p *Program) CallersLock(fn *types.Func, table string, keyParam int) (bool,
 			return false, "" // used as a value: its callers are not known
 		}
 	}
-	n := 0
+	n, unlocked, first := 0, 0, ""
 	for _, s := range sites {
 		if s.want == nil && s.key != k || s.want != nil && !implements(s.want) {
 			continue
 		}
 		n++
 		if !p.locked(s.call, table, keyParam) {
-			return false, s.call.at()
+			if unlocked == 0 {
+				first = s.call.at()
+			}
+			unlocked++
 		}
 	}
-	return n > 0, ""
+	switch {
+	case unlocked == 2:
+		first += ", and at 1 other call,"
+	case unlocked > 2:
+		first += ", and at " + strconv.Itoa(unlocked-1) + " other calls,"
+	}
+	return n > 0 && unlocked == 0, first
 }
 
 // locked reports whether call c holds a lock that serializes writes of
