@@ -292,12 +292,8 @@ func wantKey(want map[string]string) string {
 // Resolves reports whether the second pass could see more in package pkg
 // than the first: it calls an interface method that resolves to network
 // I/O, a transaction runner, a begin helper, a helper that ends a
-// transaction or a token delete; or it declares a helper that writes a
-// state blind (judged with its callers' row locks).
+// transaction or a token delete.
 func (p *Program) Resolves(pkg string) bool {
-	if p.hasBlindHelper(pkg) {
-		return true // its helpers are judged with their callers' row locks
-	}
 	p.mu.Lock()
 	calls := p.calls[pkg]
 	p.mu.Unlock()

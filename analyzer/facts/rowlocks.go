@@ -179,8 +179,11 @@ func (p *Program) forgetLocks(path string) {
 	delete(p.locks.helpers, path)
 }
 
-// hasBlindHelper reports whether package pkg recorded a blind helper.
-func (p *Program) hasBlindHelper(pkg string) bool {
+// Rejudges reports whether package pkg declares a helper that writes a
+// state blind, to be judged again in the second pass with its callers'
+// row locks. Its facts do not change, so the packages that import it need
+// not be analyzed again for it (unlike [Program.Resolves]).
+func (p *Program) Rejudges(pkg string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.locks != nil && p.locks.helpers[pkg]
