@@ -118,11 +118,12 @@ type lockCand struct {
 	call *ast.CallExpr
 	ref  facts.LockRef
 	row  types.Object // the locked row's value (v in v, err := lock(..))
+	args map[types.Object]int
 }
 
 // lockCands returns the calls of body that lock a row (by SQL, a gorm
 // locking clause, a known locker) or may (an interface method), whose
-// result is assigned to a variable.
+// result is assigned to a variable whose state is compared after it.
 func (c *checker) lockCands(body *ast.BlockStmt) []lockCand {
 	info := c.pass.TypesInfo
 	var out []lockCand
@@ -143,15 +144,18 @@ func (c *checker) lockCands(body *ast.BlockStmt) []lockCand {
 		if row == nil {
 			return true
 		}
+		var ref facts.LockRef
 		if t := c.locks(k); len(t) > 0 {
-			out = append(out, lockCand{call: k, ref: facts.LockRef{Tables: t}, row: row})
+			ref = facts.LockRef{Tables: t}
+		} else if fn := rulekit.Callee(info, k); fn != nil && recvInterface(fn) != nil {
+			ref = facts.InterfaceLock(recvInterface(fn), fn)
+		} else {
 			return true
 		}
-		if fn := rulekit.Callee(info, k); fn != nil {
-			if it := recvInterface(fn); it != nil {
-				out = append(out, lockCand{call: k, ref: facts.InterfaceLock(it, fn), row: row})
-			}
+		if !stateCheck(c, info, body, row, k.End(), body.End()) {
+			return true // its row's state is never compared: not a lock the caller relies on
 		}
+		out = append(out, lockCand{call: k, ref: ref, row: row, args: argObjs(info, k)})
 		return true
 	})
 	return out
@@ -162,13 +166,16 @@ func (c *checker) lockCands(body *ast.BlockStmt) []lockCand {
 // to both, not committed or rolled back in between), the locked row's
 // state read in a comparison between them.
 func (c *checker) lockedAt(body *ast.BlockStmt, call *ast.CallExpr, cands []lockCand, lc *facts.LockedCall) {
+	if len(cands) == 0 {
+		return
+	}
 	info := c.pass.TypesInfo
 	callArgs := argObjs(info, call)
 	for _, k := range cands {
 		if k.call.End() > call.Pos() {
 			continue
 		}
-		kArgs := argObjs(info, k.call)
+		kArgs := k.args
 		var tx types.Object
 		for o := range kArgs {
 			if _, ok := callArgs[o]; ok && txVar(o) {
