@@ -145,7 +145,7 @@ func NewSuite(s Settings, base facts.Config) ([]*analysis.Analyzer, *facts.Facts
 		out = append(out, tokenorder.New(tokenorder.Config{Facts: f}))
 	}
 	if !off[blindupdate.Name] {
-		out = append(out, blindupdate.New(blindupdate.Config{StateColumns: s.StateColumns}))
+		out = append(out, blindupdate.New(blindupdate.Config{StateColumns: s.StateColumns, Facts: f}))
 	}
 	if !off[checkthenact.Name] {
 		out = append(out, checkthenact.New(checkthenact.Config{Facts: f, Tables: s.TokenTables}))

@@ -43,6 +43,10 @@ type Config struct {
 	// StateColumns are more column names that hold a state machine's state
 	// (columns named state, status, *_state and *_status always do).
 	StateColumns []string
+	// Facts, when set, is the suite's shared facts analyzer: with its
+	// Program (the standalone command), a helper whose every caller holds
+	// a row lock on the row is not reported (see callers.go).
+	Facts *facts.Facts
 }
 
 // Analyzer is the default blindupdate analyzer.
@@ -77,7 +81,7 @@ func (f *RowLocker) String() string { return fmt.Sprintf("rowlocker(%v)", f.Tabl
 
 // New returns a blindupdate analyzer for cfg.
 func New(cfg Config) *analysis.Analyzer {
-	c := &Config{StateColumns: append([]string(nil), cfg.StateColumns...)}
+	c := &Config{StateColumns: append([]string(nil), cfg.StateColumns...), Facts: cfg.Facts}
 	a := &analysis.Analyzer{
 		Name:      Name,
 		Doc:       Doc,
@@ -137,6 +141,9 @@ func (c *checker) run() {
 			c.gormCall(call, stack)
 		}
 	})
+	if prog, recording := c.program(); prog != nil && recording {
+		c.record(prog, own)
+	}
 }
 
 // execUpdate returns the blind transition run by an Exec-shaped call.
@@ -145,11 +152,28 @@ func (c *checker) execUpdate(call *ast.CallExpr) (*update, string, token.Pos) {
 	if !ok || !(strings.HasPrefix(method, "Exec") || strings.HasPrefix(method, "MustExec")) {
 		return nil, "", token.NoPos
 	}
-	u := c.parseUpdate(q)
+	u := dropFlags(c.pass.TypesInfo, call, queryIndex(c.pass.TypesInfo, call), c.parseUpdate(q))
 	if u == nil {
 		return nil, "", token.NoPos
 	}
 	return u, q, at
+}
+
+// queryIndex returns the index of call's SQL text argument (the first
+// string, as [rulekit.SQLCall] takes it), or -1 when the values are not
+// call's arguments (a squirrel builder's Exec).
+func queryIndex(info *types.Info, call *ast.CallExpr) int {
+	if rulekit.PkgPath(rulekit.Callee(info, call)) == rulekit.PkgSquirrel {
+		return -1
+	}
+	for i, a := range call.Args {
+		if t := info.TypeOf(a); t != nil {
+			if b, ok := t.Underlying().(*types.Basic); ok && b.Info()&types.IsString != 0 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // generated exports a BlindQuery fact for a generated method that runs a
@@ -191,10 +215,29 @@ func (c *checker) sqlCall(call *ast.CallExpr, stack rulekit.Stack) bool {
 		return true
 	}
 	fn := rulekit.Callee(c.pass.TypesInfo, call)
-	msg := fmt.Sprintf("%s (called at %s) runs %q, a state transition without compare-and-set: it sets %s.%s with a WHERE on the key only (%s) and ignores how many rows changed, "+
+	unlocked := ""
+	if prog, recording := c.program(); prog != nil {
+		fd, _ := stack.Func().(*ast.FuncDecl)
+		var helper *types.Func
+		if fd != nil {
+			helper, _ = c.pass.TypesInfo.Defs[fd.Name].(*types.Func)
+		}
+		if recording {
+			prog.RecordBlindHelper(c.pass.Pkg.Path())
+		} else if helper != nil {
+			ok, at := prog.CallersLock(helper, u.table, keyParam(c.pass.TypesInfo, fd, call, u))
+			if ok {
+				return true // every caller holds the row's lock and checked its state
+			}
+			if at != "" {
+				unlocked = fmt.Sprintf(" (%s is called at %s with no row lock held on it)", rulekit.ShortName(helper), at)
+			}
+		}
+	}
+	msg := fmt.Sprintf("%s (called at %s) runs %q, a state transition without compare-and-set: it sets %s.%s with a WHERE on the key only (%s) and ignores how many rows changed%s, "+
 		"so a duplicate or a late worker overwrites a state another one already moved on (a SUCCESS turned back, a refund marked paid) and nothing notices; "+
 		"add the expected state (and version or lease) to the WHERE, e.g. WHERE %s AND %s = 'PROCESSING' AND version = $n, and check RowsAffected() == 1",
-		rulekit.ShortName(fn), c.rep.Posn(call.Pos()), rulekit.Short(q, 120), u.table, u.column, u.where, u.where, u.column)
+		rulekit.ShortName(fn), c.rep.Posn(call.Pos()), rulekit.Short(q, 120), u.table, u.column, u.where, unlocked, u.where, u.column)
 	c.rep.Report(analysis.Diagnostic{Pos: call.Pos(), End: call.End(), Message: msg, Related: []analysis.RelatedInformation{
 		{Pos: at, Message: "the UPDATE text: " + rulekit.Short(q, 120)},
 		{Pos: call.Rparen, Message: "its affected-row count is dropped here"},

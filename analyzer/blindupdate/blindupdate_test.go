@@ -26,3 +26,13 @@ func TestBlindupdateDataFlow(t *testing.T) {
 	results := analysistest.Run(t, ruletest.Testdata(), blindupdate.New(blindupdate.Config{}), "buflow")
 	ruletest.CheckFindings(t, results, 8)
 }
+
+// TestBlindupdateFlags: a column named like a state that holds a boolean
+// flag (a Go bool, *bool or sql.NullBool bound to its placeholder, or a SQL
+// boolean literal) is not a workflow state; the same name holding a string
+// or an integer, a flag beside a real state column, and values spread
+// from a slice stay reported.
+func TestBlindupdateFlags(t *testing.T) {
+	results := analysistest.Run(t, ruletest.Testdata(), blindupdate.New(blindupdate.Config{}), "buflag")
+	ruletest.CheckFindings(t, results, 6)
+}

@@ -41,8 +41,9 @@ func (c *checker) gormCall(call *ast.CallExpr, stack rulekit.Stack) {
 	field := ""
 	switch fn.Name() {
 	case "Update", "UpdateColumn":
-		if s, _, ok := rulekit.ConstString(info, call.Args[0]); ok && c.stateField(s) {
-			field = s
+		if s, _, ok := rulekit.ConstString(info, call.Args[0]); ok && c.stateField(s) &&
+			!(len(call.Args) == 2 && boolType(info.TypeOf(call.Args[1]))) {
+			field = s // a bool value is a flag, not a state
 		}
 	default:
 		field = c.stateInLiteral(call.Args[0])
@@ -133,6 +134,9 @@ func (c *checker) stateInLiteral(e ast.Expr) string {
 		if !ok {
 			continue
 		}
+		if boolType(c.pass.TypesInfo.TypeOf(kv.Value)) {
+			continue // a flag, not a state
+		}
 		switch k := kv.Key.(type) {
 		case *ast.Ident:
 			if c.stateField(k.Name) {
@@ -165,6 +169,9 @@ func (c *checker) hasStateField(n *types.Named) bool {
 	st := n.Underlying().(*types.Struct)
 	for i := 0; i < st.NumFields(); i++ {
 		f := st.Field(i)
+		if boolType(f.Type()) {
+			continue // a flag named like a state (BackupState bool)
+		}
 		if c.stateField(f.Name()) {
 			return true
 		}

@@ -50,6 +50,9 @@ type Program struct {
 	// owned are each package's contributions to named and methods, by
 	// package path, so that Forget can take them back.
 	owned map[string]*contribution
+	// locks is blindupdate's record of row locks held by callers (see
+	// rowlocks.go).
+	locks *rowLocks
 }
 
 // contribution is what one package (with its test variant) added: the
@@ -90,6 +93,7 @@ func (p *Program) Forget(paths ...string) {
 			delete(p.owned, path)
 		}
 		delete(p.calls, path)
+		p.forgetLocks(path)
 	}
 	p.impls = map[string][]*namedMethod{}
 }

@@ -267,6 +267,14 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 			again[p.ImportPath] = again[p.ImportPath] || again[dep]
 		}
 	}
+	// A package with a blind helper is judged again with its callers'
+	// row locks (blindupdate); its facts stay, so its importers need not.
+	for _, p := range pkgs {
+		if !p.DepOnly && d.analyzed(p) && prog.Rejudges(p.path()) {
+			again[p.ImportPath] = true
+		}
+	}
+	prog.SetWhole(wholePackages(context.Background(), pkgs, d.failed))
 	f.Config.Consumers = len(rules)
 	d.errs = nil
 	d.only = again
