@@ -399,6 +399,7 @@ func TestLSPMatchesCLI(t *testing.T) {
 	for _, tt := range []struct{ name, dir string }{
 		{"analyzer/testdata/mod", modtest.Dir(t)},
 		{"examples/adopt", filepath.Join("..", "..", "examples", "adopt")},
+		{"analyzer/testdata/locks", filepath.Join("..", "..", "analyzer", "testdata", "locks")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir, err := filepath.Abs(tt.dir)
