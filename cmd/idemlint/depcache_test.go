@@ -92,6 +92,65 @@ func Charge(ctx context.Context, db *sql.DB, n api.Notifier, id string) error {
 }
 `
 
+// depV2Src is example.com/dep v1.1.0: Notify queues the message instead of
+// posting it (no network I/O).
+const depV2Src = `package dep
+
+import "context"
+
+var queue = make(chan string, 64)
+
+// Notify queues id for the gateway.
+func Notify(ctx context.Context, id string) error {
+	select {
+	case queue <- id:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Client is Notify as a method: its summary is in the Program.
+type Client struct{}
+
+func (*Client) Notify(ctx context.Context, id string) error { return Notify(ctx, id) }
+`
+
+// goModSrc is app's go.mod requiring example.com/dep at a version, found
+// in the test's module cache.
+const goModSrc = "module example.com/app\n\ngo 1.26\n\nrequire example.com/dep %[1]s\n\nreplace example.com/dep => ../modcache/example.com/dep@%[1]s\n"
+
+// payOwn and payAlias are two versions of an in-module package's exported
+// API: its own Client, which does no I/O, or dep's, under an alias. Its
+// importer (orderSrc) does not change.
+const (
+	payOwn   = "package pay\n\nimport \"context\"\n\n// Client only records the payment.\ntype Client struct{}\n\nfunc (*Client) Notify(ctx context.Context, id string) error { return nil }\n"
+	payAlias = "package pay\n\nimport \"example.com/dep\"\n\n// Client is the gateway's.\ntype Client = dep.Client\n"
+)
+
+const orderSrc = `package order
+
+import (
+	"context"
+	"database/sql"
+
+	"example.com/app/pay"
+)
+
+func Place(ctx context.Context, db *sql.DB, id string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "UPDATE orders SET state='PAID' WHERE id=$1", id); err != nil {
+		return err
+	}
+	_ = (&pay.Client{}).Notify(ctx, id)
+	return tx.Commit()
+}
+`
+
 // TestDepCacheEdits drives the language server's linter through a
 // sequence of edits and checks after each that its findings equal a fresh
 // run of the command's driver: the dependency's facts come from the cache
@@ -120,7 +179,9 @@ func TestDepCacheEdits(t *testing.T) {
 	write(map[string]string{
 		"modcache/example.com/dep@v1.0.0/go.mod": "module example.com/dep\n\ngo 1.26\n",
 		"modcache/example.com/dep@v1.0.0/dep.go": depSrc,
-		"app/go.mod":                             "module example.com/app\n\ngo 1.26\n\nrequire example.com/dep v1.0.0\n\nreplace example.com/dep => ../modcache/example.com/dep@v1.0.0\n",
+		"modcache/example.com/dep@v1.1.0/go.mod": "module example.com/dep\n\ngo 1.26\n",
+		"modcache/example.com/dep@v1.1.0/dep.go": depV2Src,
+		"app/go.mod":                             fmt.Sprintf(goModSrc, "v1.0.0"),
 		"app/api/api.go":                         apiSrc,
 		"app/impl/impl.go":                       fmt.Sprintf(implSrc, "return dep.Notify(ctx, id)"),
 		"app/shop/shop.go":                       fmt.Sprintf(shopSrc, "_ = dep.Notify(ctx, id)"),
@@ -149,6 +210,8 @@ func TestDepCacheEdits(t *testing.T) {
 		}
 		return findings(res.findings)
 	}
+	// must lists findings the command must have in this state, and, with
+	// a "!" before them, findings it must not have.
 	step := func(name string, wantReused bool, must ...string) {
 		t.Helper()
 		if _, err := l.lint(ctx, app, nil); err != nil {
@@ -160,7 +223,11 @@ func TestDepCacheEdits(t *testing.T) {
 			t.Errorf("%s: the server found\n\t%s\nthe command\n\t%s", name, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 		}
 		for _, m := range must {
-			if !slices.Contains(want, m) {
+			if absent, ok := strings.CutPrefix(m, "!"); ok {
+				if slices.Contains(want, absent) {
+					t.Errorf("%s: the command finds %q (the test is wrong): %q", name, absent, want)
+				}
+			} else if !slices.Contains(want, m) {
 				t.Errorf("%s: the command does not find %q (the test is wrong): %q", name, m, want)
 			}
 		}
@@ -191,4 +258,24 @@ func TestDepCacheEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("that package deleted", true, direct)
+
+	// go.mod edited mid-session: the dependency's new version no longer
+	// does I/O. Its package path is the same; its facts must not be the
+	// old version's.
+	write(map[string]string{"app/go.mod": fmt.Sprintf(goModSrc, "v1.1.0")})
+	step("go.mod: dep upgraded to a version that queues", false, "!"+direct)
+	write(map[string]string{"app/go.mod": fmt.Sprintf(goModSrc, "v1.0.0")})
+	step("go.mod: dep back to the version that posts", false, direct)
+	write(map[string]string{"app/shop/shop.go": fmt.Sprintf(shopSrc, "// moved out")})
+	step("after the go.mod edits, the call moved out again", true, "!"+direct)
+
+	// An exported-API change in one package of the module flips a finding
+	// in a package that imports it, whose own files do not change.
+	orderCall := "order.go:19 txrpc"
+	write(map[string]string{"app/pay/pay.go": payOwn, "app/order/order.go": orderSrc})
+	step("an importer of an in-module package created", true, "!"+orderCall)
+	write(map[string]string{"app/pay/pay.go": payAlias})
+	step("the package's Client becomes dep's: the importer calls the network", true, orderCall)
+	write(map[string]string{"app/pay/pay.go": payOwn})
+	step("the package's Client its own again", true, "!"+orderCall)
 }
