@@ -92,18 +92,25 @@ func Charge(ctx context.Context, db *sql.DB, n api.Notifier, id string) error {
 }
 `
 
-// depV2Src is example.com/dep v1.1.0: Notify queues the message instead of
-// posting it (no network I/O).
+// depV2Src is example.com/dep v1.1.0: Notify queues the request instead of
+// sending it (no network I/O). It imports what v1.0.0 imports.
 const depV2Src = `package dep
 
-import "context"
+import (
+	"context"
+	"net/http"
+)
 
-var queue = make(chan string, 64)
+var queue = make(chan *http.Request, 64)
 
-// Notify queues id for the gateway.
+// Notify queues a request to the gateway.
 func Notify(ctx context.Context, id string) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", "https://pay.example/n?id="+id, nil)
+	if err != nil {
+		return err
+	}
 	select {
-	case queue <- id:
+	case queue <- req:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -121,10 +128,13 @@ func (*Client) Notify(ctx context.Context, id string) error { return Notify(ctx,
 const goModSrc = "module example.com/app\n\ngo 1.26\n\nrequire example.com/dep %[1]s\n\nreplace example.com/dep => ../modcache/example.com/dep@%[1]s\n"
 
 // payOwn and payAlias are two versions of an in-module package's exported
-// API: its own Client, which does no I/O, or dep's, under an alias. Its
-// importer (orderSrc) does not change.
+// API: its own Client, which does no I/O, or dep's, under an alias;
+// payPosts has payOwn's API, its method posting what it queued. Both
+// import dep, so that the importer (orderSrc), whose files do not change,
+// has the same imports in both.
 const (
-	payOwn   = "package pay\n\nimport \"context\"\n\n// Client only records the payment.\ntype Client struct{}\n\nfunc (*Client) Notify(ctx context.Context, id string) error { return nil }\n"
+	payOwn   = "package pay\n\nimport (\n\t\"context\"\n\n\t\"example.com/dep\"\n)\n\n// Client queues the payments for the gateway.\ntype Client struct {\n\tgw     *dep.Client\n\tqueued []string\n}\n\nfunc (c *Client) Notify(ctx context.Context, id string) error {\n\tc.queued = append(c.queued, id)\n\treturn nil\n}\n"
+	payPosts = "package pay\n\nimport (\n\t\"context\"\n\n\t\"example.com/dep\"\n)\n\n// Client queues the payments for the gateway.\ntype Client struct {\n\tgw     *dep.Client\n\tqueued []string\n}\n\nfunc (c *Client) Notify(ctx context.Context, id string) error {\n\tc.queued = append(c.queued, id)\n\tfor _, q := range c.queued {\n\t\tif err := c.gw.Notify(ctx, q); err != nil {\n\t\t\treturn err\n\t\t}\n\t}\n\tc.queued = c.queued[:0]\n\treturn nil\n}\n"
 	payAlias = "package pay\n\nimport \"example.com/dep\"\n\n// Client is the gateway's.\ntype Client = dep.Client\n"
 )
 
@@ -235,11 +245,23 @@ func TestDepCacheEdits(t *testing.T) {
 			t.Errorf("%s: example.com/dep's facts reused: %v, want %v", name, c != nil && c.reused["example.com/dep"], wantReused)
 		}
 	}
+	// firstPass checks which of the module's packages the last run's
+	// first pass analyzed again (false) or kept (true).
+	firstPass := func(name string, kept map[string]bool) {
+		t.Helper()
+		for id, want := range kept {
+			if got := l.deps[app].reused[id]; got != want {
+				t.Errorf("%s: %s's first pass kept: %v, want %v", name, id, got, want)
+			}
+		}
+	}
 	direct, viaIface := "shop.go:22 txrpc", "shop.go:23 txrpc"
 
 	step("first run", false, direct, viaIface)
 	write(map[string]string{"app/shop/shop.go": fmt.Sprintf(shopSrc, "// moved out")})
 	step("call moved out of the transaction", true, viaIface)
+	firstPass("call moved out of the transaction", map[string]bool{
+		"example.com/app/shop": false, "example.com/app/api": true, "example.com/app/impl": true})
 	write(map[string]string{"app/shop/shop.go": fmt.Sprintf(shopSrc, "_ = dep.Notify(ctx, id)")})
 	step("call moved back in", true, direct, viaIface)
 	write(map[string]string{"app/impl/impl.go": fmt.Sprintf(implSrc, "return nil")})
@@ -276,6 +298,17 @@ func TestDepCacheEdits(t *testing.T) {
 	step("an importer of an in-module package created", true, "!"+orderCall)
 	write(map[string]string{"app/pay/pay.go": payAlias})
 	step("the package's Client becomes dep's: the importer calls the network", true, orderCall)
+	firstPass("the package's Client becomes dep's", map[string]bool{
+		"example.com/app/pay": false, "example.com/app/order": false, "example.com/app/shop": true})
 	write(map[string]string{"app/pay/pay.go": payOwn})
 	step("the package's Client its own again", true, "!"+orderCall)
+
+	// The same package's method starts posting, its API unchanged: the
+	// importer's export data is the same, its finding is not.
+	write(map[string]string{"app/pay/pay.go": payPosts})
+	step("the package's method posts what it queued", true, orderCall)
+	firstPass("the package's method posts", map[string]bool{
+		"example.com/app/pay": false, "example.com/app/order": false, "example.com/app/shop": true})
+	write(map[string]string{"app/pay/pay.go": payOwn})
+	step("the package's method queues again", true, "!"+orderCall)
 }
