@@ -41,6 +41,19 @@ type depCache struct {
 	// reused are the packages the last run skipped in its first pass, by
 	// ID (the server's log and the tests).
 	reused map[string]bool
+
+	// forgot are the package paths this run forgot in prog, and before
+	// the digest of their contributions before (see reuse2).
+	forgot []string
+	before [sha256.Size]byte
+	// The second pass of the last run: the packages it analyzed without
+	// failure, by ID, and their facts and findings after it.
+	pass2     map[string]bool
+	facts2    map[factKey]analysis.Fact
+	pkgFacts2 map[pkgFactKey]analysis.Fact
+	diags2    []finding
+	// reused2 are the packages the last run skipped in its second pass.
+	reused2 map[string]bool
 }
 
 // stable reports whether l's code cannot change under the server: the
@@ -139,6 +152,8 @@ func (c *depCache) reuse(pkgs []*listed, sums map[string][sha256.Size]byte, d *u
 			forget = append(forget, path)
 		}
 	}
+	c.forgot = forget
+	c.before = c.prog.Digest(forget...)
 	c.prog.Forget(forget...)
 	c.reused = out
 	for k, v := range c.facts {
@@ -198,6 +213,83 @@ func (c *depCache) keep(pkgs []*listed, sums map[string][sha256.Size]byte, d *un
 	for _, f := range d.diags {
 		if c.reusable[f.id] {
 			c.diags = append(c.diags, f)
+		}
+	}
+}
+
+// reuse2 returns the packages of again (those the second pass analyzes)
+// whose second pass c keeps and gives again, and fills d with their
+// facts and findings after it: packages whose first pass was kept (their
+// inputs and their imports' are the same), that the last second pass
+// analyzed without failure, while the packages analyzed again in the first
+// pass contributed to the Program exactly what they had contributed before
+// (facts.Program.Digest): every interface call then resolves as it did.
+// Otherwise it keeps none.
+func (c *depCache) reuse2(again map[string]bool, d *unitDriver) map[string]bool {
+	out := map[string]bool{}
+	if c.pass2 != nil && c.prog.Digest(c.forgot...) == c.before {
+		for id, ok := range again {
+			if ok && c.reused[id] && c.pass2[id] {
+				out[id] = true
+			}
+		}
+		// An import analyzed again in the second pass (it failed last
+		// time) is analyzed again in its importers too.
+		for _, p := range d.pkgs {
+			for _, dep := range p.Deps {
+				if out[p.ImportPath] && again[dep] && !out[dep] {
+					delete(out, p.ImportPath)
+				}
+			}
+		}
+	}
+	c.reused2 = out
+	for k, v := range c.facts2 {
+		if out[k.pkg] {
+			d.facts.Store(k, v)
+		}
+	}
+	for k, v := range c.pkgFacts2 {
+		if out[k.pkg] {
+			d.pkgFacts.Store(k, v)
+		}
+	}
+	for _, f := range c.diags2 {
+		if out[f.id] {
+			d.diags = append(d.diags, f)
+		}
+	}
+	return out
+}
+
+// keep2 records, after the second pass, the facts and findings of the
+// packages of again that it analyzed (or that reuse2 kept) without
+// failure.
+func (c *depCache) keep2(again map[string]bool, d *unitDriver) {
+	c.pass2 = map[string]bool{}
+	for id, ok := range again {
+		if ok && !d.failed[id] {
+			c.pass2[id] = true
+		}
+	}
+	c.facts2 = map[factKey]analysis.Fact{}
+	c.pkgFacts2 = map[pkgFactKey]analysis.Fact{}
+	d.facts.Range(func(k, v any) bool {
+		if fk := k.(factKey); c.pass2[fk.pkg] {
+			c.facts2[fk] = v.(analysis.Fact)
+		}
+		return true
+	})
+	d.pkgFacts.Range(func(k, v any) bool {
+		if pk := k.(pkgFactKey); c.pass2[pk.pkg] {
+			c.pkgFacts2[pk] = v.(analysis.Fact)
+		}
+		return true
+	})
+	c.diags2 = c.diags2[:0]
+	for _, f := range d.diags {
+		if c.pass2[f.id] {
+			c.diags2 = append(c.diags2, f)
 		}
 	}
 }

@@ -199,15 +199,25 @@ func TestDepCacheEdits(t *testing.T) {
 	l := &lspLinter{last: map[string]lspRun{}, deps: map[string]*depCache{}, modCache: cacheDir, modCacheOK: true}
 	ctx := context.Background()
 
-	findings := func(fs []finding) []string {
+	// findings lists fs as "file:line rule" or, in full, with the
+	// message and the related positions (which name the leaf network
+	// call in another package).
+	findings := func(fs []finding, full bool) []string {
 		var out []string
 		for _, f := range fs {
-			out = append(out, fmt.Sprintf("%s:%d %s", filepath.Base(f.file), f.line, f.rule))
+			s := fmt.Sprintf("%s:%d %s", filepath.Base(f.file), f.line, f.rule)
+			if full {
+				s += ": " + f.msg
+				for _, r := range f.related {
+					s += fmt.Sprintf("\n\t\t%s:%d:%d %s", filepath.Base(r.start.Filename), r.start.Line, r.start.Column, r.msg)
+				}
+			}
+			out = append(out, s)
 		}
 		slices.Sort(out)
 		return out
 	}
-	fresh := func() []string {
+	fresh := func() []finding {
 		t.Helper()
 		prog := facts.NewProgram()
 		rules, f, err := analyzer.NewSuite(analyzer.Settings{}, facts.Config{Program: prog})
@@ -218,7 +228,7 @@ func TestDepCacheEdits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return findings(res.findings)
+		return res.findings
 	}
 	// must lists findings the command must have in this state, and, with
 	// a "!" before them, findings it must not have.
@@ -227,11 +237,11 @@ func TestDepCacheEdits(t *testing.T) {
 		if _, err := l.lint(ctx, app, nil); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		got := findings(l.last[app].res.findings)
-		want := fresh()
-		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		got, cmd := findings(l.last[app].res.findings, true), fresh()
+		if want := findings(cmd, true); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("%s: the server found\n\t%s\nthe command\n\t%s", name, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 		}
+		want := findings(cmd, false)
 		for _, m := range must {
 			if absent, ok := strings.CutPrefix(m, "!"); ok {
 				if slices.Contains(want, absent) {
@@ -245,13 +255,22 @@ func TestDepCacheEdits(t *testing.T) {
 			t.Errorf("%s: example.com/dep's facts reused: %v, want %v", name, c != nil && c.reused["example.com/dep"], wantReused)
 		}
 	}
-	// firstPass checks which of the module's packages the last run's
-	// first pass analyzed again (false) or kept (true).
+	// firstPass and secondPass check which of the module's packages the
+	// last run's first or second pass analyzed again (false) or kept
+	// (true).
 	firstPass := func(name string, kept map[string]bool) {
 		t.Helper()
 		for id, want := range kept {
 			if got := l.deps[app].reused[id]; got != want {
 				t.Errorf("%s: %s's first pass kept: %v, want %v", name, id, got, want)
+			}
+		}
+	}
+	secondPass := func(name string, kept map[string]bool) {
+		t.Helper()
+		for id, want := range kept {
+			if got := l.deps[app].reused2[id]; got != want {
+				t.Errorf("%s: %s's second pass kept: %v, want %v", name, id, got, want)
 			}
 		}
 	}
@@ -306,9 +325,27 @@ func TestDepCacheEdits(t *testing.T) {
 	// The same package's method starts posting, its API unchanged: the
 	// importer's export data is the same, its finding is not.
 	write(map[string]string{"app/pay/pay.go": payPosts})
-	step("the package's method posts what it queued", true, orderCall)
+	step("the package's method posts what it queued", true, orderCall, viaIface)
 	firstPass("the package's method posts", map[string]bool{
 		"example.com/app/pay": false, "example.com/app/order": false, "example.com/app/shop": true})
+	// pay's method's summary changed: shop's interface call resolves
+	// differently.
+	secondPass("the package's method posts", map[string]bool{"example.com/app/shop": false})
+
+	// An edit that changes nothing any interface call resolves to: shop's
+	// second pass is kept, with its finding.
+	write(map[string]string{"app/order/order.go": orderSrc + "\n// Placed orders are paid.\n"})
+	step("a comment added to the importer", true, orderCall, viaIface)
+	firstPass("a comment added to the importer", map[string]bool{"example.com/app/order": false, "example.com/app/shop": true})
+	secondPass("a comment added to the importer", map[string]bool{"example.com/app/shop": true})
+
+	// The posting method posts through dep's function, not its method:
+	// shop's interface call resolves to the same method, through another
+	// chain of calls, which shop's finding names.
+	write(map[string]string{"app/pay/pay.go": strings.Replace(payPosts, "c.gw.Notify(ctx, q)", "dep.Notify(ctx, q)", 1)})
+	step("the posting method calls dep.Notify", true, orderCall, viaIface)
+	secondPass("the posting method calls dep.Notify", map[string]bool{"example.com/app/shop": false})
+
 	write(map[string]string{"app/pay/pay.go": payOwn})
-	step("the package's method queues again", true, "!"+orderCall)
+	step("the package's method queues again", true, "!"+orderCall, "!"+viaIface)
 }

@@ -262,7 +262,9 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 	// facts with interface calls resolved, and the rules, whose findings
 	// replace the first pass's. The dependencies keep their first-pass
 	// facts (a library's interface calls are not resolved to the
-	// service's types).
+	// service's types). With a cache, the packages whose first pass was
+	// kept keep their second pass too while the Program is what it was
+	// (see depCache.reuse2).
 	again := map[string]bool{}
 	for _, p := range pkgs {
 		if p.DepOnly || !d.analyzed(p) {
@@ -277,7 +279,14 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 	d.errs = nil
 	d.only = again
 	d.drop(again)
+	if cache != nil {
+		d.skip = cache.reuse2(again, d)
+	}
 	d.pass(f.Analyzer, rules, nil)
+	d.skip = nil
+	if cache != nil {
+		cache.keep2(again, d)
+	}
 	lap("second pass")
 	// A package that failed in the first pass fails again in the second.
 	seen := map[string]bool{}
