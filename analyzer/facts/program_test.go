@@ -265,3 +265,56 @@ func TestForget(t *testing.T) {
 		})
 	}
 }
+
+// TestDigest: a package's digest changes with what it contributes (a
+// method's summary, a type's method set, an interface call) and not when
+// it is forgotten and contributes the same again.
+func TestDigest(t *testing.T) {
+	api := checkPkg(t, "api", "package api\n\ntype N interface{ Notify(msg string) error }\n", nil)
+	it := api.Scope().Lookup("N").Type().Underlying().(*types.Interface)
+	imports := map[string]*types.Package{"api": api}
+	const src = "package impl\n\ntype HTTP struct{}\n\nfunc (*HTTP) Notify(msg string) error { return nil }\n"
+	const other = "package other\n\ntype Mail struct{}\n\nfunc (*Mail) Notify(msg string) error { return nil }\n"
+	build := func(src string, net map[string]bool, calls bool) *Program {
+		p := NewProgram()
+		p.SetRoots([]string{"impl", "other"})
+		var call *types.Interface
+		if calls {
+			call = it
+		}
+		addPkg(p, checkPkg(t, "impl", src, imports), net, call)
+		addPkg(p, checkPkg(t, "other", other, imports), nil, nil)
+		return p
+	}
+	base := build(src, map[string]bool{"HTTP.Notify": true}, true)
+	d0 := base.Digest("impl")
+	if d := base.Digest("impl", "impl"); d != d0 {
+		t.Error("a path named twice changes the digest")
+	}
+	base.Forget("impl")
+	if base.Digest("impl") == d0 {
+		t.Error("the digest of a forgotten package is unchanged")
+	}
+	addPkg(base, checkPkg(t, "impl", src, imports), map[string]bool{"HTTP.Notify": true}, it)
+	if base.Digest("impl") != d0 {
+		t.Error("the same contribution made again changes the digest")
+	}
+	for _, tc := range []struct {
+		name  string
+		p     *Program
+		equal bool
+	}{
+		{"the same, built anew", build(src, map[string]bool{"HTTP.Notify": true}, true), true},
+		{"the method no longer does I/O", build(src, nil, true), false},
+		{"the method deleted", build("package impl\n\ntype HTTP struct{}\n", nil, true), false},
+		{"its signature changed", build("package impl\n\ntype HTTP struct{}\n\nfunc (*HTTP) Notify(msg string, n int) error { return nil }\n", map[string]bool{"HTTP.Notify": true}, true), false},
+		{"the interface call gone", build(src, map[string]bool{"HTTP.Notify": true}, false), false},
+	} {
+		if got := tc.p.Digest("impl") == d0; got != tc.equal {
+			t.Errorf("%s: digest equal: %v, want %v", tc.name, got, tc.equal)
+		}
+		if tc.p.Digest("other") != base.Digest("other") {
+			t.Errorf("%s: another package's digest changed", tc.name)
+		}
+	}
+}

@@ -2,7 +2,8 @@
 // it (bench/lsp.sh runs it): the time from initialize to the first
 // diagnostics of an opened file, the time from a one-line edit and save
 // of another file to that file's fresh diagnostics, over a session of
-// edits, and the server's peak resident memory (VmHWM, read before
+// edits, with the CPU the server (and the go list it runs) spent on each
+// save, and the server's peak resident memory (VmHWM, read before
 // shutdown).
 //
 //	lspbench -server idemlint -dir MODULE -open apis/x.go -edit examples/base/main.go -edits 50
@@ -160,7 +161,7 @@ func run(server, dir, open, edit string, edits int, options json.RawMessage) err
 	if err := wait(published(uri(edit))); err != nil {
 		return err
 	}
-	var times []float64
+	var times, cpus []float64
 	for i := range edits {
 		text := orig
 		if i%2 == 0 {
@@ -169,12 +170,13 @@ func run(server, dir, open, edit string, edits int, options json.RawMessage) err
 		if err := os.WriteFile(path, text, 0o644); err != nil {
 			return err
 		}
-		t := time.Now()
+		t, c := time.Now(), cpuTime(cmd.Process.Pid)
 		send("textDocument/didSave", map[string]any{"textDocument": map[string]any{"uri": uri(edit)}}, false)
 		if err := wait(published(uri(edit))); err != nil {
 			return err
 		}
 		times = append(times, time.Since(t).Seconds())
+		cpus = append(cpus, cpuTime(cmd.Process.Pid)-c)
 	}
 	hwm := "?"
 	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
@@ -189,6 +191,11 @@ func run(server, dir, open, edit string, edits int, options json.RawMessage) err
 		slices.Sort(times)
 		fmt.Printf("edit+save of %s to fresh diagnostics, %d edits: median %.2fs, min %.2fs, max %.2fs\n",
 			edit, len(times), times[len(times)/2], times[0], times[len(times)-1])
+		if cpus[0] >= 0 {
+			slices.Sort(cpus)
+			fmt.Printf("  server CPU per save (its own and its go list's): median %.2fs, min %.2fs, max %.2fs\n",
+				cpus[len(cpus)/2], cpus[0], cpus[len(cpus)-1])
+		}
 	}
 	fmt.Printf("server peak RSS (VmHWM) over the session: %s\n", hwm)
 	send("shutdown", nil, true)
@@ -197,4 +204,29 @@ func run(server, dir, open, edit string, edits int, options json.RawMessage) err
 	}
 	send("exit", nil, false)
 	return cmd.Wait()
+}
+
+// cpuTime is the CPU time, user and system, of process pid and of its
+// children that it has waited for (the server's go list), in seconds,
+// from /proc/pid/stat; -1 where there is none (not Linux). Unlike wall
+// time, it does not grow with the load of a shared machine.
+func cpuTime(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The fields after the command name, which is in parentheses and
+	// may hold spaces: utime, stime, cutime and cstime are the 14th to
+	// 17th fields of the line, the 12th to 15th after it.
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 15 {
+		return -1
+	}
+	var ticks float64
+	for _, f := range fields[11:15] {
+		n, _ := strconv.ParseFloat(f, 64)
+		ticks += n
+	}
+	return ticks / 100 // USER_HZ, 100 on Linux
 }

@@ -92,6 +92,75 @@ func Charge(ctx context.Context, db *sql.DB, n api.Notifier, id string) error {
 }
 `
 
+// depV2Src is example.com/dep v1.1.0: Notify queues the request instead of
+// sending it (no network I/O). It imports what v1.0.0 imports.
+const depV2Src = `package dep
+
+import (
+	"context"
+	"net/http"
+)
+
+var queue = make(chan *http.Request, 64)
+
+// Notify queues a request to the gateway.
+func Notify(ctx context.Context, id string) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", "https://pay.example/n?id="+id, nil)
+	if err != nil {
+		return err
+	}
+	select {
+	case queue <- req:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Client is Notify as a method: its summary is in the Program.
+type Client struct{}
+
+func (*Client) Notify(ctx context.Context, id string) error { return Notify(ctx, id) }
+`
+
+// goModSrc is app's go.mod requiring example.com/dep at a version, found
+// in the test's module cache.
+const goModSrc = "module example.com/app\n\ngo 1.26\n\nrequire example.com/dep %[1]s\n\nreplace example.com/dep => ../modcache/example.com/dep@%[1]s\n"
+
+// payOwn and payAlias are two versions of an in-module package's exported
+// API: its own Client, which does no I/O, or dep's, under an alias;
+// payPosts has payOwn's API, its method posting what it queued. Both
+// import dep, so that the importer (orderSrc), whose files do not change,
+// has the same imports in both.
+const (
+	payOwn   = "package pay\n\nimport (\n\t\"context\"\n\n\t\"example.com/dep\"\n)\n\n// Client queues the payments for the gateway.\ntype Client struct {\n\tgw     *dep.Client\n\tqueued []string\n}\n\nfunc (c *Client) Notify(ctx context.Context, id string) error {\n\tc.queued = append(c.queued, id)\n\treturn nil\n}\n"
+	payPosts = "package pay\n\nimport (\n\t\"context\"\n\n\t\"example.com/dep\"\n)\n\n// Client queues the payments for the gateway.\ntype Client struct {\n\tgw     *dep.Client\n\tqueued []string\n}\n\nfunc (c *Client) Notify(ctx context.Context, id string) error {\n\tc.queued = append(c.queued, id)\n\tfor _, q := range c.queued {\n\t\tif err := c.gw.Notify(ctx, q); err != nil {\n\t\t\treturn err\n\t\t}\n\t}\n\tc.queued = c.queued[:0]\n\treturn nil\n}\n"
+	payAlias = "package pay\n\nimport \"example.com/dep\"\n\n// Client is the gateway's.\ntype Client = dep.Client\n"
+)
+
+const orderSrc = `package order
+
+import (
+	"context"
+	"database/sql"
+
+	"example.com/app/pay"
+)
+
+func Place(ctx context.Context, db *sql.DB, id string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "UPDATE orders SET state='PAID' WHERE id=$1", id); err != nil {
+		return err
+	}
+	_ = (&pay.Client{}).Notify(ctx, id)
+	return tx.Commit()
+}
+`
+
 // TestDepCacheEdits drives the language server's linter through a
 // sequence of edits and checks after each that its findings equal a fresh
 // run of the command's driver: the dependency's facts come from the cache
@@ -120,7 +189,9 @@ func TestDepCacheEdits(t *testing.T) {
 	write(map[string]string{
 		"modcache/example.com/dep@v1.0.0/go.mod": "module example.com/dep\n\ngo 1.26\n",
 		"modcache/example.com/dep@v1.0.0/dep.go": depSrc,
-		"app/go.mod":                             "module example.com/app\n\ngo 1.26\n\nrequire example.com/dep v1.0.0\n\nreplace example.com/dep => ../modcache/example.com/dep@v1.0.0\n",
+		"modcache/example.com/dep@v1.1.0/go.mod": "module example.com/dep\n\ngo 1.26\n",
+		"modcache/example.com/dep@v1.1.0/dep.go": depV2Src,
+		"app/go.mod":                             fmt.Sprintf(goModSrc, "v1.0.0"),
 		"app/api/api.go":                         apiSrc,
 		"app/impl/impl.go":                       fmt.Sprintf(implSrc, "return dep.Notify(ctx, id)"),
 		"app/shop/shop.go":                       fmt.Sprintf(shopSrc, "_ = dep.Notify(ctx, id)"),
@@ -128,15 +199,25 @@ func TestDepCacheEdits(t *testing.T) {
 	l := &lspLinter{last: map[string]lspRun{}, deps: map[string]*depCache{}, modCache: cacheDir, modCacheOK: true}
 	ctx := context.Background()
 
-	findings := func(fs []finding) []string {
+	// findings lists fs as "file:line rule" or, in full, with the
+	// message and the related positions (which name the leaf network
+	// call in another package).
+	findings := func(fs []finding, full bool) []string {
 		var out []string
 		for _, f := range fs {
-			out = append(out, fmt.Sprintf("%s:%d %s", filepath.Base(f.file), f.line, f.rule))
+			s := fmt.Sprintf("%s:%d %s", filepath.Base(f.file), f.line, f.rule)
+			if full {
+				s += ": " + f.msg
+				for _, r := range f.related {
+					s += fmt.Sprintf("\n\t\t%s:%d:%d %s", filepath.Base(r.start.Filename), r.start.Line, r.start.Column, r.msg)
+				}
+			}
+			out = append(out, s)
 		}
 		slices.Sort(out)
 		return out
 	}
-	fresh := func() []string {
+	fresh := func() []finding {
 		t.Helper()
 		prog := facts.NewProgram()
 		rules, f, err := analyzer.NewSuite(analyzer.Settings{}, facts.Config{Program: prog})
@@ -147,20 +228,26 @@ func TestDepCacheEdits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return findings(res.findings)
+		return res.findings
 	}
+	// must lists findings the command must have in this state, and, with
+	// a "!" before them, findings it must not have.
 	step := func(name string, wantReused bool, must ...string) {
 		t.Helper()
 		if _, err := l.lint(ctx, app, nil); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		got := findings(l.last[app].res.findings)
-		want := fresh()
-		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		got, cmd := findings(l.last[app].res.findings, true), fresh()
+		if want := findings(cmd, true); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("%s: the server found\n\t%s\nthe command\n\t%s", name, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 		}
+		want := findings(cmd, false)
 		for _, m := range must {
-			if !slices.Contains(want, m) {
+			if absent, ok := strings.CutPrefix(m, "!"); ok {
+				if slices.Contains(want, absent) {
+					t.Errorf("%s: the command finds %q (the test is wrong): %q", name, absent, want)
+				}
+			} else if !slices.Contains(want, m) {
 				t.Errorf("%s: the command does not find %q (the test is wrong): %q", name, m, want)
 			}
 		}
@@ -168,11 +255,32 @@ func TestDepCacheEdits(t *testing.T) {
 			t.Errorf("%s: example.com/dep's facts reused: %v, want %v", name, c != nil && c.reused["example.com/dep"], wantReused)
 		}
 	}
+	// firstPass and secondPass check which of the module's packages the
+	// last run's first or second pass analyzed again (false) or kept
+	// (true).
+	firstPass := func(name string, kept map[string]bool) {
+		t.Helper()
+		for id, want := range kept {
+			if got := l.deps[app].reused[id]; got != want {
+				t.Errorf("%s: %s's first pass kept: %v, want %v", name, id, got, want)
+			}
+		}
+	}
+	secondPass := func(name string, kept map[string]bool) {
+		t.Helper()
+		for id, want := range kept {
+			if got := l.deps[app].reused2[id]; got != want {
+				t.Errorf("%s: %s's second pass kept: %v, want %v", name, id, got, want)
+			}
+		}
+	}
 	direct, viaIface := "shop.go:22 txrpc", "shop.go:23 txrpc"
 
 	step("first run", false, direct, viaIface)
 	write(map[string]string{"app/shop/shop.go": fmt.Sprintf(shopSrc, "// moved out")})
 	step("call moved out of the transaction", true, viaIface)
+	firstPass("call moved out of the transaction", map[string]bool{
+		"example.com/app/shop": false, "example.com/app/api": true, "example.com/app/impl": true})
 	write(map[string]string{"app/shop/shop.go": fmt.Sprintf(shopSrc, "_ = dep.Notify(ctx, id)")})
 	step("call moved back in", true, direct, viaIface)
 	write(map[string]string{"app/impl/impl.go": fmt.Sprintf(implSrc, "return nil")})
@@ -191,4 +299,53 @@ func TestDepCacheEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("that package deleted", true, direct)
+
+	// go.mod edited mid-session: the dependency's new version no longer
+	// does I/O. Its package path is the same; its facts must not be the
+	// old version's.
+	write(map[string]string{"app/go.mod": fmt.Sprintf(goModSrc, "v1.1.0")})
+	step("go.mod: dep upgraded to a version that queues", false, "!"+direct)
+	write(map[string]string{"app/go.mod": fmt.Sprintf(goModSrc, "v1.0.0")})
+	step("go.mod: dep back to the version that posts", false, direct)
+	write(map[string]string{"app/shop/shop.go": fmt.Sprintf(shopSrc, "// moved out")})
+	step("after the go.mod edits, the call moved out again", true, "!"+direct)
+
+	// An exported-API change in one package of the module flips a finding
+	// in a package that imports it, whose own files do not change.
+	orderCall := "order.go:19 txrpc"
+	write(map[string]string{"app/pay/pay.go": payOwn, "app/order/order.go": orderSrc})
+	step("an importer of an in-module package created", true, "!"+orderCall)
+	write(map[string]string{"app/pay/pay.go": payAlias})
+	step("the package's Client becomes dep's: the importer calls the network", true, orderCall)
+	firstPass("the package's Client becomes dep's", map[string]bool{
+		"example.com/app/pay": false, "example.com/app/order": false, "example.com/app/shop": true})
+	write(map[string]string{"app/pay/pay.go": payOwn})
+	step("the package's Client its own again", true, "!"+orderCall)
+
+	// The same package's method starts posting, its API unchanged: the
+	// importer's export data is the same, its finding is not.
+	write(map[string]string{"app/pay/pay.go": payPosts})
+	step("the package's method posts what it queued", true, orderCall, viaIface)
+	firstPass("the package's method posts", map[string]bool{
+		"example.com/app/pay": false, "example.com/app/order": false, "example.com/app/shop": true})
+	// pay's method's summary changed: shop's interface call resolves
+	// differently.
+	secondPass("the package's method posts", map[string]bool{"example.com/app/shop": false})
+
+	// An edit that changes nothing any interface call resolves to: shop's
+	// second pass is kept, with its finding.
+	write(map[string]string{"app/order/order.go": orderSrc + "\n// Placed orders are paid.\n"})
+	step("a comment added to the importer", true, orderCall, viaIface)
+	firstPass("a comment added to the importer", map[string]bool{"example.com/app/order": false, "example.com/app/shop": true})
+	secondPass("a comment added to the importer", map[string]bool{"example.com/app/shop": true})
+
+	// The posting method posts through dep's function, not its method:
+	// shop's interface call resolves to the same method, through another
+	// chain of calls, which shop's finding names.
+	write(map[string]string{"app/pay/pay.go": strings.Replace(payPosts, "c.gw.Notify(ctx, q)", "dep.Notify(ctx, q)", 1)})
+	step("the posting method calls dep.Notify", true, orderCall, viaIface)
+	secondPass("the posting method calls dep.Notify", map[string]bool{"example.com/app/shop": false})
+
+	write(map[string]string{"app/pay/pay.go": payOwn})
+	step("the package's method queues again", true, "!"+orderCall, "!"+viaIface)
 }

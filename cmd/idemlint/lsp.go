@@ -15,8 +15,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemkit/idem/analyzer"
 	"github.com/idemkit/idem/analyzer/facts"
@@ -99,6 +101,7 @@ type lspLinter struct {
 	deps       map[string]*depCache // by directory
 	modCache   string               // GOMODCACHE: files there never change
 	modCacheOK bool
+	runs       atomic.Int64 // runs so far (IDEMLINT_CPUPROFILE)
 }
 
 // lspRun is a directory's last analysis and the fingerprint of its inputs.
@@ -113,6 +116,16 @@ type lspRun struct {
 // files, load errors and settings), the last result is given again: opening
 // a second file of a module then costs a go list, not an analysis.
 func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessage) (*lsp.Report, error) {
+	// IDEMLINT_CPUPROFILE=file writes file.N, the CPU profile of the
+	// server's Nth run (bench/lsp.sh: the first run, then the saves).
+	if path := os.Getenv("IDEMLINT_CPUPROFILE"); path != "" {
+		if f, err := os.Create(fmt.Sprintf("%s.%d", path, l.runs.Add(1))); err == nil {
+			defer f.Close()
+			if pprof.StartCPUProfile(f) == nil { // one run at a time
+				defer pprof.StopCPUProfile()
+			}
+		}
+	}
 	settings, path, err := analyzer.LoadConfig(dir)
 	if err != nil {
 		if path == "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -188,7 +189,7 @@ func lint(ctx context.Context, dir string, settings analyzer.Settings, prog *fac
 
 // lintListed is lint on the packages go list gave. With a cache (the
 // language server's; its prog is prog), the first pass skips the
-// dependencies whose facts the cache keeps and leaves the cache what it
+// packages whose first pass the cache keeps and leaves the cache what it
 // learned of the others (see depCache); modCache is GOMODCACHE.
 func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program, rules []*analysis.Analyzer, f *facts.Facts, stderr io.Writer, lap func(string), cache *depCache, modCache string) (*lintResult, error) {
 	// Packages that do not load (or import one that does not) are not
@@ -235,8 +236,13 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 	}
 	prog.SetRoots(rootPaths)
 	d := newUnitDriver(pkgs)
+	var sums map[string][sha256.Size]byte
 	if cache != nil {
-		d.skip = cache.reuse(pkgs, d)
+		sums = map[string][sha256.Size]byte{}
+		for _, p := range pkgs {
+			sums[p.ImportPath] = inputSum(p, modCache)
+		}
+		d.skip = cache.reuse(pkgs, sums, d)
 	}
 	names := newNameCheck(f.Config, pkgs)
 	d.pass(first.Analyzer, rules1, func(pkg *types.Package, fset *token.FileSet) {
@@ -245,7 +251,7 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 	})
 	d.skip = nil
 	if cache != nil {
-		cache.keep(pkgs, d, modCache)
+		cache.keep(pkgs, sums, d)
 	}
 	lap("first pass")
 	names.warn(stderr)
@@ -256,7 +262,9 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 	// facts with interface calls resolved, and the rules, whose findings
 	// replace the first pass's. The dependencies keep their first-pass
 	// facts (a library's interface calls are not resolved to the
-	// service's types).
+	// service's types). With a cache, the packages whose first pass was
+	// kept keep their second pass too while the Program is what it was
+	// (see depCache.reuse2).
 	again := map[string]bool{}
 	for _, p := range pkgs {
 		if p.DepOnly || !d.analyzed(p) {
@@ -279,7 +287,14 @@ func lintListed(pkgs []*listed, settings analyzer.Settings, prog *facts.Program,
 	d.errs = nil
 	d.only = again
 	d.drop(again)
+	if cache != nil {
+		d.skip = cache.reuse2(again, d)
+	}
 	d.pass(f.Analyzer, rules, nil)
+	d.skip = nil
+	if cache != nil {
+		cache.keep2(again, d)
+	}
 	lap("second pass")
 	// A package that failed in the first pass fails again in the second.
 	seen := map[string]bool{}
