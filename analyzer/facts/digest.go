@@ -9,8 +9,9 @@ import (
 )
 
 // Digest hashes what the packages with these paths contributed to the
-// Program (their named types, their methods' summaries and the interface
-// calls they make), in an order of its own. A driver that forgets and
+// Program (their named types, their methods' summaries, the interface
+// calls they make, and what they record of row locks and blind helpers),
+// in an order of its own. A driver that forgets and
 // analyzes a package again compares the digests of before and after: when
 // they are equal, every interface call resolves as it did, and a package
 // whose own inputs did not change needs no second pass again.
@@ -38,6 +39,25 @@ func (p *Program) Digest(paths ...string) [sha256.Size]byte {
 		}
 		fmt.Fprint(h, "calls ")
 		deepHash(h, reflect.ValueOf(p.calls[path]))
+		// blindupdate's callers' row locks: a caller that stops locking
+		// changes its helper's finding in another package. Written the
+		// same whether or not any package recorded locks yet.
+		var (
+			lockers map[string][]string
+			sites   map[string][]lockSite
+			escapes []lockSite
+			helper  bool
+		)
+		if l := p.locks; l != nil {
+			lockers, sites, escapes, helper = l.lockers[path], l.sites[path], l.escapes[path], l.helpers[path]
+		}
+		fmt.Fprint(h, "lockers ")
+		deepHash(h, reflect.ValueOf(lockers))
+		fmt.Fprint(h, "sites ")
+		deepHash(h, reflect.ValueOf(sites))
+		fmt.Fprint(h, "escapes ")
+		deepHash(h, reflect.ValueOf(escapes))
+		fmt.Fprintf(h, "helper %v\n", helper)
 	}
 	var sum [sha256.Size]byte
 	copy(sum[:], h.Sum(nil))

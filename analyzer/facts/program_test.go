@@ -318,3 +318,54 @@ func TestDigest(t *testing.T) {
 		}
 	}
 }
+
+// TestDigestRowLocks: what a package records for blindupdate's callers'
+// row locks (its lockers, its calls of helpers and the locks held at them,
+// the helpers it uses as values, whether it holds a blind helper) is part
+// of its digest: a caller that stops locking must bring its helper's
+// finding back in a driver that keeps second passes by digest.
+func TestDigestRowLocks(t *testing.T) {
+	pkg := checkPkg(t, "repo", "package repo\n\nfunc Lock() {}\n\nfunc Save() {}\n", nil)
+	lock, save := pkg.Scope().Lookup("Lock").(*types.Func), pkg.Scope().Lookup("Save").(*types.Func)
+	build := func(record func(p *Program)) [32]byte {
+		p := NewProgram()
+		p.SetRoots([]string{"repo"})
+		record(p)
+		return p.Digest("repo")
+	}
+	call := LockedCall{Locks: []LockRef{{}}, File: "svc.go", Line: 10, Col: 2, Caller: "Pay"}
+	base := build(func(p *Program) {
+		p.RecordLocker("repo", lock, []string{"orders"})
+		p.RecordCall("repo", save, nil, call)
+	})
+	for _, tc := range []struct {
+		name   string
+		record func(p *Program)
+	}{
+		{"no locker", func(p *Program) { p.RecordCall("repo", save, nil, call) }},
+		{"the call holds no lock", func(p *Program) {
+			p.RecordLocker("repo", lock, []string{"orders"})
+			p.RecordCall("repo", save, nil, LockedCall{File: "svc.go", Line: 10, Col: 2, Caller: "Pay"})
+		}},
+		{"a blind helper besides", func(p *Program) {
+			p.RecordLocker("repo", lock, []string{"orders"})
+			p.RecordCall("repo", save, nil, call)
+			p.RecordBlindHelper("repo")
+		}},
+		{"the helper used as a value besides", func(p *Program) {
+			p.RecordLocker("repo", lock, []string{"orders"})
+			p.RecordCall("repo", save, nil, call)
+			p.RecordEscape("repo", save, nil)
+		}},
+	} {
+		if build(tc.record) == base {
+			t.Errorf("%s: the digest is unchanged", tc.name)
+		}
+	}
+	if build(func(p *Program) {
+		p.RecordLocker("repo", lock, []string{"orders"})
+		p.RecordCall("repo", save, nil, call)
+	}) != base {
+		t.Error("the same records made again change the digest")
+	}
+}

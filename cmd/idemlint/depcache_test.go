@@ -199,24 +199,7 @@ func TestDepCacheEdits(t *testing.T) {
 	l := &lspLinter{last: map[string]lspRun{}, deps: map[string]*depCache{}, modCache: cacheDir, modCacheOK: true}
 	ctx := context.Background()
 
-	// findings lists fs as "file:line rule" or, in full, with the
-	// message and the related positions (which name the leaf network
-	// call in another package).
-	findings := func(fs []finding, full bool) []string {
-		var out []string
-		for _, f := range fs {
-			s := fmt.Sprintf("%s:%d %s", filepath.Base(f.file), f.line, f.rule)
-			if full {
-				s += ": " + f.msg
-				for _, r := range f.related {
-					s += fmt.Sprintf("\n\t\t%s:%d:%d %s", filepath.Base(r.start.Filename), r.start.Line, r.start.Column, r.msg)
-				}
-			}
-			out = append(out, s)
-		}
-		slices.Sort(out)
-		return out
-	}
+	findings := findingLines
 	fresh := func() []finding {
 		t.Helper()
 		prog := facts.NewProgram()
@@ -348,4 +331,82 @@ func TestDepCacheEdits(t *testing.T) {
 
 	write(map[string]string{"app/pay/pay.go": payOwn})
 	step("the package's method queues again", true, "!"+orderCall, "!"+viaIface)
+}
+
+// findingLines lists fs as "file:line rule" or, in full, with the message
+// and the related positions (which name the leaf network call in another
+// package), sorted.
+func findingLines(fs []finding, full bool) []string {
+	var out []string
+	for _, f := range fs {
+		s := fmt.Sprintf("%s:%d %s", filepath.Base(f.file), f.line, f.rule)
+		if full {
+			s += ": " + f.msg
+			for _, r := range f.related {
+				s += fmt.Sprintf("\n\t\t%s:%d:%d %s", filepath.Base(r.start.Filename), r.start.Line, r.start.Column, r.msg)
+			}
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestDepCacheRowLocks: blindupdate's callers' row locks in the language
+// server, whose saves keep the second pass of unchanged packages while the
+// facts.Program's digest of the redone ones is unchanged. A caller that
+// stops checking the locked row's state (an edit of the caller's package
+// only) must bring back the findings of the helpers it calls, in another
+// package; putting the check back must silence them again.
+func TestDepCacheRowLocks(t *testing.T) {
+	t.Setenv("GOWORK", "off")
+	t.Setenv("GOFLAGS", "")
+	app := filepath.Join(t.TempDir(), "locks")
+	if err := os.CopyFS(app, os.DirFS(filepath.Join("..", "..", "analyzer", "testdata", "locks"))); err != nil {
+		t.Fatal(err)
+	}
+	appGo := filepath.Join(app, "app", "app.go")
+	orig, err := os.ReadFile(appGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const check = "\tif o.Status == \"PAID\" {\n\t\treturn tx.Commit()\n\t}\n"
+	if !strings.Contains(string(orig), check) {
+		t.Fatalf("app.go has no %q: the test is out of date", check)
+	}
+	l := &lspLinter{last: map[string]lspRun{}, deps: map[string]*depCache{}, modCache: t.TempDir(), modCacheOK: true}
+	ctx := context.Background()
+	for _, st := range []struct {
+		name string
+		src  string
+		// silent: whether adapters.go:24 (SetOrderStatus) is silent.
+		silent bool
+	}{
+		{"as written", string(orig), true},
+		{"the state check removed", strings.Replace(string(orig), check, "", 1), false},
+		{"the state check back", string(orig), true},
+	} {
+		if err := os.WriteFile(appGo, []byte(st.src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.lint(ctx, app, nil); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		prog := facts.NewProgram()
+		rules, f, err := analyzer.NewSuite(analyzer.Settings{}, facts.Config{Program: prog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := lint(ctx, app, analyzer.Settings{}, prog, rules, f, []string{"./..."}, true, io.Discard, func(string) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, want := findingLines(l.last[app].res.findings, true), findingLines(res.findings, true)
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s: the server found\n\t%s\nthe command\n\t%s", st.name, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+		}
+		if has := slices.Contains(findingLines(res.findings, false), "adapters.go:24 blindupdate"); has == st.silent {
+			t.Errorf("%s: the command reports adapters.go:24: %v, want %v (the test is wrong)", st.name, has, !st.silent)
+		}
+	}
 }
