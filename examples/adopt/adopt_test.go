@@ -183,6 +183,9 @@ func migrate(t *testing.T, dir string) {
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_class WHERE relnamespace = $1::regnamespace", schema).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("after the down migrations %d relations remain (%v)", n, err)
 	}
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE pronamespace = $1::regnamespace", schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("after the down migrations %d functions remain (%v)", n, err)
+	}
 }
 
 // reVersion is the generator's version in a generated file's header.

@@ -63,6 +63,24 @@ SELECT setval('idem_records_version_seq', v, true)
 FROM (SELECT max(version) AS v FROM idem_records) m
 WHERE m.v > (SELECT last_value FROM idem_records_version_seq);
 
+-- idem_xact_ended reports whether the transaction a DoTx claim names (its
+-- xact) has ended. A transaction ID this cluster has not reached yet (the
+-- table was moved to another cluster, by pg_dump and restore or a
+-- logical-replication upgrade, while the claim was PROCESSING) names no
+-- transaction of this cluster: it has ended, where pg_xact_status would
+-- fail ("transaction ID ... is in the future") every statement that reads
+-- the row, the reconciler's walk over the whole table among them. One too
+-- old for the commit log (NULL) has ended too. STRICT: NULL for a claim
+-- that names no transaction.
+CREATE OR REPLACE FUNCTION idem_xact_ended(x xid8) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE STRICT AS $$
+BEGIN
+    RETURN coalesce(pg_xact_status(x) <> 'in progress', true);
+EXCEPTION WHEN invalid_parameter_value THEN
+    RETURN true;
+END
+$$;
+
 -- The sweeper walks finished records by expiry.
 CREATE INDEX IF NOT EXISTS idem_records_expires_at_idx
     ON idem_records (expires_at)
