@@ -70,7 +70,9 @@ type Call[Req, Resp any] struct {
 // with another request; [ErrInProgress] when a call with the same identity is
 // still running after MaxWait; [ErrOutcomeUnknown] when an earlier attempt's
 // outcome is unknown (and, wrapped with the cause, when this attempt timed
-// out); [ErrLeaseLost] when this call's lease was taken over; a
+// out); [ErrLeaseLost] when this call's lease was taken over, or when the
+// lease rule stopped the effect and it returned an error of its own (the
+// claim is then released; the effect's error is wrapped too); a
 // [*FailedError] replaying a permanent failure; the effect's own error
 // otherwise. Store errors are returned wrapped.
 func Do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp]) (Resp, error) {
