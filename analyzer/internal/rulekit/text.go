@@ -471,7 +471,8 @@ func isToSQL(info *types.Info, e ast.Expr) bool {
 // constant value (? for any other), each Where's constant text or sq.Eq
 // literal with constant keys (in squirrel's sorted order). A builder held
 // in a variable, or a method that changes the statement in a way not
-// read here (SetMap, Suffix, ...), is not determined.
+// read here (Suffix, ...), is not determined. SetMap of a map literal
+// with constant keys sets its columns in sorted order, as squirrel does.
 func (t *texter) builder(e ast.Expr, depth int) (string, token.Pos, bool) {
 	var sets, wheres []string
 	for {
@@ -503,6 +504,12 @@ func (t *texter) builder(e ast.Expr, depth int) (string, token.Pos, bool) {
 				return "", token.NoPos, false
 			}
 			sets = append([]string{col + " = " + t.sqlValue(call.Args[1])}, sets...)
+		case "SetMap": // squirrel sets the map's columns in sorted order
+			m, ok := t.setMap(call.Args[0], depth)
+			if !ok {
+				return "", token.NoPos, false
+			}
+			sets = append(m, sets...)
 		case "Where":
 			w, ok := t.where(call.Args[0], depth)
 			if !ok {
@@ -561,4 +568,35 @@ func (t *texter) where(e ast.Expr, depth int) (string, bool) {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " AND "), true
+}
+
+// setMap renders SetMap's clauses given as a map literal with constant
+// keys, one "column = value" each, in squirrel's sorted key order.
+func (t *texter) setMap(e ast.Expr, depth int) ([]string, bool) {
+	lit, ok := ast.Unparen(e).(*ast.CompositeLit)
+	if !ok || len(lit.Elts) == 0 {
+		return nil, false
+	}
+	if _, ok := t.info.TypeOf(lit).Underlying().(*types.Map); !ok {
+		return nil, false
+	}
+	type kv struct{ k, v string }
+	var parts []kv
+	for _, el := range lit.Elts {
+		p, ok := el.(*ast.KeyValueExpr)
+		if !ok {
+			return nil, false
+		}
+		k, _, ok := ConstString(t.info, p.Key)
+		if !ok {
+			return nil, false
+		}
+		parts = append(parts, kv{k, t.sqlValue(p.Value)})
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].k < parts[j].k })
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = p.k + " = " + p.v
+	}
+	return out, true
 }
