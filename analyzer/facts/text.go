@@ -187,7 +187,9 @@ func (r *Result) stringOf(v ssa.Value, depth int) (string, bool) {
 // Where's determined text or sq.Eq map with constant keys (in sorted
 // order). SSA follows the builder through variables; a builder that
 // differs by path (a phi), or a method that changes the statement in a
-// way not read here (SetMap, Suffix, ...), is not determined.
+// way not read here (Suffix, ...), is not determined. SetMap of a map
+// made in place with constant keys sets its columns in sorted order, as
+// squirrel does.
 func (r *Result) squirrel(v ssa.Value, depth int) (string, bool) {
 	var sets, wheres []string
 	for n := 0; n < 32; n++ {
@@ -236,6 +238,15 @@ func (r *Result) squirrel(v ssa.Value, depth int) (string, bool) {
 				return "", false
 			}
 			sets = append([]string{col + " = " + sqlValue(args[2])}, sets...)
+		case "SetMap": // squirrel sets the map's columns in sorted order
+			if len(args) != 2 {
+				return "", false
+			}
+			m, ok := setMap(call, args[1])
+			if !ok {
+				return "", false
+			}
+			sets = append(m, sets...)
 		case "Where":
 			if len(args) < 2 {
 				return "", false
@@ -299,6 +310,67 @@ func (r *Result) sqWhere(v ssa.Value, depth int) (string, bool) {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " AND "), true
+}
+
+// setMap renders SetMap's clauses given as a map made in place whose keys
+// are constant, each set once in the SetMap call's block before it, and
+// which nothing but that call reads or changes: one "column = value" each,
+// in squirrel's sorted key order. A write after the call would not change
+// the statement, but is not told apart from one on another path: not
+// determined.
+func setMap(call *ssa.Call, v ssa.Value) ([]string, bool) {
+	m, ok := v.(*ssa.MakeMap)
+	if !ok {
+		return nil, false
+	}
+	type kv struct{ k, v string }
+	var parts []kv
+	seen := map[string]bool{}
+	for _, ref := range *m.Referrers() {
+		switch x := ref.(type) {
+		case *ssa.MapUpdate:
+			k, ok := ConstString(unwrap(x.Key))
+			if !ok || !precedes(x, call) || seen[k] {
+				return nil, false // set on another path, or twice
+			}
+			seen[k] = true
+			parts = append(parts, kv{k, sqlValue(x.Value)})
+		case *ssa.DebugRef:
+		case *ssa.Call:
+			if x != call {
+				return nil, false // given to another call too
+			}
+		default:
+			return nil, false // read or changed elsewhere
+		}
+	}
+	if len(parts) == 0 {
+		return nil, false
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].k < parts[j].k })
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = p.k + " = " + p.v
+	}
+	return out, true
+}
+
+// precedes reports whether instruction a comes before b in b's block.
+// squirrel reads SetMap's map when SetMap is called: a write after it
+// does not change the statement, one on another path might.
+func precedes(a, b ssa.Instruction) bool {
+	if a.Block() != b.Block() {
+		return false
+	}
+	for _, in := range b.Block().Instrs {
+		switch in {
+		case a:
+			return true
+		case b:
+			return false
+		}
+	}
+	return false
 }
 
 // load evaluates a load from addr: a package variable, a field of one, or

@@ -139,10 +139,13 @@ func SQLCall(info *types.Info, files []*ast.File, call *ast.CallExpr) (q string,
 	n := fn.Name()
 	if PkgPath(fn) == PkgSquirrel {
 		sel, isSel := ast.Unparen(call.Fun).(*ast.SelectorExpr)
-		if !isSel || !strings.HasPrefix(n, "Exec") {
+		if !isSel || !strings.HasPrefix(n, "Exec") && !strings.HasPrefix(n, "Query") {
 			return "", token.NoPos, "", false
 		}
 		q, at, ok = (&texter{info: info, files: files}).builder(sel.X, 0)
+		if ok && strings.HasPrefix(n, "Query") && strings.HasPrefix(q, "UPDATE ") {
+			return "", token.NoPos, "", false // an update's rows come back only with a Suffix, not read
+		}
 		return q, at, n, ok
 	}
 	if !(strings.HasPrefix(n, "Exec") || strings.HasPrefix(n, "Query") || strings.HasPrefix(n, "MustExec") ||

@@ -465,15 +465,22 @@ func isToSQL(info *types.Info, e ast.Expr) bool {
 	return ok && Is(Callee(info, call), PkgSquirrel, "ToSql")
 }
 
-// builder returns the text of a squirrel update builder written as one
-// chain of calls (sq.Update("payouts").Set("status", "FAILED").Where(sq.Eq{"reference":
-// ref})), rendered with ? placeholders: the table, each Set's column and
-// constant value (? for any other), each Where's constant text or sq.Eq
-// literal with constant keys (in squirrel's sorted order). A builder held
-// in a variable, or a method that changes the statement in a way not
-// read here (SetMap, Suffix, ...), is not determined.
+// builder returns the text of a squirrel update, select or insert builder
+// written as one chain of calls (sq.Update("payouts").Set("status",
+// "FAILED").Where(sq.Eq{"reference": ref})), rendered with ? placeholders:
+// the table, each Set's column and constant value (? for any other), each
+// Where's constant text or sq.Eq literal with constant keys (in squirrel's
+// sorted order). SetMap of a map literal with constant keys sets its
+// columns in sorted order, as squirrel does. A select is its constant
+// columns, From and Where and constant Suffix texts; an insert its table,
+// constant Columns, one Values call of as many values, and constant Suffix
+// texts (ON CONFLICT ..). A builder held in a variable, or a method that
+// changes the statement in a way not read here (an update's Suffix, a
+// select's Join or Limit, ...), is not determined.
 func (t *texter) builder(e ast.Expr, depth int) (string, token.Pos, bool) {
-	var sets, wheres []string
+	var sets, wheres, cols, vals, suffixes []string
+	var from string
+	var valuesCalls int
 	for {
 		call, ok := ast.Unparen(e).(*ast.CallExpr)
 		if !ok {
@@ -492,17 +499,95 @@ func (t *texter) builder(e ast.Expr, depth int) (string, token.Pos, bool) {
 			if !ok {
 				return "", token.NoPos, false
 			}
+			if len(cols) > 0 || valuesCalls > 0 || from != "" || len(suffixes) > 0 {
+				return "", token.NoPos, false
+			}
 			q := "UPDATE " + table + " SET " + strings.Join(sets, ", ")
 			if len(wheres) > 0 {
 				q += " WHERE " + strings.Join(wheres, " AND ")
 			}
 			return q, pos, true
+		case "Insert": // INSERT INTO t (cols) VALUES (vals) suffix
+			if len(call.Args) != 1 || len(sets) > 0 || len(wheres) > 0 || from != "" || valuesCalls != 1 || len(cols) == 0 || len(cols) != len(vals) {
+				return "", token.NoPos, false
+			}
+			table, pos, ok := t.eval(call.Args[0], depth+1)
+			if !ok {
+				return "", token.NoPos, false
+			}
+			q := "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(vals, ", ") + ")"
+			for _, sfx := range suffixes {
+				q += " " + sfx
+			}
+			return q, pos, true
+		case "Select": // SELECT cols FROM t WHERE .. suffix
+			if len(sets) > 0 || valuesCalls > 0 || len(cols) > 0 || from == "" || len(call.Args) == 0 || call.Ellipsis.IsValid() {
+				return "", token.NoPos, false
+			}
+			var sel []string
+			for _, a := range call.Args {
+				c, _, ok := t.eval(a, depth+1)
+				if !ok {
+					return "", token.NoPos, false
+				}
+				sel = append(sel, c)
+			}
+			q := "SELECT " + strings.Join(sel, ", ") + " FROM " + from
+			if len(wheres) > 0 {
+				q += " WHERE " + strings.Join(wheres, " AND ")
+			}
+			for _, sfx := range suffixes {
+				q += " " + sfx
+			}
+			return q, call.Pos(), true
+		case "From":
+			if len(call.Args) != 1 || from != "" {
+				return "", token.NoPos, false
+			}
+			f, _, ok := t.eval(call.Args[0], depth+1)
+			if !ok {
+				return "", token.NoPos, false
+			}
+			from = f
+		case "Columns":
+			if call.Ellipsis.IsValid() {
+				return "", token.NoPos, false
+			}
+			var cs []string
+			for _, a := range call.Args {
+				c, _, ok := t.eval(a, depth+1)
+				if !ok {
+					return "", token.NoPos, false
+				}
+				cs = append(cs, c)
+			}
+			cols = append(cs, cols...)
+		case "Values":
+			if call.Ellipsis.IsValid() {
+				return "", token.NoPos, false
+			}
+			valuesCalls++
+			for _, a := range call.Args {
+				vals = append(vals, t.sqlValue(a))
+			}
+		case "Suffix": // constant text; its arguments are placeholders in it
+			sfx, _, ok := t.eval(call.Args[0], depth+1)
+			if !ok {
+				return "", token.NoPos, false
+			}
+			suffixes = append([]string{sfx}, suffixes...)
 		case "Set":
 			col, _, ok := t.eval(call.Args[0], depth+1)
 			if !ok {
 				return "", token.NoPos, false
 			}
 			sets = append([]string{col + " = " + t.sqlValue(call.Args[1])}, sets...)
+		case "SetMap": // squirrel sets the map's columns in sorted order
+			m, ok := t.setMap(call.Args[0], depth)
+			if !ok {
+				return "", token.NoPos, false
+			}
+			sets = append(m, sets...)
 		case "Where":
 			w, ok := t.where(call.Args[0], depth)
 			if !ok {
@@ -561,4 +646,35 @@ func (t *texter) where(e ast.Expr, depth int) (string, bool) {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " AND "), true
+}
+
+// setMap renders SetMap's clauses given as a map literal with constant
+// keys, one "column = value" each, in squirrel's sorted key order.
+func (t *texter) setMap(e ast.Expr, depth int) ([]string, bool) {
+	lit, ok := ast.Unparen(e).(*ast.CompositeLit)
+	if !ok || len(lit.Elts) == 0 {
+		return nil, false
+	}
+	if _, ok := t.info.TypeOf(lit).Underlying().(*types.Map); !ok {
+		return nil, false
+	}
+	type kv struct{ k, v string }
+	var parts []kv
+	for _, el := range lit.Elts {
+		p, ok := el.(*ast.KeyValueExpr)
+		if !ok {
+			return nil, false
+		}
+		k, _, ok := ConstString(t.info, p.Key)
+		if !ok {
+			return nil, false
+		}
+		parts = append(parts, kv{k, t.sqlValue(p.Value)})
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].k < parts[j].k })
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = p.k + " = " + p.v
+	}
+	return out, true
 }

@@ -232,3 +232,27 @@ func failPayoutBuilderMaybe(ctx context.Context, db *sql.DB, ref string, guarded
 func failPayoutBuilderPred(ctx context.Context, db *sql.DB, pred sq.Eq) {
 	sq.Update("payouts").Set("status", "FAILED").Where(pred).RunWith(db).ExecContext(ctx)
 }
+
+// 8. SetMap of a map literal with constant keys: squirrel sets its
+// columns in sorted order.
+func failPayoutSetMap(ctx context.Context, db *sql.DB, ref, reason string) {
+	sq.Update("payouts").SetMap(map[string]interface{}{"status": "FAILED", "failure_reason": reason}).Where(sq.Eq{"reference": ref}).RunWith(db).ExecContext(ctx) // want `runs "UPDATE payouts SET failure_reason = \?, status = 'FAILED' WHERE reference = \?"`
+}
+
+// The expected state in the WHERE, and the count read: silent.
+func failPayoutSetMapCAS(ctx context.Context, db *sql.DB, ref string) error {
+	res, err := sq.Update("payouts").SetMap(map[string]interface{}{"status": "FAILED"}).
+		Where(sq.Eq{"reference": ref, "status": "PROCESSING"}).RunWith(db).ExecContext(ctx)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return errLost
+	}
+	return nil
+}
+
+// A map given by a variable: not determined, silent.
+func failPayoutSetMapVar(ctx context.Context, db *sql.DB, ref string, set map[string]interface{}) {
+	sq.Update("payouts").SetMap(set).Where(sq.Eq{"reference": ref}).RunWith(db).ExecContext(ctx)
+}

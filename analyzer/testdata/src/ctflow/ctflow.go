@@ -8,6 +8,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	sq "github.com/Masterminds/squirrel"
 )
 
 const keysTable = "idempotency_keys"
@@ -72,5 +74,73 @@ func recordAtomic(ctx context.Context, db *sql.DB, key string) error {
 		return err
 	}
 	_, err = db.ExecContext(ctx, keyQueries.claim, key)
+	return err
+}
+
+// 3. squirrel select and insert builders written as one chain.
+func claimBySquirrel(ctx context.Context, db *sql.DB, key string) error {
+	var state string
+	err := sq.Select("state").From("idempotency_keys").Where(sq.Eq{"key": key}).RunWith(db).QueryRowContext(ctx).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		_, err = sq.Insert("idempotency_keys").Columns("key", "state").Values(key, "PROCESSING").RunWith(db).ExecContext(ctx) // want `ExecContext inserts into idempotency_keys \("INSERT INTO idempotency_keys \(key, state\) VALUES \(\?, 'PROCESSING'\)"\) on the not-found path`
+		return err
+	}
+	return err
+}
+
+// ON CONFLICT in a Suffix: the insert is atomic, silent.
+func claimBySquirrelOnConflict(ctx context.Context, db *sql.DB, key string) error {
+	var state string
+	err := sq.Select("state").From("idempotency_keys").Where(sq.Eq{"key": key}).RunWith(db).QueryRowContext(ctx).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		_, err = sq.Insert("idempotency_keys").Columns("key", "state").Values(key, "PROCESSING").
+			Suffix("ON CONFLICT (key) DO NOTHING").RunWith(db).ExecContext(ctx)
+		return err
+	}
+	return err
+}
+
+// The read takes a row lock (FOR UPDATE in a Suffix): silent.
+func claimBySquirrelLocked(ctx context.Context, db *sql.DB, key string) error {
+	var state string
+	err := sq.Select("state").From("idempotency_keys").Where("key = ?", key).Suffix("FOR UPDATE").RunWith(db).QueryRowContext(ctx).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		_, err = sq.Insert("idempotency_keys").Columns("key", "state").Values(key, "PROCESSING").RunWith(db).ExecContext(ctx)
+		return err
+	}
+	return err
+}
+
+// Through ToSql, with the placeholder format of a statement builder.
+func recordBySquirrelToSQL(ctx context.Context, db *sql.DB, key string) error {
+	psql := sq.StatementBuilder.PlaceholderFormat(sq.Dollar)
+	q, args, err := psql.Select("id").From("idempotency_records").Where(sq.Eq{"idempotency_key": key}).ToSql()
+	if err != nil {
+		return err
+	}
+	var id int64
+	err = db.QueryRowContext(ctx, q, args...).Scan(&id)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	ins, iargs, err := psql.Insert("idempotency_records").Columns("idempotency_key").Values(key).ToSql()
+	if err != nil {
+		return err
+	}
+	_, err = db.ExecContext(ctx, ins, iargs...) // want `\(\*sql.DB\).ExecContext inserts into idempotency_records`
+	return err
+}
+
+// Columns given as a slice: not determined, silent.
+func claimBySquirrelSpread(ctx context.Context, db *sql.DB, key string, cols []string) error {
+	var state string
+	err := sq.Select("state").From("idempotency_keys").Where(sq.Eq{"key": key}).RunWith(db).QueryRowContext(ctx).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		_, err = sq.Insert("idempotency_keys").Columns(cols...).Values(key, "PROCESSING").RunWith(db).ExecContext(ctx)
+		return err
+	}
 	return err
 }

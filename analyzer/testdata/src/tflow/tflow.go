@@ -351,6 +351,39 @@ func failBySquirrelVar(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.P
 	return nil
 }
 
+// SetMap of a map made in place with constant keys, in a variable.
+func failBySquirrelSetMap(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		b := sq.Update("payouts").SetMap(map[string]interface{}{"status": trepo.StatusFailed, "updated_at": "now"})
+		b = b.Where(sq.Eq{"reference": p.Reference})
+		b.RunWith(db).ExecContext(ctx) // want `reaches an action at \S+ that writes a FAILED status`
+		return err
+	}
+	return nil
+}
+
+// UNKNOWN through SetMap, and a map changed after it is made: silent.
+func unknownBySquirrelSetMap(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		sq.Update("payouts").SetMap(map[string]interface{}{"status": trepo.StatusUnknown}).Where(sq.Eq{"reference": p.Reference}).RunWith(db).ExecContext(ctx)
+		return err
+	}
+	return nil
+}
+
+func changedSetMap(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout, giveUp bool) error {
+	if _, err := pr.Pay(ctx, p); err != nil {
+		m := map[string]interface{}{"status": "UNKNOWN"}
+		b := sq.Update("payouts").SetMap(m).Where(sq.Eq{"reference": p.Reference})
+		if giveUp {
+			m["status"] = "FAILED"
+		}
+		b.RunWith(db).ExecContext(ctx)
+		return err
+	}
+	return nil
+}
+
 // UNKNOWN through the builder, and a status that differs by path: silent.
 func unknownBySquirrel(ctx context.Context, db *sql.DB, pr *Provider, p *trepo.Payout) error {
 	if _, err := pr.Pay(ctx, p); err != nil {

@@ -1,5 +1,5 @@
-// Package squirrel is a stub of github.com/Masterminds/squirrel's update
-// and delete builders, with the upstream API shapes the rules model.
+// Package squirrel is a stub of github.com/Masterminds/squirrel's update,
+// delete, select and insert builders, with the upstream API shapes the rules model.
 package squirrel
 
 import (
@@ -80,3 +80,53 @@ func (b DeleteBuilder) Where(pred interface{}, args ...interface{}) DeleteBuilde
 func (b DeleteBuilder) ToSql() (string, []interface{}, error)               { return "", nil, nil }
 func (b DeleteBuilder) Exec() (sql.Result, error)                           { return nil, nil }
 func (b DeleteBuilder) ExecContext(ctx context.Context) (sql.Result, error) { return nil, nil }
+
+// RowScanner scans one row.
+type RowScanner interface {
+	Scan(...interface{}) error
+}
+
+// Select begins a SELECT.
+func (b StatementBuilderType) Select(columns ...string) SelectBuilder { return SelectBuilder{} }
+
+// Select begins a SELECT.
+func Select(columns ...string) SelectBuilder { return SelectBuilder{} }
+
+// SelectBuilder builds a SELECT.
+type SelectBuilder struct{}
+
+func (b SelectBuilder) PlaceholderFormat(f PlaceholderFormat) SelectBuilder { return b }
+func (b SelectBuilder) RunWith(runner BaseRunner) SelectBuilder             { return b }
+func (b SelectBuilder) From(from string) SelectBuilder                      { return b }
+func (b SelectBuilder) Where(pred interface{}, args ...interface{}) SelectBuilder {
+	return b
+}
+func (b SelectBuilder) Limit(limit uint64) SelectBuilder                     { return b }
+func (b SelectBuilder) Suffix(sql string, args ...interface{}) SelectBuilder { return b }
+func (b SelectBuilder) ToSql() (string, []interface{}, error)                { return "", nil, nil }
+func (b SelectBuilder) QueryRow() RowScanner                                 { return nil }
+func (b SelectBuilder) QueryRowContext(ctx context.Context) RowScanner       { return nil }
+func (b SelectBuilder) Query() (*sql.Rows, error)                            { return nil, nil }
+func (b SelectBuilder) QueryContext(ctx context.Context) (*sql.Rows, error)  { return nil, nil }
+
+// Insert begins an INSERT.
+func (b StatementBuilderType) Insert(into string) InsertBuilder { return InsertBuilder{} }
+
+// Insert begins an INSERT.
+func Insert(into string) InsertBuilder { return InsertBuilder{} }
+
+// InsertBuilder builds an INSERT.
+type InsertBuilder struct{}
+
+func (b InsertBuilder) PlaceholderFormat(f PlaceholderFormat) InsertBuilder { return b }
+func (b InsertBuilder) RunWith(runner BaseRunner) InsertBuilder             { return b }
+func (b InsertBuilder) Columns(columns ...string) InsertBuilder             { return b }
+func (b InsertBuilder) Values(values ...interface{}) InsertBuilder          { return b }
+func (b InsertBuilder) SetMap(clauses map[string]interface{}) InsertBuilder { return b }
+func (b InsertBuilder) Suffix(sql string, args ...interface{}) InsertBuilder {
+	return b
+}
+func (b InsertBuilder) ToSql() (string, []interface{}, error)               { return "", nil, nil }
+func (b InsertBuilder) Exec() (sql.Result, error)                           { return nil, nil }
+func (b InsertBuilder) ExecContext(ctx context.Context) (sql.Result, error) { return nil, nil }
+func (b InsertBuilder) QueryRowContext(ctx context.Context) RowScanner      { return nil }
