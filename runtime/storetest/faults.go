@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/stall"
 	"github.com/idemkit/idem/runtime"
 )
 
@@ -68,6 +69,7 @@ func testTakeoverSlowQuery(t *testing.T, s runtime.Store) {
 	startedA := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
+	starved := stall.Start()
 	worker := func(i int, started chan struct{}) {
 		defer wg.Done()
 		rt := newRuntime(t, s, runtime.WithLease(shortLease), runtime.WithMaxWait(20*shortLease),
@@ -93,9 +95,17 @@ func testTakeoverSlowQuery(t *testing.T, s runtime.Store) {
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the effect ran %d times after a takeover with a slow query, want 1 (errors: %v)", n, errs)
 	}
+	// A worker that did not run for a third of its lease (every core busy)
+	// loses it to the other, as it must: excused only after such a
+	// measured stall; the effect's single run holds either way.
+	worst := starved.Stop()
 	for i, err := range errs {
+		if errors.Is(err, runtime.ErrLeaseLost) && worst >= shortLease/3 {
+			t.Logf("worker %d lost its lease while the process stalled for up to %v (the machine's load): not counted: %v", i, worst, err)
+			continue
+		}
 		if err != nil && !errors.Is(err, runtime.ErrInProgress) {
-			t.Errorf("worker %d: %v", i, err)
+			t.Errorf("worker %d: %v (the process stalled for up to %v)", i, err, worst)
 		}
 	}
 }
