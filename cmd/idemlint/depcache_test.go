@@ -200,19 +200,7 @@ func TestDepCacheEdits(t *testing.T) {
 	ctx := context.Background()
 
 	findings := findingLines
-	fresh := func() []finding {
-		t.Helper()
-		prog := facts.NewProgram()
-		rules, f, err := analyzer.NewSuite(analyzer.Settings{}, facts.Config{Program: prog})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := lint(ctx, app, analyzer.Settings{}, prog, rules, f, []string{"./..."}, true, io.Discard, func(string) {})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.findings
-	}
+	fresh := func() []finding { t.Helper(); return commandFindings(t, ctx, app) }
 	// must lists findings the command must have in this state, and, with
 	// a "!" before them, findings it must not have.
 	step := func(name string, wantReused bool, must ...string) {
@@ -333,6 +321,22 @@ func TestDepCacheEdits(t *testing.T) {
 	step("the package's method queues again", true, "!"+orderCall, "!"+viaIface)
 }
 
+// commandFindings is a fresh run of the command's driver on dir's ./...,
+// with a Program of its own: what the server's findings must equal.
+func commandFindings(t *testing.T, ctx context.Context, dir string) []finding {
+	t.Helper()
+	prog := facts.NewProgram()
+	rules, f, err := analyzer.NewSuite(analyzer.Settings{}, facts.Config{Program: prog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := lint(ctx, dir, analyzer.Settings{}, prog, rules, f, []string{"./..."}, true, io.Discard, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.findings
+}
+
 // findingLines lists fs as "file:line rule" or, in full, with the message
 // and the related positions (which name the leaf network call in another
 // package), sorted.
@@ -392,20 +396,12 @@ func TestDepCacheRowLocks(t *testing.T) {
 		if _, err := l.lint(ctx, app, nil); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
-		prog := facts.NewProgram()
-		rules, f, err := analyzer.NewSuite(analyzer.Settings{}, facts.Config{Program: prog})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := lint(ctx, app, analyzer.Settings{}, prog, rules, f, []string{"./..."}, true, io.Discard, func(string) {})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, want := findingLines(l.last[app].res.findings, true), findingLines(res.findings, true)
+		cmd := commandFindings(t, ctx, app)
+		got, want := findingLines(l.last[app].res.findings, true), findingLines(cmd, true)
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("%s: the server found\n\t%s\nthe command\n\t%s", st.name, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 		}
-		if has := slices.Contains(findingLines(res.findings, false), "adapters.go:24 blindupdate"); has == st.silent {
+		if has := slices.Contains(findingLines(cmd, false), "adapters.go:24 blindupdate"); has == st.silent {
 			t.Errorf("%s: the command reports adapters.go:24: %v, want %v (the test is wrong)", st.name, has, !st.silent)
 		}
 	}
