@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,7 +79,15 @@ func (b *clBackend) charge(w http.ResponseWriter, r *http.Request) {
 	}
 	v, _ := b.effects.LoadOrStore(in.ID, new(atomic.Int32))
 	n := v.(*atomic.Int32).Add(1)
-	time.Sleep(b.delay)
+	if b.delay > 0 {
+		// The charge is in flight for delay, and then until a retry has
+		// been told so (409): on a loaded machine the client's retry may
+		// come later than delay, and the schedule must not depend on it.
+		time.Sleep(b.delay)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !b.answered(http.StatusConflict); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	fmt.Fprintf(w, `{"charge":"ch_%s","run":%d}`, in.ID, n)
@@ -142,6 +151,14 @@ func (b *clBackend) faults(next http.Handler) http.Handler {
 		w.WriteHeader(rec.Code)
 		_, _ = w.Write(rec.Body.Bytes())
 	})
+}
+
+// answered reports whether the fault layer has passed on or made a
+// response with status.
+func (b *clBackend) answered(status int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Contains(b.statuses, status)
 }
 
 func (b *clBackend) record(status int) {
