@@ -61,6 +61,17 @@ func (w *Watch) Stop() time.Duration {
 	return w.Max()
 }
 
+// Note records a delay measured elsewhere: a store call that answered
+// late because the machine (or the server beside it) was starved. A lease
+// that lapses while a renewal waits on a starved server was lost to the
+// machine as surely as one whose renewal goroutine never ran, so Max and
+// Stop report the longest of both.
+func (w *Watch) Note(d time.Duration) {
+	w.mu.Lock()
+	w.max = max(w.max, d)
+	w.mu.Unlock()
+}
+
 // Max is the longest lateness seen so far.
 func (w *Watch) Max() time.Duration {
 	w.mu.Lock()

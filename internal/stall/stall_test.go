@@ -77,3 +77,29 @@ func count(n uint64) uint64 {
 	}
 	return x
 }
+
+func TestNoteRaisesMax(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		notes []time.Duration
+		least time.Duration
+	}{
+		{"none", nil, 0},
+		{"one", []time.Duration{300 * time.Millisecond}, 300 * time.Millisecond},
+		{"longest wins", []time.Duration{5 * time.Second, time.Millisecond}, 5 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := Start()
+			for _, d := range tc.notes {
+				w.Note(d)
+			}
+			got := w.Stop()
+			if got < tc.least {
+				t.Errorf("Stop = %v, want at least %v", got, tc.least)
+			}
+			if tc.least > 0 && got > tc.least+2*time.Second {
+				t.Errorf("Stop = %v, far above the noted %v", got, tc.least)
+			}
+		})
+	}
+}
