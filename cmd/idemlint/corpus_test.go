@@ -134,7 +134,7 @@ func compare(want, got map[string]map[site]bool) (map[string]score, []string) {
 // end with default flags.
 func TestCorpus(t *testing.T) {
 	mod := modtest.Dir(t)
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	want, negatives := labels(t, mod, filepath.Join(mod, "corpus"))
 	total := 0
 	for _, r := range rules {

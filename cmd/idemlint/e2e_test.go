@@ -86,16 +86,6 @@ func notify(ctx context.Context, id string) error {
 }
 `
 
-func buildIdemlint(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "idemlint")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func writeModule(t *testing.T, src string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -133,7 +123,7 @@ func runEnv(t *testing.T, dir string, env []string, name string, args ...string)
 }
 
 func TestEndToEnd(t *testing.T) {
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	badDir := writeModule(t, bad)
 	goodDir := writeModule(t, good)
 
@@ -362,7 +352,7 @@ func Pay(ctx context.Context, db *sql.DB, key string) error {
 }
 
 func TestEndToEndIssue13Rules(t *testing.T) {
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	dir := writeModule(t, issue13["shop/shop.go"])
 	for name, src := range issue13 {
 		p := filepath.Join(dir, name)

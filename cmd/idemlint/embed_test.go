@@ -134,7 +134,7 @@ func (s *Service) Pay(ctx context.Context, id string) error {
 // embedding resolved to the declaring type's summary, and decorators to what
 // they forward to, the run was silent.
 func TestEmbedded(t *testing.T) {
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	dir := writeFiles(t, embedded)
 	diags := txrpcFindings(t, dir, bin, "./...")
 	if len(diags) != 1 {
@@ -188,7 +188,7 @@ func (q *Queue) Notify(ctx context.Context, msg string) error {
 // stays when implementations whose I/O is out of sight (cgo, a channel
 // hand-off) are loaded too. Before, one such implementation silenced it.
 func TestLoadingMoreKeepsFindings(t *testing.T) {
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	files := map[string]string{}
 	for name, src := range embedded {
 		files[name] = src
@@ -321,7 +321,7 @@ func Pay(ctx context.Context, repo store.Repo) error {
 // implementation, which begins through a helper of another package, opens
 // a transaction like db.BeginTx.
 func TestBeginHelperInterface(t *testing.T) {
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	dir := writeFiles(t, beginHelpers)
 	diags := txrpcFindings(t, dir, bin, "./...")
 	if len(diags) != 1 || !strings.Contains(diags[0], "http.Post") || !strings.Contains(diags[0], "transaction begun at app.go:11:") {

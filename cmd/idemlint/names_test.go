@@ -12,7 +12,7 @@ import (
 // loaded program (a copied example, a typo, a package not built) is
 // warned about, once, and changes neither the findings nor the exit status.
 func TestUnmatchedNames(t *testing.T) {
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	dir := writeModule(t, bad)
 	config := `{
   "netfuncs": ["example.com/shop/shop.notify", "(*net/http.Client).Do", "(example.com/pay.Gateway).Charge", "example.com/shop/shop.Notify"],

@@ -33,7 +33,7 @@ func partialModule(t *testing.T) string {
 // reported once with its position, the packages not analyzed are named,
 // and the exit status is 1.
 func TestPartialProgram(t *testing.T) {
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	dir := partialModule(t)
 	// GOPROXY=off: example.com/gone cannot be served.
 	env := []string{"GOFLAGS=-mod=mod", "GOPROXY=off"}

@@ -122,7 +122,7 @@ func (o *Outbox) Publish(ctx context.Context, ev string) error {
 }
 
 func TestWholeProgram(t *testing.T) {
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	dir := writeFiles(t, program)
 	stdout, stderr, code := run(t, dir, bin, "-json", "./...")
 	if code != 0 {
@@ -162,7 +162,7 @@ func TestWholeProgram(t *testing.T) {
 }
 
 func TestConfigFile(t *testing.T) {
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	files := map[string]string{
 		"go.mod":         "module example.com/shop\n\ngo 1.26\n",
 		"shop/shop.go":   bad,

@@ -51,7 +51,7 @@ func TestCallersRowLocks(t *testing.T) {
 	if len(want) != 4 || len(silent) != 3 {
 		t.Fatalf("labels: %d want, %d silent; the module has 4 and 3", len(want), len(silent))
 	}
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	lines := func(args ...string) (map[string]bool, string) {
 		t.Helper()
 		stdout, stderr, code := run(t, mod, bin, args...)

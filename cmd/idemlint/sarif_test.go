@@ -62,7 +62,7 @@ func TestSchemaValidator(t *testing.T) {
 // locations; load errors make the run not successful.
 func TestSARIFSchema(t *testing.T) {
 	s := loadSARIFSchema(t)
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	for _, tc := range []struct {
 		name       string
 		dir        string
@@ -159,7 +159,7 @@ func TestSARIFSchema(t *testing.T) {
 // justification, and SARIF marks it underReview rather than accepted.
 func TestSuppressionListed(t *testing.T) {
 	s := loadSARIFSchema(t)
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	const at = "\tif err := notify(ctx, id); err != nil {"
 	for _, tc := range []struct {
 		name, reason, justification, status string

@@ -39,7 +39,7 @@ func TestFailHelpers(t *testing.T) {
 func lintLabelled(t *testing.T, dir, rule string, wantN, negatives int) {
 	t.Helper()
 	mod := modtest.Dir(t)
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	want, neg := labels(t, mod, filepath.Join(mod, dir))
 	if len(want[rule]) != wantN || neg != negatives {
 		t.Fatalf("%s has %d labelled %s lines and %d negative functions, want %d and %d", dir, len(want[rule]), rule, neg, wantN, negatives)
@@ -65,7 +65,7 @@ func lintLabelled(t *testing.T, dir, rule string, wantN, negatives int) {
 func TestHandoffs(t *testing.T) {
 	lintLabelled(t, "hooks", "txrpc", 2, 2)
 	mod := modtest.Dir(t)
-	bin := buildIdemlint(t)
+	bin := idemlintBinary(t)
 	check := func(format, msg string) {
 		t.Helper()
 		for _, want := range []string{

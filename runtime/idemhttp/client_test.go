@@ -139,6 +139,14 @@ func (b *clBackend) faults(next http.Handler) http.Handler {
 				defer b.bg.Done()
 				next.ServeHTTP(httptest.NewRecorder(), r2)
 			}()
+			// The connection drops while the request runs: once its
+			// charge has started. Hanging up at once let the client's
+			// retry reach the middleware first on a loaded machine (a CI
+			// run at load 9): the retry ran the charge and the detached
+			// request was the one told 409, on a connection already gone.
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && b.effectsOf(in.ID) == 0; {
+				time.Sleep(time.Millisecond)
+			}
 			b.hangUp(w)
 			return
 		}

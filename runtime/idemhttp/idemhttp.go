@@ -624,10 +624,10 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 		// the runtime waited or read: nothing to log.
 		m.cfg.logger.DebugContext(ctx, "idemhttp: the request ended before its outcome was known", "method", r.Method, "err", err)
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-			m.problem(w, probTimeout, "The request's deadline passed while it waited for the request in flight with this key.")
+			m.problem(w, probTimeout, "The request's deadline passed before its outcome was known: while it waited for the request in flight with this key, or for the idempotency store.")
 			return
 		}
-		m.problem(w, probCanceled, "The request was canceled while it waited for the request in flight with this key.")
+		m.problem(w, probCanceled, "The request was canceled before its outcome was known: while it waited for the request in flight with this key, or for the idempotency store.")
 	default:
 		m.cfg.logger.ErrorContext(ctx, "idemhttp: the idempotency store failed; answered 503", "method", r.Method, "target", r.URL.RequestURI(), "err", err)
 		m.problem(w, probStoreUnavailable, "The idempotency store is unavailable; retry later.")
