@@ -129,12 +129,15 @@ const goModSrc = "module example.com/app\n\ngo 1.26\n\nrequire example.com/dep %
 
 // payOwn and payAlias are two versions of an in-module package's exported
 // API: its own Client, which does no I/O, or dep's, under an alias;
-// payPosts has payOwn's API, its method posting what it queued. Both
+// payPosts has payOwn's API, its method posting what it queued; payEmbed
+// has payOwn's imports, and its Client embeds dep's (whose Notify posts)
+// instead of declaring its own. Both
 // import dep, so that the importer (orderSrc), whose files do not change,
 // has the same imports in both.
 const (
 	payOwn   = "package pay\n\nimport (\n\t\"context\"\n\n\t\"example.com/dep\"\n)\n\n// Client queues the payments for the gateway.\ntype Client struct {\n\tgw     *dep.Client\n\tqueued []string\n}\n\nfunc (c *Client) Notify(ctx context.Context, id string) error {\n\tc.queued = append(c.queued, id)\n\treturn nil\n}\n"
 	payPosts = "package pay\n\nimport (\n\t\"context\"\n\n\t\"example.com/dep\"\n)\n\n// Client queues the payments for the gateway.\ntype Client struct {\n\tgw     *dep.Client\n\tqueued []string\n}\n\nfunc (c *Client) Notify(ctx context.Context, id string) error {\n\tc.queued = append(c.queued, id)\n\tfor _, q := range c.queued {\n\t\tif err := c.gw.Notify(ctx, q); err != nil {\n\t\t\treturn err\n\t\t}\n\t}\n\tc.queued = c.queued[:0]\n\treturn nil\n}\n"
+	payEmbed = "package pay\n\nimport (\n\t\"context\"\n\n\t\"example.com/dep\"\n)\n\nvar _ context.Context\n\n// Client queues the payments for the gateway.\ntype Client struct {\n\t*dep.Client\n\tqueued []string\n}\n"
 	payAlias = "package pay\n\nimport \"example.com/dep\"\n\n// Client is the gateway's.\ntype Client = dep.Client\n"
 )
 
@@ -203,10 +206,51 @@ func TestDepCacheEdits(t *testing.T) {
 	fresh := func() []finding { t.Helper(); return commandFindings(t, ctx, app) }
 	// must lists findings the command must have in this state, and, with
 	// a "!" before them, findings it must not have.
+	// goList says, for each step, whether the server must run go list
+	// (true) or may reuse its last listing (false): only a save that
+	// changes no package's imports, package clause, build constraints or
+	// file list, in packages no other package imports, may skip it.
+	goList := map[string]bool{
+		"first run":                                                          true,
+		"call moved out of the transaction":                                  false,
+		"call moved back in":                                                 false,
+		"the implementation stops doing I/O":                                 true, // its import of dep unused: go list's error
+		"the implementation's method deleted":                                true,
+		"a file with a new implementation created":                           true,
+		"that file deleted":                                                  true,
+		"a package embedding the dependency's type created":                  true,
+		"that package deleted":                                               true,
+		"go.mod: dep upgraded to a version that queues":                      true,
+		"go.mod: dep back to the version that posts":                         true,
+		"after the go.mod edits, the call moved out again":                   false,
+		"an importer of an in-module package created":                        true,
+		"the package's Client becomes dep's: the importer calls the network": true,
+		"the package's Client its own again":                                 true,
+		"the package's method posts what it queued":                          true, // pay has an importer
+		"a comment added to the importer":                                    false,
+		"the posting method calls dep.Notify":                                true,
+		"the package's method queues again":                                  true,
+		"the package's Client embeds dep's, its header unchanged":            true,
+		"the package's Client its own again, its header unchanged":           true,
+		"an import added to a leaf package":                                  true,
+		"a body edit in that package":                                        false,
+		"a build constraint added":                                           true,
+		"the build constraint changed":                                       true,
+		"a generated file added":                                             true,
+		"the generated file edited":                                          true,
+	}
 	step := func(name string, wantReused bool, must ...string) {
 		t.Helper()
+		wantList, ok := goList[name]
+		if !ok {
+			t.Fatalf("%s: no go list expectation", name)
+		}
+		lists := l.goLists.Load()
 		if _, err := l.lint(ctx, app, nil); err != nil {
 			t.Fatalf("%s: %v", name, err)
+		}
+		if ran := l.goLists.Load() > lists; ran != wantList {
+			t.Errorf("%s: go list ran: %v, want %v", name, ran, wantList)
 		}
 		got, cmd := findings(l.last[app].res.findings, true), fresh()
 		if want := findings(cmd, true); strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -319,6 +363,31 @@ func TestDepCacheEdits(t *testing.T) {
 
 	write(map[string]string{"app/pay/pay.go": payOwn})
 	step("the package's method queues again", true, "!"+orderCall, "!"+viaIface)
+
+	// pay's exported API changes with its imports and build unchanged:
+	// Client embeds dep's and loses its own method. Its importer order,
+	// whose files do not change, must be type-checked against pay's new
+	// API (go list runs), and calls the network.
+	write(map[string]string{"app/pay/pay.go": payEmbed})
+	step("the package's Client embeds dep's, its header unchanged", true, orderCall)
+	write(map[string]string{"app/pay/pay.go": payOwn})
+	step("the package's Client its own again, its header unchanged", true, "!"+orderCall)
+
+	// Edits of a leaf package that change what go list says of it.
+	withFmt := strings.Replace(fmt.Sprintf(shopSrc, "_ = dep.Notify(ctx, id)"), "import (\n", "import (\n\t\"fmt\"\n", 1) + "\nvar _ = fmt.Sprint\n"
+	write(map[string]string{"app/shop/shop.go": withFmt})
+	step("an import added to a leaf package", true, "shop.go:23 txrpc") // one line down
+	write(map[string]string{"app/shop/shop.go": strings.Replace(withFmt, "_ = dep.Notify(ctx, id)", "// moved out", 1)})
+	step("a body edit in that package", true, "!shop.go:23 txrpc")
+	write(map[string]string{"app/shop/shop.go": "//go:build !nothing\n\n" + withFmt})
+	step("a build constraint added", true, "shop.go:25 txrpc")
+	write(map[string]string{"app/shop/shop.go": "//go:build !nothing && !other\n\n" + withFmt})
+	step("the build constraint changed", true, "shop.go:25 txrpc")
+	gen := "// Code generated by hand. DO NOT EDIT.\n\npackage shop\n\nfunc generated() {}\n"
+	write(map[string]string{"app/shop/gen.go": gen})
+	step("a generated file added", true, "shop.go:25 txrpc")
+	write(map[string]string{"app/shop/gen.go": gen + "\nfunc generated2() {}\n"})
+	step("the generated file edited", true, "shop.go:25 txrpc")
 }
 
 // commandFindings is a fresh run of the command's driver on dir's ./...,

@@ -102,6 +102,11 @@ type lspLinter struct {
 	modCache   string               // GOMODCACHE: files there never change
 	modCacheOK bool
 	runs       atomic.Int64 // runs so far (IDEMLINT_CPUPROFILE)
+	// listings are the directories' last go list outputs, given again
+	// while a save cannot have changed them (see listing).
+	listings map[string]*listing
+	// goLists counts the go list runs of lint (the tests).
+	goLists atomic.Int64
 }
 
 // lspRun is a directory's last analysis and the fingerprint of its inputs.
@@ -167,7 +172,7 @@ func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessag
 	if err != nil {
 		return nil, err
 	}
-	pkgs, err := goList(ctx, dir, opts.Patterns, tests)
+	pkgs, ls, relisted, err := l.list(ctx, dir, key, modCache, opts.Patterns, tests)
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +184,12 @@ func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessag
 	last, ok := l.last[dir]
 	if ok && last.inputs == inputs {
 		l.deps[dir] = cache // not run: as it was
+		if ls != nil && len(last.res.loadErrs) == 0 {
+			if l.listings == nil {
+				l.listings = map[string]*listing{}
+			}
+			l.listings[dir] = ls
+		}
 	}
 	l.mu.Unlock()
 	if ok && last.inputs == inputs {
@@ -192,6 +203,22 @@ func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessag
 	}
 	l.mu.Lock()
 	l.deps[dir] = cache
+	if !relisted && len(res.loadErrs) > 0 {
+		// The edited package does not type-check: the error is go
+		// list's to give, as the command gives it.
+		delete(l.listings, dir)
+		l.mu.Unlock()
+		return l.lint(ctx, dir, options)
+	}
+	// Kept for the next save only after a run without load errors.
+	if ls != nil && len(res.loadErrs) == 0 {
+		if l.listings == nil {
+			l.listings = map[string]*listing{}
+		}
+		l.listings[dir] = ls
+	} else {
+		delete(l.listings, dir)
+	}
 	l.mu.Unlock()
 	if res.roots == 0 {
 		return nil, fmt.Errorf("no packages matched %v", opts.Patterns)
@@ -201,6 +228,36 @@ func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessag
 	l.last[dir] = lspRun{inputs, res}
 	l.mu.Unlock()
 	return toReport(res), nil
+}
+
+// list returns the packages go list gives for patterns in dir, or the
+// last listing of dir when the files changed since cannot change it (see
+// listing); relisted says whether go list ran. ls, if not nil, is the
+// listing to keep for the next save once the run succeeds without load
+// errors: it is nil when the files changed while go list ran.
+func (l *lspLinter) list(ctx context.Context, dir string, key [sha256.Size]byte, modCache string, patterns []string, tests bool) (pkgs []*listed, ls *listing, relisted bool, err error) {
+	l.mu.Lock()
+	last := l.listings[dir]
+	delete(l.listings, dir) // given back by lint after a clean run
+	l.mu.Unlock()
+	if last != nil && last.key == key {
+		if now, ok := last.stillValid(dir, modCache); ok {
+			return last.pkgs, &listing{key: key, pkgs: last.pkgs, snap: now}, false, nil
+		}
+	}
+	before, snapErr := takeSnapshot(dir, nil, modCache)
+	l.goLists.Add(1)
+	pkgs, err = goList(ctx, dir, patterns, tests)
+	if err != nil {
+		return nil, nil, true, err
+	}
+	// The packages' directories outside dir are known only now; a file
+	// under dir that changed while go list ran leaves no listing.
+	after, err := takeSnapshot(dir, pkgs, modCache)
+	if snapErr != nil || err != nil || !before.within(after) {
+		return pkgs, nil, true, nil
+	}
+	return pkgs, &listing{key: key, pkgs: pkgs, snap: after}, true, nil
 }
 
 // fingerprint hashes what an analysis reads: the settings, and for every
