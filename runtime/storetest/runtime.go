@@ -397,14 +397,37 @@ func abandon(t *testing.T, ctx context.Context, s runtime.Store, key string, req
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
 	holding := make(chan struct{})
-	go func() {
-		_, _ = runtime.Do(ctx, dead, call(key, req, func(ctx context.Context, r chargeReq) (receipt, error) {
-			close(holding)
-			<-hang
-			return receipt{ID: "never-recorded"}, nil
-		}))
-	}()
-	<-holding
+	var once sync.Once
+	// On a loaded machine the dead worker's call can end without running
+	// its effect (its claim answered after its short lease could have
+	// lapsed: the runtime then refuses to start the effect and says so);
+	// it is tried again, as a worker would, until its effect holds the
+	// key. Waiting on the effect alone hung a CI run for 7 minutes.
+	for try := 1; ; try++ {
+		ended := make(chan error, 1)
+		go func() {
+			_, err := runtime.Do(ctx, dead, call(key, req, func(ctx context.Context, r chargeReq) (receipt, error) {
+				once.Do(func() { close(holding) })
+				<-hang
+				return receipt{ID: "never-recorded"}, nil
+			}))
+			ended <- err
+		}()
+		select {
+		case <-holding:
+			return
+		case err := <-ended:
+			select {
+			case <-holding:
+				return
+			default:
+			}
+			if try == 20 {
+				t.Fatalf("the dead worker's call never ran its effect in %d tries: %v", try, err)
+			}
+			t.Logf("the dead worker's call ended before its effect ran (try %d): %v", try, err)
+		}
+	}
 }
 
 func testTakeoverQueries(t *testing.T, s runtime.Store) {
