@@ -184,11 +184,8 @@ func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessag
 	last, ok := l.last[dir]
 	if ok && last.inputs == inputs {
 		l.deps[dir] = cache // not run: as it was
-		if ls != nil && len(last.res.loadErrs) == 0 {
-			if l.listings == nil {
-				l.listings = map[string]*listing{}
-			}
-			l.listings[dir] = ls
+		if len(last.res.loadErrs) == 0 {
+			l.keepListing(dir, ls)
 		}
 	}
 	l.mu.Unlock()
@@ -211,11 +208,8 @@ func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessag
 		return l.lint(ctx, dir, options)
 	}
 	// Kept for the next save only after a run without load errors.
-	if ls != nil && len(res.loadErrs) == 0 {
-		if l.listings == nil {
-			l.listings = map[string]*listing{}
-		}
-		l.listings[dir] = ls
+	if len(res.loadErrs) == 0 {
+		l.keepListing(dir, ls)
 	} else {
 		delete(l.listings, dir)
 	}
@@ -228,6 +222,19 @@ func (l *lspLinter) lint(ctx context.Context, dir string, options json.RawMessag
 	l.last[dir] = lspRun{inputs, res}
 	l.mu.Unlock()
 	return toReport(res), nil
+}
+
+// keepListing keeps ls (if not nil) as dir's listing for the next save;
+// l.mu is held.
+func (l *lspLinter) keepListing(dir string, ls *listing) {
+	if ls == nil {
+		delete(l.listings, dir)
+		return
+	}
+	if l.listings == nil {
+		l.listings = map[string]*listing{}
+	}
+	l.listings[dir] = ls
 }
 
 // list returns the packages go list gives for patterns in dir, or the
@@ -254,7 +261,7 @@ func (l *lspLinter) list(ctx context.Context, dir string, key [sha256.Size]byte,
 	// The packages' directories outside dir are known only now; a file
 	// under dir that changed while go list ran leaves no listing.
 	after, err := takeSnapshot(dir, pkgs, modCache)
-	if snapErr != nil || err != nil || !before.within(after) {
+	if snapErr != nil || err != nil || !before.subsetOf(after) {
 		return pkgs, nil, true, nil
 	}
 	return pkgs, &listing{key: key, pkgs: pkgs, snap: after}, true, nil

@@ -222,8 +222,8 @@ func (ls *listing) stillValid(root, modCache string) (*snapshot, bool) {
 	return now, true
 }
 
-// within reports whether t records every file of s, the same.
-func (s *snapshot) within(t *snapshot) bool {
+// subsetOf reports whether t records every file of s, the same.
+func (s *snapshot) subsetOf(t *snapshot) bool {
 	for path, sum := range s.files {
 		if u, ok := t.files[path]; !ok || u != sum {
 			return false
