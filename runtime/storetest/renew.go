@@ -29,6 +29,17 @@ type renewFaults struct {
 	// the store has applied it, for the duration it returns.
 	replyLate func(n int) time.Duration
 	n         atomic.Int32
+	// claimed is closed once a claim through this store was applied.
+	claimed     chan struct{}
+	claimedOnce sync.Once
+}
+
+func (s *renewFaults) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, p)
+	if err == nil {
+		s.claimedOnce.Do(func() { close(s.claimed) })
+	}
+	return res, err
 }
 
 func (s *renewFaults) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
@@ -145,20 +156,31 @@ func testRenewals(t *testing.T, s runtime.Store) {
 			}
 			var o overlap.Effects
 			effect := ownedEffect(&o, 3*lease) // three leases
-			faulty := &renewFaults{Store: s, renew: tc.renew, replyLate: tc.replyLate}
+			faulty := &renewFaults{Store: s, renew: tc.renew, replyLate: tc.replyLate, claimed: make(chan struct{})}
 			first := newRuntime(t, faulty, runtime.WithLease(lease), runtime.WithOwner("first"))
 			dup := newRuntime(t, s, runtime.WithLease(lease), runtime.WithOwner("duplicate"), runtime.WithMaxWait(0))
 
 			starved := stall.Start()
 			done := make(chan error, 1)
 			go func() {
+				// The first call starts late, as under a loaded scheduler:
+				// the duplicate must still not claim before it (it did
+				// when it polled from a timer: the first call then
+				// replayed the duplicate's outcome, or was told in
+				// progress, and the case failed for the wrong reason).
+				time.Sleep(50 * time.Millisecond)
 				_, err := runtime.Do(ctx, first, call("k", chargeReq{"a", 1}, effect))
 				done <- err
 			}()
-			// The duplicate asks every 20ms until the first call returns,
-			// and once more a lease later.
+			// The duplicate asks every 20ms from the first call's claim
+			// until the first call returns.
 			var firstErr error
 			var dupErrs []error
+			select {
+			case <-faulty.claimed:
+			case firstErr = <-done:
+				t.Fatalf("the first call returned before its claim was applied: %v", firstErr)
+			}
 		poll:
 			for {
 				select {
