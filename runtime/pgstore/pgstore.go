@@ -26,7 +26,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/internal/claimorder"
-	"github.com/idemkit/idem/queries"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore/internal/db"
 )
@@ -77,37 +76,6 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 }
 
 var _ runtime.Store = (*Store)(nil)
-
-// Beginner is what [Migrate] needs: a pool, a connection or a transaction.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-// migrateLock is the advisory lock key that serializes concurrent Migrate
-// calls (CREATE ... IF NOT EXISTS alone races on the catalog).
-const migrateLock = 0x1de3_5c4e_3a11_0001
-
-// Migrate creates the record table and its indexes if they do not exist, in
-// one transaction under an advisory lock, so concurrent starts are safe. It is
-// safe to run on every start; to manage the schema with a migration tool
-// instead, use [queries.Schema] (or `idemgen schema`).
-func Migrate(ctx context.Context, conn Beginner) error {
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("pgstore: migrate: %w", err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
-		return fmt.Errorf("pgstore: migrate: lock: %w", err)
-	}
-	if _, err := tx.Exec(ctx, queries.Schema); err != nil {
-		return fmt.Errorf("pgstore: migrate: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgstore: migrate: commit: %w", err)
-	}
-	return nil
-}
 
 func interval(d time.Duration) pgtype.Interval {
 	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
