@@ -15,6 +15,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"github.com/idemkit/idem/generator"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected output of the golden cases in testdata/cases")
@@ -90,7 +91,7 @@ func scratchModule(t testing.TB) (string, []string) {
 	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "GOTOOLCHAIN=local")
+	env := append(os.Environ(), "GOFLAGS="+testenv.ChildGoFlags("-mod=mod"), "GOWORK=off", "GOTOOLCHAIN=local")
 	return dir, env
 }
 

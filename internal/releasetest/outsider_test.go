@@ -20,6 +20,7 @@ import (
 	"golang.org/x/mod/module"
 	modzip "golang.org/x/mod/zip"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/internal/version"
 )
 
@@ -338,7 +339,7 @@ func outsiderEnv(t *testing.T, work, proxy string) (env []string, modcache strin
 	}
 	return append(env,
 		"GOENV=off",
-		"GOFLAGS=-mod=mod",
+		"GOFLAGS="+testenv.ChildGoFlags("-mod=mod"),
 		"GOPATH="+filepath.Join(work, "gopath"),
 		"GOMODCACHE="+modcache,
 		"GOBIN="+filepath.Join(work, "bin"),
