@@ -355,4 +355,3 @@ func TestH36MigrateMarkedTableMissingObjects(t *testing.T) {
 		})
 	}
 }
-
