@@ -172,3 +172,51 @@ func TestH36MigratePartitionHoldsTableLock(t *testing.T) {
 		}
 	}
 }
+
+// Promise (Migrate): "in one transaction under an advisory lock, so
+// concurrent starts are safe"; on a marked table it "takes no lock on the
+// table". Schedule: the table is current (marked). A replica starts, its
+// Migrate takes the advisory lock and reads the mark, and then the replica
+// is partitioned (or paused) before its COMMIT reaches the server. The
+// server keeps that transaction, and with it the advisory lock, as long as
+// it does not hear the client is gone (hours, by default). Every other
+// replica's start then waits on pg_advisory_xact_lock, which no
+// lock_timeout bounds: with a deadline it fails, without one it hangs;
+// traffic is untouched. The test starts a second replica with a 2 s
+// deadline and wants its Migrate to succeed on the current table.
+func TestH36MigratePartitionBlocksOtherStarts(t *testing.T) {
+	s := h36Schemas(t, "part2")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	direct := h36Pool(t, s[0], "")
+	if err := pgstore.Migrate(ctx, direct); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newH36Partition(t, fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port), "obj_description")
+	cfg.ConnConfig.Host = "127.0.0.1"
+	cfg.ConnConfig.Port = uint16(proxy.ln.Addr().(*net.TCPAddr).Port)
+	cfg.ConnConfig.Fallbacks = nil
+	cfg.ConnConfig.RuntimeParams["search_path"] = s[0]
+	replica, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Close()
+	mctx, stop := context.WithTimeout(ctx, 2*time.Second)
+	merr := pgstore.Migrate(mctx, replica)
+	stop()
+	t.Logf("the partitioned replica's Migrate: partition hit %v, err %v", proxy.hit.Load(), merr)
+
+	// The next replica to start, on the current table.
+	mctx, stop = context.WithTimeout(ctx, 2*time.Second)
+	start := time.Now()
+	err = pgstore.Migrate(mctx, direct)
+	stop()
+	if err != nil {
+		t.Errorf("a start's Migrate on the current table, after another replica's went silent, failed after %v: %v", time.Since(start), err)
+	}
+}
