@@ -355,3 +355,106 @@ func TestH36MigrateMarkedTableMissingObjects(t *testing.T) {
 		})
 	}
 }
+
+// The same as TestH36MigrateSearchPathShadowsRecords with nothing
+// configured: PostgreSQL's default search_path ("$user", public) and the
+// usage pattern its manual recommends since PostgreSQL 15 (5.9.6: a schema
+// per user, named after it). The migration tool applies queries.Schema in
+// public (of a database of the test's own) as its owner and grants the
+// service's role what the store needs; the service's role has its own
+// schema. The service works (its queries find public.idem_records), then
+// calls Migrate at its next start: the table has no mark, and the schema's
+// CREATE ... IF NOT EXISTS create a new, empty idem_records (and sequence,
+// function) in the role's own schema, which shadows public's. A duplicate
+// of a recorded call runs its effect again.
+func TestH36MigrateDefaultSearchPathUserSchema(t *testing.T) {
+	testPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stamp := time.Now().UnixNano()
+	dbName := fmt.Sprintf("h36_db_%d", stamp)
+	role := fmt.Sprintf("h36_u_%d", stamp)
+	admin := h36Pool(t, "", "")
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN PASSWORD 'h36'"); err != nil {
+		t.Fatal(err)
+	}
+	dbURL := func(user string) string {
+		u, err := url.Parse(testenv.PostgresURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Path = "/" + dbName
+		if user != "" {
+			u.User = url.UserPassword(user, "h36")
+		}
+		return u.String()
+	}
+	var pools []*pgxpool.Pool
+	open := func(user string) *pgxpool.Pool {
+		p, err := pgxpool.New(ctx, dbURL(user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pools = append(pools, p)
+		return p
+	}
+	t.Cleanup(func() {
+		for _, p := range pools {
+			p.Close()
+		}
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE "+dbName+" WITH (FORCE)")
+		_, _ = admin.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	tool := open("")
+	for _, q := range []string{
+		queries.Schema,
+		"CREATE SCHEMA AUTHORIZATION " + role,
+		"GRANT USAGE ON SCHEMA public TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON idem_records TO " + role,
+		"GRANT USAGE, SELECT, UPDATE ON SEQUENCE idem_records_version_seq TO " + role,
+		"GRANT EXECUTE ON FUNCTION idem_xact_ended(xid8) TO " + role,
+	} {
+		if _, err := tool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var runs atomic.Int32
+	call := runtime.Call[plainTxReq, string]{Operation: "Pay", Key: "order-1", Request: plainTxReq{Order: "o1", Cents: 100}, Effect: h36Effect(&runs)}
+	scoped := runtime.WithScope(ctx, "h36")
+
+	svc := open(role)
+	var sp string
+	if err := svc.QueryRow(ctx, "SHOW search_path").Scan(&sp); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.New(pgstore.New(svc), runtime.WithMaxWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runtime.Do(scoped, rt, call); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next start.
+	svc2 := open(role)
+	if err := pgstore.Migrate(ctx, svc2); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	var where string
+	if err := svc2.QueryRow(ctx, "SELECT relnamespace::regnamespace::text || '.idem_records' FROM pg_class WHERE oid = to_regclass('idem_records')").Scan(&where); err != nil {
+		t.Fatal(err)
+	}
+	rt2, err := runtime.New(pgstore.New(svc2), runtime.WithMaxWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runtime.Do(scoped, rt2, call); err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("search_path %s: the effect ran %d times for one key across a Migrate; idem_records now resolves to %s", sp, n, where)
+	}
+}
