@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemkit/idem/queries"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
 )
@@ -161,5 +162,57 @@ func TestH36MigrateInCallersTxLeaksLockTimeout(t *testing.T) {
 	}
 	if before != after {
 		t.Errorf("the caller's transaction's lock_timeout was %q before Migrate(ctx, tx) and is %q after it", before, after)
+	}
+}
+
+// docs/adopting.md: "Every statement is idempotent (IF NOT EXISTS), so the
+// file can also run on a database where pgstore.Migrate created the
+// table"; the guide's service applies it with its migration tool at
+// deploy. Schedule: the migration file (idemgen schema, i.e.
+// queries.Schema) applied by the tool on a database whose table Migrate
+// created, while a DoTx transaction is open (SUCCESS written, not yet
+// committed) and traffic runs. The file has no lock_timeout: its first
+// ALTER TABLE waits for the open transaction, and every claim and replay
+// of every key queues behind it until that transaction ends (here, the
+// tool's 3 s context), the stall Migrate was changed to avoid.
+func TestH36MigrationFileBesideOpenTx(t *testing.T) {
+	p := advSchemaPool(t) // Migrate created the table
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rt, err := runtime.New(pgstore.New(p), runtime.WithMaxWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scoped := runtime.WithScope(ctx, "h36")
+	var runs atomic.Int32
+	replay := runtime.Call[plainTxReq, string]{Operation: "Pay", Key: "r", Request: plainTxReq{Order: "o", Cents: 1}, Effect: h36Effect(&runs)}
+	if _, err := runtime.Do(scoped, rt, replay); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := p.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := pgstore.DoTx(scoped, rt, tx, pgstore.TxCall[plainTxReq, string]{Operation: "PayTx", Key: "t", Request: plainTxReq{Order: "o", Cents: 1},
+		Effect: func(context.Context, pgx.Tx, plainTxReq) (string, error) { return "ok", nil }}); err != nil {
+		t.Fatal(err)
+	}
+	applied := make(chan error, 1)
+	go func() {
+		tctx, stop := context.WithTimeout(ctx, 3*time.Second)
+		defer stop()
+		_, err := p.Exec(tctx, queries.Schema)
+		applied <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	cctx, stop := context.WithTimeout(scoped, 10*time.Second)
+	_, err = runtime.Do(cctx, rt, replay)
+	stop()
+	took := time.Since(start)
+	t.Logf("the migration file: %v", <-applied)
+	if err != nil || took > 500*time.Millisecond {
+		t.Errorf("a replay beside the migration file took %v: %v", took, err)
 	}
 }
