@@ -26,3 +26,6 @@ func SetRenewHook(s *Store, f func(ctx context.Context, n int, renew func() (tim
 		return f(ctx, int(n.Add(1)), renew)
 	}
 }
+
+// SchemaColumns are the columns Migrate checks the record table for.
+var SchemaColumns = schemaColumns

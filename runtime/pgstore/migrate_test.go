@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -32,9 +33,10 @@ func TestMigrateDoesNotStallTraffic(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			if !current {
-				// A table migrated by an earlier release (or by a
-				// migration tool): Migrate cannot tell it is current.
-				if _, err := p.Exec(ctx, "COMMENT ON TABLE idem_records IS NULL"); err != nil {
+				// A table migrated by an earlier release that lacks an
+				// index this one has: Migrate must change the schema, and
+				// CREATE INDEX waits for every open writer.
+				if _, err := p.Exec(ctx, "COMMENT ON TABLE idem_records IS NULL; DROP INDEX idem_records_pending_idx"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -137,5 +139,24 @@ func assertMigrateTakesNoTableLock(ctx context.Context, t *testing.T, p *pgxpool
 	defer cancel()
 	if err := pgstore.Migrate(mctx, p); err != nil {
 		t.Fatalf("Migrate of a current schema waited for a transaction that reads the table: %v", err)
+	}
+}
+
+// TestMigrateChecksEveryColumn: the columns Migrate checks a table for are
+// the columns the schema creates, so a column added to queries/schema.sql
+// and not to the check cannot let a table without it pass as current.
+func TestMigrateChecksEveryColumn(t *testing.T) {
+	p := advSchemaPool(t)
+	rows, err := p.Query(context.Background(), `SELECT attname FROM pg_attribute
+		WHERE attrelid = 'idem_records'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, pgstore.SchemaColumns) {
+		t.Errorf("the schema creates the columns\n%v\nMigrate checks for\n%v", got, pgstore.SchemaColumns)
 	}
 }

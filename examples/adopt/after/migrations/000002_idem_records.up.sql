@@ -52,16 +52,35 @@ CREATE TABLE IF NOT EXISTS idem_records (
         CHECK (octet_length(key) BETWEEN 1 AND 255)
 );
 
--- Tables created before the columns above existed.
-ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS token text NOT NULL DEFAULT '';
-ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS note text NOT NULL DEFAULT '';
-ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS response_omitted boolean NOT NULL DEFAULT false;
-ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS xact xid8;
--- ... and whose versions came from a counter per record: start the sequence
--- above every version already written.
+-- Tables whose versions came from a counter per record: start the sequence
+-- above every version already written. Before the ALTERs below: this reads
+-- the whole table, and after an ALTER it would do so holding the table's
+-- ACCESS EXCLUSIVE lock, every claim and replay waiting for it.
 SELECT setval('idem_records_version_seq', v, true)
 FROM (SELECT max(version) AS v FROM idem_records) m
 WHERE m.v > (SELECT last_value FROM idem_records_version_seq);
+
+-- Tables created before the columns above existed. Each ALTER runs only
+-- where its column is missing: an ALTER TABLE locks the table ACCESS
+-- EXCLUSIVE even when IF NOT EXISTS finds the column, waits for every open
+-- transaction that touched the table, and every claim and replay queues
+-- behind it; applied to a current table, this file takes no lock on it.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'idem_records'::regclass AND attname = 'token' AND NOT attisdropped) THEN
+        ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS token text NOT NULL DEFAULT '';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'idem_records'::regclass AND attname = 'note' AND NOT attisdropped) THEN
+        ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS note text NOT NULL DEFAULT '';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'idem_records'::regclass AND attname = 'response_omitted' AND NOT attisdropped) THEN
+        ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS response_omitted boolean NOT NULL DEFAULT false;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'idem_records'::regclass AND attname = 'xact' AND NOT attisdropped) THEN
+        ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS xact xid8;
+    END IF;
+END
+$$;
 
 -- idem_xact_ended reports whether the transaction a DoTx claim names (its
 -- xact) has ended. A transaction ID this cluster has not reached yet (the
@@ -81,12 +100,22 @@ EXCEPTION WHEN invalid_parameter_value THEN
 END
 $$;
 
--- The sweeper walks finished records by expiry.
-CREATE INDEX IF NOT EXISTS idem_records_expires_at_idx
-    ON idem_records (expires_at)
-    WHERE expires_at IS NOT NULL;
-
--- The reconciler walks UNKNOWN and PROCESSING records by lease.
-CREATE INDEX IF NOT EXISTS idem_records_pending_idx
-    ON idem_records (lease_expires_at)
-    WHERE state IN ('PROCESSING', 'UNKNOWN');
+-- The sweeper walks finished records by expiry; the reconciler walks
+-- UNKNOWN and PROCESSING records by lease. Each CREATE INDEX runs only
+-- where its index is missing: it locks the table SHARE even when IF NOT
+-- EXISTS finds the index, and waits for every open writer meanwhile, every
+-- other write queued behind it.
+DO $$
+BEGIN
+    IF to_regclass('idem_records_expires_at_idx') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS idem_records_expires_at_idx
+            ON idem_records (expires_at)
+            WHERE expires_at IS NOT NULL;
+    END IF;
+    IF to_regclass('idem_records_pending_idx') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS idem_records_pending_idx
+            ON idem_records (lease_expires_at)
+            WHERE state IN ('PROCESSING', 'UNKNOWN');
+    END IF;
+END
+$$;
