@@ -3,14 +3,25 @@ package checkthenact_test
 import (
 	"testing"
 
+	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/analysistest"
 
 	"github.com/idemkit/idem/analyzer/checkthenact"
 	"github.com/idemkit/idem/analyzer/internal/ruletest"
 )
 
+// rules is the one analysistest run of the default configuration on every
+// package of the tests below (one load of their dependencies), the fixes
+// checked against their golden files.
+var rules = &ruletest.Shared{
+	Dir:      ruletest.Testdata(),
+	Analyzer: func() *analysis.Analyzer { return checkthenact.New(checkthenact.Config{}) },
+	Patterns: []string{"ct", "ctfix", "ctflow"},
+	Fix:      true,
+}
+
 func TestCheckthenact(t *testing.T) {
-	results := analysistest.Run(t, ruletest.Testdata(), checkthenact.New(checkthenact.Config{}), "ct")
+	results := rules.Results(t, "ct")
 	ruletest.CheckFindings(t, results, 12)
 }
 
@@ -23,13 +34,13 @@ func TestCheckthenactTables(t *testing.T) {
 }
 
 func TestCheckthenactFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, ruletest.Testdata(), checkthenact.New(checkthenact.Config{}), "ctfix")
+	rules.Results(t, "ctfix")
 }
 
 // TestCheckthenactDataFlow: the read and the write held in variables, a
 // fmt.Sprintf of a constant table or a package query struct; a text that
 // differs by path is silent.
 func TestCheckthenactDataFlow(t *testing.T) {
-	results := analysistest.Run(t, ruletest.Testdata(), checkthenact.New(checkthenact.Config{}), "ctflow")
+	results := rules.Results(t, "ctflow")
 	ruletest.CheckFindings(t, results, 2)
 }

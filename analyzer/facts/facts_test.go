@@ -4,9 +4,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/analysistest"
 
 	"github.com/idemkit/idem/analyzer/facts"
+	"github.com/idemkit/idem/analyzer/internal/ruletest"
 )
 
 // testdata is the GOPATH shared by the analyzers' tests (stubs once).
@@ -16,8 +18,16 @@ var testdata = filepath.Join(analysistest.TestData(), "..", "..", "testdata")
 // network I/O two packages away, runners, timeout checks, failure actions,
 // status writers, token deletes and claims, transaction closers (also
 // per error argument) and functions that never return.
+// shared is the one analysistest run of the default configuration on the
+// packages of the tests below (one load of their dependencies).
+var shared = &ruletest.Shared{
+	Dir:      testdata,
+	Analyzer: func() *analysis.Analyzer { return facts.New(facts.Config{}).Analyzer },
+	Patterns: []string{"fa", "fb", "fc", "trepo"},
+}
+
 func TestFacts(t *testing.T) {
-	analysistest.Run(t, testdata, facts.New(facts.Config{}).Analyzer, "fa", "fb", "fc")
+	shared.Results(t, "fa", "fb", "fc")
 }
 
 // TestStatusWriters checks the StatusWriter facts of a repository whose
@@ -28,5 +38,5 @@ func TestFacts(t *testing.T) {
 // FieldSet facts too: a method that sets the status on some paths only,
 // reads it, or hands the struct on is not a setter.
 func TestStatusWriters(t *testing.T) {
-	analysistest.Run(t, testdata, facts.New(facts.Config{}).Analyzer, "trepo")
+	shared.Results(t, "trepo")
 }

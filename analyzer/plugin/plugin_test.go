@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/golangci/plugin-module-register/register"
@@ -80,16 +81,15 @@ func TestPluginBadSettings(t *testing.T) {
 
 // TestPluginNoRelated: inside golangci-lint each related position would
 // become an issue of its own, so the plugin's diagnostics carry none; the
-// message names the positions instead.
+// message names the positions instead. It reads txrpc's findings on its
+// cases (package a of the analyzers' shared testdata) in the one analysis
+// of the default suite that TestPluginDefaultFilters reads too.
 func TestPluginNoRelated(t *testing.T) {
-	as, err := build(t, map[string]any{"disable": []any{"timeoutfail", "tokenorder"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testdata := filepath.Join(analysistest.TestData(), "..", "..", "testdata")
-	results := analysistest.Run(&quiet{T: t}, testdata, as[0], "a")
 	n := 0
-	for _, r := range results {
+	for _, r := range analyzed(t) {
+		if r.Analyzer.Name != "txrpc" || r.Package.PkgPath != "a" {
+			continue
+		}
 		for _, d := range r.Diagnostics {
 			n++
 			if len(d.Related) > 0 {
@@ -105,11 +105,44 @@ func TestPluginNoRelated(t *testing.T) {
 	}
 }
 
-// quiet ignores analysistest's expectation errors (the want comments of
-// package a are checked by txrpc's own tests).
-type quiet struct{ *testing.T }
+var (
+	analyzeOnce sync.Once
+	roots       []*checker.Action
+)
 
-func (q *quiet) Errorf(string, ...any) {}
+// analyzed returns the root actions of one load and one analysis of every
+// rule of the plugin's default settings, as golangci-lint runs them, on rep
+// (this package's testdata) and a (txrpc's cases in the analyzers' shared
+// testdata), both GOPATHs at once: each load type-checks net/http and the
+// rest from source, so the two tests share one.
+func analyzed(t *testing.T) []*checker.Action {
+	t.Helper()
+	analyzeOnce.Do(func() {
+		as, err := build(t, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testdata := analysistest.TestData()
+		shared := filepath.Join(testdata, "..", "..", "testdata")
+		pkgs, err := packages.Load(&packages.Config{
+			Mode: packages.LoadAllSyntax,
+			Dir:  filepath.Join(testdata, "src", "rep"),
+			Env:  append(os.Environ(), "GOPATH="+testdata+string(filepath.ListSeparator)+shared, "GO111MODULE=off", "GOPROXY=off", "GOFLAGS="),
+		}, "rep", "a")
+		if err != nil || packages.PrintErrors(pkgs) > 0 {
+			t.Fatalf("loading rep and a: %v", err)
+		}
+		graph, err := checker.Analyze(as, pkgs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots = graph.Roots
+	})
+	if roots == nil {
+		t.Fatal("the analysis failed (see the first test that ran it)")
+	}
+	return roots
+}
 
 // issue is a golangci-lint issue: the linter, its text and its line.
 type issue struct {
@@ -177,27 +210,16 @@ func defaultFilters(issues []issue) []issue {
 // custom golangci-lint binary: building one takes longer than the tests'
 // budget (see docs/idemlint.md for building it).
 func TestPluginDefaultFilters(t *testing.T) {
-	as, err := build(t, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// One load and one analysis for all rules, as golangci-lint runs them.
-	testdata := analysistest.TestData()
-	pkgs, err := packages.Load(&packages.Config{
-		Mode: packages.LoadAllSyntax,
-		Dir:  filepath.Join(testdata, "src", "rep"),
-		Env:  append(os.Environ(), "GOPATH="+testdata, "GO111MODULE=off", "GOPROXY=off", "GOFLAGS="),
-	}, "rep")
-	if err != nil || packages.PrintErrors(pkgs) > 0 {
-		t.Fatalf("loading rep: %v", err)
-	}
-	graph, err := checker.Analyze(as, pkgs, nil)
-	if err != nil {
-		t.Fatal(err)
+	var rep []*checker.Action
+	for _, r := range analyzed(t) {
+		if r.Package.PkgPath == "rep" {
+			rep = append(rep, r)
+		}
 	}
 	perRule := map[string]int{}
 	var findings int
-	for _, r := range graph.Roots {
+	for _, r := range rep {
 		if r.Err != nil {
 			t.Fatalf("%s: %v", r.Analyzer.Name, r.Err)
 		}
@@ -209,7 +231,7 @@ func TestPluginDefaultFilters(t *testing.T) {
 			t.Errorf("%s: %d findings, want 6", rule, perRule[rule])
 		}
 	}
-	issues := golangciIssues(graph.Roots)
+	issues := golangciIssues(rep)
 	shown := defaultFilters(issues)
 	main := 0
 	for _, is := range shown {

@@ -3,17 +3,27 @@ package serverkey_test
 import (
 	"testing"
 
-	"golang.org/x/tools/go/analysis/analysistest"
+	"golang.org/x/tools/go/analysis"
 
 	"github.com/idemkit/idem/analyzer/internal/ruletest"
 	"github.com/idemkit/idem/analyzer/serverkey"
 )
 
+// rules is the one analysistest run of the default configuration on every
+// package of the tests below (one load of their dependencies), the fixes
+// checked against their golden files.
+var rules = &ruletest.Shared{
+	Dir:      ruletest.Testdata(),
+	Analyzer: func() *analysis.Analyzer { return serverkey.New(serverkey.Config{}) },
+	Patterns: []string{"sk", "skclient", "skfix"},
+	Fix:      true,
+}
+
 func TestServerkey(t *testing.T) {
-	results := analysistest.Run(t, ruletest.Testdata(), serverkey.New(serverkey.Config{}), "sk")
+	results := rules.Results(t, "sk")
 	ruletest.CheckFindings(t, results, 12)
 }
 
 func TestServerkeyFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, ruletest.Testdata(), serverkey.New(serverkey.Config{}), "skfix")
+	rules.Results(t, "skfix")
 }

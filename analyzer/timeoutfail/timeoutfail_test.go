@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/analysistest"
 
+	"github.com/idemkit/idem/analyzer/internal/ruletest"
 	"github.com/idemkit/idem/analyzer/timeoutfail"
 	"github.com/idemkit/idem/internal/modtest"
 )
@@ -14,8 +16,18 @@ import (
 // testdata is the GOPATH shared by the analyzers' tests (stubs once).
 var testdata = filepath.Join(analysistest.TestData(), "..", "..", "testdata")
 
+// rules is the one analysistest run of the default configuration on every
+// package of the tests below (one load of their dependencies), the fixes
+// checked against their golden files.
+var rules = &ruletest.Shared{
+	Dir:      testdata,
+	Analyzer: func() *analysis.Analyzer { return timeoutfail.New(timeoutfail.Config{}) },
+	Patterns: []string{"t", "tk", "timeoutfailfix", "tflow"},
+	Fix:      true,
+}
+
 func TestTimeoutfail(t *testing.T) {
-	results := analysistest.Run(t, testdata, timeoutfail.New(timeoutfail.Config{}), "t")
+	results := rules.Results(t, "t")
 	// Every finding points at the network call whose error it is, and at the
 	// leaf call when the chain ends in this package.
 	n := 0
@@ -40,7 +52,7 @@ func TestTimeoutfail(t *testing.T) {
 // keys), with the defaults and with -tokendels naming the helper; the
 // errors of Redis reads reach the delete in neither.
 func TestTimeoutfailTokenHelper(t *testing.T) {
-	analysistest.Run(t, testdata, timeoutfail.New(timeoutfail.Config{}), "tk")
+	rules.Results(t, "tk")
 	a := timeoutfail.New(timeoutfail.Config{})
 	if err := a.Flags.Set("tokendels", "(*tk.Handler).deleteIdempotencyKey"); err != nil {
 		t.Fatal(err)
@@ -51,7 +63,7 @@ func TestTimeoutfailTokenHelper(t *testing.T) {
 // TestTimeoutfailFix: a misspelled rule name in a suppression directive is
 // reported with a fix that corrects it.
 func TestTimeoutfailFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, testdata, timeoutfail.New(timeoutfail.Config{}), "timeoutfailfix")
+	rules.Results(t, "timeoutfailfix")
 }
 
 // TestTimeoutfailORM: failure actions written through gorm, bun and sqlx
@@ -72,5 +84,5 @@ func TestTimeoutfailORM(t *testing.T) {
 // builder whose status differs by path. trepo's facts are checked by
 // analyzer/facts's TestStatusWriters.
 func TestTimeoutfailDataFlow(t *testing.T) {
-	analysistest.Run(t, testdata, timeoutfail.New(timeoutfail.Config{}), "tflow")
+	rules.Results(t, "tflow")
 }

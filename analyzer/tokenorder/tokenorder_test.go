@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/analysistest"
 
+	"github.com/idemkit/idem/analyzer/internal/ruletest"
 	"github.com/idemkit/idem/analyzer/tokenorder"
 	"github.com/idemkit/idem/internal/modtest"
 )
@@ -14,8 +16,18 @@ import (
 // testdata is the GOPATH shared by the analyzers' tests (stubs once).
 var testdata = filepath.Join(analysistest.TestData(), "..", "..", "testdata")
 
+// rules is the one analysistest run of the default configuration on every
+// package of the tests below (one load of their dependencies), the fixes
+// checked against their golden files.
+var rules = &ruletest.Shared{
+	Dir:      testdata,
+	Analyzer: func() *analysis.Analyzer { return tokenorder.New(tokenorder.Config{}) },
+	Patterns: []string{"k", "tokenorderfix", "kflow"},
+	Fix:      true,
+}
+
 func TestTokenorder(t *testing.T) {
-	results := analysistest.Run(t, testdata, tokenorder.New(tokenorder.Config{}), "k")
+	results := rules.Results(t, "k")
 	// Every finding points at the effect (and, for check-then-act, at the
 	// check and the consume).
 	n := 0
@@ -55,7 +67,7 @@ func TestTokenorderTables(t *testing.T) {
 // TestTokenorderFix: a misspelled rule name in a suppression directive is
 // reported with a fix that corrects it.
 func TestTokenorderFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, testdata, tokenorder.New(tokenorder.Config{}), "tokenorderfix")
+	rules.Results(t, "tokenorderfix")
 }
 
 // TestTokenorderORM: tokens kept through a repository interface or gorm.
@@ -69,5 +81,5 @@ func TestTokenorderORM(t *testing.T) {
 // elsewhere, a squirrel delete of another table and a squirrel
 // compare-and-set claim are silent.
 func TestTokenorderDataFlow(t *testing.T) {
-	analysistest.Run(t, testdata, tokenorder.New(tokenorder.Config{}), "kflow")
+	rules.Results(t, "kflow")
 }

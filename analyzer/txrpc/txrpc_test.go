@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/analysistest"
 
+	"github.com/idemkit/idem/analyzer/internal/ruletest"
 	"github.com/idemkit/idem/analyzer/txrpc"
 	"github.com/idemkit/idem/internal/modtest"
 )
@@ -14,8 +16,18 @@ import (
 // testdata is the GOPATH shared by the analyzers' tests (stubs once).
 var testdata = filepath.Join(analysistest.TestData(), "..", "..", "testdata")
 
+// rules is the one analysistest run of the default configuration on every
+// package of the tests below (one load of their dependencies), the fixes
+// checked against their golden files.
+var rules = &ruletest.Shared{
+	Dir:      testdata,
+	Analyzer: func() *analysis.Analyzer { return txrpc.New(txrpc.Config{}) },
+	Patterns: []string{"a", "txrpcfix"},
+	Fix:      true,
+}
+
 func TestTxrpc(t *testing.T) {
-	results := analysistest.Run(t, testdata, txrpc.New(txrpc.Config{}), "a")
+	results := rules.Results(t, "a")
 	checkRelated(t, results)
 }
 
@@ -73,7 +85,7 @@ func checkRelated(t *testing.T, results []*analysistest.Result) {
 // TestTxrpcFix: a misspelled rule name in a suppression directive is
 // reported with a fix that corrects it.
 func TestTxrpcFix(t *testing.T) {
-	analysistest.RunWithSuggestedFixes(t, testdata, txrpc.New(txrpc.Config{}), "txrpcfix")
+	rules.Results(t, "txrpcfix")
 }
 
 // TestTxrpcORM runs on code compiled against the real gorm, bun, sqlx, pop,
