@@ -48,7 +48,7 @@ func lintLabelled(t *testing.T, dir, rule string, wantN, negatives int) {
 	if code != 0 {
 		t.Fatalf("idemlint -json: exit %d\n%s", code, stderr)
 	}
-	_, notes := compare(want, findings(t, stdout))
+	_, notes := compare(want, findings(t, stdout, ""))
 	for _, n := range notes {
 		t.Error(n)
 	}
