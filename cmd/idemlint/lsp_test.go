@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -454,18 +455,62 @@ func TestLSPMatchesCLI(t *testing.T) {
 	}
 }
 
-// cliFindings runs `idemlint -json ./...` in dir: the set of
+// lintedJSON holds `idemlint -json ./...`'s output by directory: each
+// directory is linted once per test process. TestCorpus scores the
+// corpus's packages in analyzer/testdata/mod's run and TestLSPMatchesCLI
+// compares the server with the same run (a run there type-checks the real
+// libraries: about 7 s of CPU, which the two tests spent each before).
+var lintedJSON struct {
+	mu   sync.Mutex
+	runs map[string]*lintRun
+}
+
+type lintRun struct {
+	once   sync.Once
+	stdout string
+	err    error
+}
+
+// lintJSON returns `idemlint -json ./...`'s standard output in dir (an
+// absolute path), running it on the first call for dir; the run must
+// exit 0.
+func lintJSON(t *testing.T, dir string) string {
+	t.Helper()
+	bin := idemlintBinary(t)
+	lintedJSON.mu.Lock()
+	if lintedJSON.runs == nil {
+		lintedJSON.runs = map[string]*lintRun{}
+	}
+	r := lintedJSON.runs[dir]
+	if r == nil {
+		r = &lintRun{}
+		lintedJSON.runs[dir] = r
+	}
+	lintedJSON.mu.Unlock()
+	r.once.Do(func() {
+		cmd := exec.Command(bin, "-json", "./...")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		r.stdout = string(out)
+		if err != nil {
+			r.err = fmt.Errorf("idemlint -json ./... in %s: %w\n%s", dir, err, stderr.String())
+		}
+	})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.stdout
+}
+
+// cliFindings is `idemlint -json ./...` in dir (see lintJSON): the set of
 // "file:line rule".
 func cliFindings(t *testing.T, dir string) map[string]bool {
 	t.Helper()
-	cmd := exec.Command(idemlintBinary(t), "-json", "./...")
-	cmd.Dir = dir
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("idemlint -json ./... in %s: %v", dir, err)
-	}
 	var tree map[string]map[string][]struct{ Posn string }
-	if err := json.Unmarshal(out, &tree); err != nil {
+	if err := json.Unmarshal([]byte(lintJSON(t, dir)), &tree); err != nil {
 		t.Fatal(err)
 	}
 	set := map[string]bool{}
