@@ -104,6 +104,14 @@ func testTakeoverSlowQuery(t *testing.T, s runtime.Store) {
 			t.Logf("worker %d lost its lease while the process stalled for up to %v (the machine's load): not counted: %v", i, worst, err)
 			continue
 		}
+		// A takeover answered so late that its lease may have lapsed is
+		// confirmed by a renewal before the effect starts; one that times
+		// out in such a stall fails the call with the effect not run
+		// (the effect's single run is checked above).
+		if errors.Is(err, context.DeadlineExceeded) && worst >= shortLease/3 {
+			t.Logf("worker %d could not confirm its lease while the process stalled for up to %v (the machine's load): not counted: %v", i, worst, err)
+			continue
+		}
 		if err != nil && !errors.Is(err, runtime.ErrInProgress) {
 			t.Errorf("worker %d: %v (the process stalled for up to %v)", i, err, worst)
 		}
