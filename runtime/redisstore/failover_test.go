@@ -99,7 +99,8 @@ func (s *redisServer) kill() {
 // TestFailover kills the Redis server while workers run calls, checks that
 // calls fail closed with a clear store error while it is down, restarts it
 // and checks that no record was lost, corrupted or duplicated and that no
-// effect ran twice.
+// effect ran twice. A claim applied whose caller is gone holds its key until
+// its lease ends, as documented, and is then taken over.
 func TestFailover(t *testing.T) {
 	srv := startOwnRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.addr(), DialTimeout: 200 * time.Millisecond,
@@ -190,6 +191,17 @@ func TestFailover(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 
+	// A claim applied whose caller is gone (as when the kill below cuts a
+	// claim's reply): the key stays held until its lease ends.
+	orphanID := runtime.Identity{Scope: "failover", Operation: "T.Failover", Key: "orphan"}
+	fp, body, err := runtime.EncodeRequest(rt, "req-orphan", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Claim(ctx, runtime.ClaimParams{ID: orphanID, Fingerprint: fp, Request: body, Owner: "gone", Lease: 10 * time.Second}); err != nil || !res.Claimed {
+		t.Fatalf("orphan claim: %+v, %v", res, err)
+	}
+
 	// Phase 2: the server dies. The in-flight effect finishes meanwhile; its
 	// completion keeps retrying.
 	srv.kill()
@@ -251,7 +263,7 @@ func TestFailover(t *testing.T) {
 
 	// Every identity converges to exactly one SUCCESS record whose effect ran
 	// once, and replays need no effect.
-	keys := []string{"inflight"}
+	keys := []string{"inflight", "orphan"}
 	for i := range 20 {
 		keys = append(keys, fmt.Sprint("a", i))
 	}
@@ -261,10 +273,35 @@ func TestFailover(t *testing.T) {
 	for i := range 60 {
 		keys = append(keys, fmt.Sprint("c", i))
 	}
+	// A claim Redis applied (and logged) just before it was killed, or
+	// whose reply the outage cut, has no caller left: as documented, it
+	// holds its key until its lease ends, and duplicates are told
+	// ErrInProgress until then. The check therefore waits past the lease,
+	// and only for such keys: the effect of each still ran once.
+	settle, err := runtime.New(s, runtime.WithLease(10*time.Second), runtime.WithMaxWait(12*time.Second),
+		runtime.WithCompletionTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphans := 0
 	for _, k := range keys {
-		if err := do(k); err != nil {
+		err := do(k)
+		if errors.Is(err, runtime.ErrInProgress) {
+			orphans++
+			t.Logf("after restart, %s: %v; waiting for its lease to end", k, err)
+			var got string
+			got, err = runtime.Do(ctx, settle, call(k, nil))
+			if err == nil && got != "resp-"+k {
+				err = fmt.Errorf("response %q", got)
+			}
+		}
+		if err != nil {
 			t.Fatalf("after restart, %s: %v", k, err)
 		}
+	}
+	t.Logf("%d keys held by a claim left without its caller", orphans)
+	if orphans == 0 {
+		t.Fatal("the orphan claim did not hold its key past the restart")
 	}
 	mu.Lock()
 	for _, k := range keys {
