@@ -81,6 +81,13 @@
 //     final record agrees with the downstream (SUCCESS only if applied,
 //     FAILED only if not), and no record is left PROCESSING or UNKNOWN.
 //
+// A run on a loaded machine may see the process stall (no goroutine runs
+// for a while). Two breaches of the invariants above are what the runtime
+// documents for such a stall, and only those are excused, with the stall
+// measured (see [Run]): a second effect behind a door without a query
+// after a lease was lost, and a store-failure answer caused only by the
+// late-start confirmation's renewal running out of its time.
+//
 // # Tenants
 //
 // Each request is sent in one of three tenants' scopes (a short one, a

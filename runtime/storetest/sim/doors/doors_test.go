@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/memstore"
@@ -96,5 +98,54 @@ func TestClassifyRuntime(t *testing.T) {
 				t.Errorf("classifyRuntime(%v) = %s, want %s", tc.err, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestStallExcuses: only the documented consequences of a measured stall
+// are excused, and only past their thresholds (lease 600 ms: the lease
+// rule's margin is 60 ms, the late-start renewal's timeout 200 ms).
+func TestStallExcuses(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	for _, c := range []struct {
+		door          string
+		stall         time.Duration
+		effects, lost int
+		want          bool
+	}{
+		{DoorHTTP, 60 * time.Millisecond, 2, 1, true},
+		{DoorGRPC, time.Second, 2, 1, true},
+		{DoorGRPC, time.Second, 3, 2, true},
+		{DoorHTTP, 59 * time.Millisecond, 2, 1, false}, // under the margin
+		{DoorHTTP, time.Second, 2, 0, false},           // no lease lost
+		{DoorGRPC, time.Second, 3, 1, false},           // more runs than leases lost
+		{DoorDo, time.Second, 2, 1, false},             // a query decides
+		{DoorGenerated, time.Second, 2, 1, false},
+		{DoorTx, time.Second, 2, 1, false}, // the effect commits with its record
+	} {
+		if got := secondEffectExcused(c.door, c.stall, lease, c.effects, c.lost); got != c.want {
+			t.Errorf("secondEffectExcused(%s, stall %v, %d effects, %d lost) = %v, want %v", c.door, c.stall, c.effects, c.lost, got, c.want)
+		}
+	}
+	late := "ERROR idemgrpc: the idempotency store failed; answered Unavailable err=idem: Op \"k\": " + lateStartText + "; the effect did not run: " + context.DeadlineExceeded.Error()
+	for _, c := range []struct {
+		name  string
+		stall time.Duration
+		logs  []string
+		want  bool
+	}{
+		{"late start in a long stall", 200 * time.Millisecond, []string{late}, true},
+		{"late start in a short stall", 199 * time.Millisecond, []string{late}, false},
+		{"another store error", time.Second, []string{"ERROR idemgrpc: the idempotency store failed; err=connection reset"}, false},
+		{"late start and another", time.Second, []string{late, "ERROR idemgrpc: the idempotency store failed; err=connection reset"}, false},
+		{"late start, renewal refused", time.Second, []string{strings.TrimSuffix(late, context.DeadlineExceeded.Error()) + "connection reset"}, false},
+	} {
+		r := &run{cfg: Config{Lease: lease}, stall: c.stall}
+		if got := r.lateStartStalled(&delivery{errorLogs: c.logs}); got != c.want {
+			t.Errorf("%s: lateStartStalled = %v, want %v", c.name, got, c.want)
+		}
+	}
+	r := &run{cfg: Config{Lease: lease}, stall: time.Second}
+	if !r.lateStartStalled(&delivery{ans: answer{detail: late}}) {
+		t.Error("runtime.Do's answer naming the late start in a stall: not excused")
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+
+	"github.com/idemkit/idem/runtime"
 )
 
 // errorLog is the adapters' logger: it notes every record in the trail of
@@ -36,11 +38,14 @@ func (h *errorLog) Handle(ctx context.Context, rec slog.Record) error {
 	})
 	ident := r.ident(d.req)
 	r.note(ident, "adapter log for delivery %d: %s", d.id, short(b.String()))
+	r.mu.Lock()
 	if rec.Level >= slog.LevelError {
-		r.mu.Lock()
 		d.errorLogs = append(d.errorLogs, b.String())
-		r.mu.Unlock()
 	}
+	if strings.Contains(b.String(), runtime.ErrLeaseLost.Error()) {
+		d.leaseLost = true
+	}
+	r.mu.Unlock()
 	return nil
 }
 
