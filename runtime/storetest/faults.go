@@ -337,14 +337,23 @@ func testUnknownWithoutQuery(t *testing.T, s runtime.Store) {
 			t.Fatal(err)
 		}
 		c := runtime.Call[chargeReq, receipt]{Operation: op, Key: "k", Request: chargeReq{"a", 1}, Effect: timesOut}
+		start := time.Now()
 		if _, err := runtime.Do(ctx, rt, c); !errors.Is(err, runtime.ErrOutcomeUnknown) {
 			t.Fatalf("%s: want ErrOutcomeUnknown, got %v", tc.name, err)
 		}
 		r := newReconciler(t, rt)
-		if st, err := r.RunOnce(ctx); err != nil || st.Released+st.Failed != 0 {
-			t.Fatalf("%s: resolved before the policy's delay: %+v, %v", tc.name, st, err)
+		st, err := r.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		var st runtime.ReconcileStats
+		if st.Released+st.Failed != 0 {
+			// Early only if the policy's delay cannot have passed since the
+			// call began (a loaded machine can take that long to get here).
+			if el := time.Since(start); el < 100*time.Millisecond {
+				t.Fatalf("%s: resolved %v after the call began, before the policy's delay: %+v", tc.name, el, st)
+			}
+			t.Logf("%s: the first pass ran %v after the call began, past the policy's delay", tc.name, time.Since(start))
+		}
 		deadline := time.Now().Add(10 * time.Second)
 		for st.Released+st.Failed == 0 && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
@@ -358,7 +367,7 @@ func testUnknownWithoutQuery(t *testing.T, s runtime.Store) {
 			runs.Add(1)
 			return receipt{ID: "ch", Amount: r.Amount}, nil
 		}
-		_, err := runtime.Do(ctx, rt, c)
+		_, err = runtime.Do(ctx, rt, c)
 		switch tc.resolve {
 		case runtime.NotHappenedRelease:
 			if st.Released != 1 || err != nil || runs.Load() != 1 {
