@@ -84,8 +84,8 @@
 // A run on a loaded machine may see the process stall (no goroutine runs
 // for a while). Two breaches of the invariants above are what the runtime
 // documents for such a stall, and only those are excused, with the stall
-// measured (see [Run]): a second effect behind a door without a query
-// after a lease was lost, and a store-failure answer caused only by the
+// measured (see [Run]): a second effect after a lease was lost (on every
+// door but DoTx's), and a store-failure answer caused only by the
 // late-start confirmation's renewal running out of its time.
 //
 // # Tenants

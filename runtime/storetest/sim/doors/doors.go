@@ -81,6 +81,10 @@ type Config struct {
 	// runtime.ErrTooLarge, for stores without a limit (memstore).
 	RecordLimit        int
 	EnforceRecordLimit bool
+	// NoStallExcuses reports every breach, even those a measured stall
+	// explains (see [Run]): for a negative control, a store that is wrong
+	// on purpose.
+	NoStallExcuses bool
 	// Pool, for DoorTx: the database of Store, a *pgstore.Store.
 	Pool *pgxpool.Pool
 	// Background, when not nil, runs during the deliveries (until ctx is
@@ -374,12 +378,13 @@ func (r *run) violate(invariant, ident, format string, args ...any) {
 //
 // The run measures how late the scheduler wakes a sleeping goroutine
 // (internal/stall). Two answers the runtime documents for a process that
-// does not run are excused, and logged, only with such a stall measured:
-// on a door without a query (HTTP, gRPC), a second effect after a lease
-// lost, when the process stalled past the lease rule's margin (a tenth of
-// the lease); and a store-failure answer or ERROR log whose only cause is
-// the late-start confirmation's renewal running out of its time (a third
-// of the lease) in a stall at least that long.
+// does not run are excused, and logged, only with such a stall measured
+// (and never with Config.NoStallExcuses): on any door but DoTx, a second
+// effect after a lease lost, when the process stalled past the lease
+// rule's margin (a tenth of the lease); and a store-failure answer or
+// ERROR log whose only cause is the late-start confirmation's renewal
+// running out of its time (a third of the lease) in a stall at least that
+// long.
 func Run(t testing.TB, doorName string, cfg Config) Report {
 	t.Helper()
 	cfg = cfg.withDefaults()
@@ -869,14 +874,15 @@ func (r *run) resolveLeft() {
 // for stall with lost leases lost. The lease rule stops an effect a tenth
 // of the lease before its lease could expire; a process that does not run
 // for longer than that (a loaded machine) can apply an effect after its
-// lease ended, and a door without a query then runs it again after the
-// takeover: the limit fencing tokens cover. Only then, and one extra run
-// per lease lost, is a second effect excused. A door with a query (Do, a
-// generated wrapper) asks the downstream before running again, and DoTx's
-// effect commits with its record: neither is ever excused.
+// lease ended: behind a door without a query the worker that took over
+// runs it again, and behind one with a query the query may have been
+// asked before the late effect reached the downstream. That is the limit
+// fencing tokens cover. Only then, and one extra run per lease lost, is a
+// second effect excused. DoTx's effect commits with its record (a late
+// one's transaction cannot commit): never excused.
 func secondEffectExcused(door string, stall, lease time.Duration, effects, lost int) bool {
 	switch door {
-	case DoorHTTP, DoorGRPC:
+	case DoorHTTP, DoorGRPC, DoorDo, DoorGenerated:
 		return stall >= lease/10 && effects <= 1+lost
 	}
 	return false
@@ -936,11 +942,11 @@ func (r *run) check() {
 				ds = append(ds, fmt.Sprintf("%s by delivery %d", e.receipt.ID, e.delivery))
 			}
 			for _, d := range byIdent[ident] {
-				if d.leaseLost {
+				if d.leaseLost || strings.Contains(d.ans.detail, runtime.ErrLeaseLost.Error()) {
 					lost++
 				}
 			}
-			if secondEffectExcused(r.name, r.stall, r.cfg.Lease, len(effs), lost) {
+			if !r.cfg.NoStallExcuses && secondEffectExcused(r.name, r.stall, r.cfg.Lease, len(effs), lost) {
 				r.excuse(fmt.Sprintf("a stall of %v (the lease rule's margin is %v) and %d lease(s) lost", r.stall, r.cfg.Lease/10, lost),
 					"at-most-once", ident, "the downstream applied the effect %d times: %s", len(effs), strings.Join(ds, ", "))
 			} else {
@@ -977,7 +983,7 @@ func (r *run) check() {
 					r.violate("no failure for a success", ident, "delivery %d was told the call failed (%s) but the downstream applied %v", d.id, short(a.detail), receipts(effs))
 				}
 			}
-			if len(d.errorLogs) > 0 && !d.storeFault && r.lateStartStalled(d) {
+			if len(d.errorLogs) > 0 && !d.storeFault && !r.cfg.NoStallExcuses && r.lateStartStalled(d) {
 				r.excuse(fmt.Sprintf("a stall of %v, past the renewal's timeout of %v", r.stall, r.cfg.Lease/3),
 					"no ERROR log while the store is healthy", ident, "the adapter logged at ERROR for delivery %d (%s, deadline %v): %s", d.id, d.plan.mode, d.plan.deadline, short(d.errorLogs[0]))
 			} else if len(d.errorLogs) > 0 && !d.storeFault {
@@ -985,7 +991,7 @@ func (r *run) check() {
 			}
 			switch a.kind {
 			case ansOutage:
-				if !d.storeFault && r.lateStartStalled(d) {
+				if !d.storeFault && !r.cfg.NoStallExcuses && r.lateStartStalled(d) {
 					r.excuse(fmt.Sprintf("a stall of %v, past the renewal's timeout of %v", r.stall, r.cfg.Lease/3),
 						"no outage answer while the store is healthy", ident, "delivery %d (%s, deadline %v) was told the store is unavailable: %s", d.id, d.plan.mode, d.plan.deadline, short(a.detail))
 				} else if !d.storeFault {
