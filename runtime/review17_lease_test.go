@@ -160,16 +160,20 @@ func TestReview17LongEffectTinyLease(t *testing.T) {
 		// lease rule stops that run (a worker is told the lease was lost)
 		// and a duplicate runs the effect again, after it (no Query: the
 		// at-least-once window); only then may it run twice.
-		runs := int32(1)
+		// A stall also delays the lease rule's own timer: the stopped run
+		// can still be running when the duplicate starts (the documented
+		// limit past the rule's margin, a tenth of the lease), so with a
+		// lost lease each extra run may overlap the one before it.
+		runs, overlaps := int32(1), int32(0)
 		if lost, ok := answers.Load(errKind(runtime.ErrLeaseLost)); ok && lost.(*atomic.Int32).Load() > 0 {
 			if worst := starved.Stop(); worst >= 50*time.Millisecond {
 				n := lost.(*atomic.Int32).Load()
 				t.Logf("%d leases were lost while the process stalled for up to %v (the machine's load): a run after each allowed", n, worst)
-				runs = 1 + n
+				runs, overlaps = 1+n, n
 			}
 		}
-		if eff.overlaps.Load() != 0 || eff.completed.Load() != 1 || eff.runs.Load() < 1 || eff.runs.Load() > runs {
-			t.Fatalf("effect ran %d times (%d completed, %d overlaps); want once, no overlap; answers: %v",
+		if eff.overlaps.Load() > overlaps || eff.completed.Load() != 1 || eff.runs.Load() < 1 || eff.runs.Load() > runs {
+			t.Fatalf("effect ran %d times (%d completed, %d overlaps); want once, no overlap (or as the stalls above allow); answers: %v",
 				eff.runs.Load(), eff.completed.Load(), eff.overlaps.Load(), summary)
 		}
 		t.Logf("answers: %v", summary)
