@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/internal/stall"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
 )
@@ -39,6 +40,7 @@ func TestH36LeaseRenewalsHangBehindTableLock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			starved := stall.Start()
 			scoped := runtime.WithScope(ctx, "h36")
 			var mu sync.Mutex
 			var claimed, stopped, dupStarted time.Time
@@ -110,8 +112,12 @@ func TestH36LeaseRenewalsHangBehindTableLock(t *testing.T) {
 			defer mu.Unlock()
 			t.Logf("first: %v (cause %v), stopped %v after its effect started; duplicate: %v, started %v after it",
 				first, cause, stopped.Sub(claimed), second, dupStarted.Sub(claimed))
-			if stopped.IsZero() || stopped.Sub(claimed) > lease-lease/10 {
-				t.Errorf("the effect was stopped %v after it started, past its lease's %v (less the margin)", stopped.Sub(claimed), lease)
+			// The rule's timer and the effect's wake-up run late by as much
+			// as the process stalled (a loaded machine): that much is
+			// allowed past the margin, measured.
+			worst := starved.Stop()
+			if stopped.IsZero() || stopped.Sub(claimed) > lease-lease/10+worst {
+				t.Errorf("the effect was stopped %v after it started, past its lease's %v (less the margin) with a stall of %v", stopped.Sub(claimed), lease, worst)
 			}
 			if !dupStarted.IsZero() && dupStarted.Before(stopped) {
 				t.Errorf("the duplicate's effect started before the first was stopped")
