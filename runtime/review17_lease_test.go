@@ -64,7 +64,7 @@ func TestReview17LongEffectTinyLease(t *testing.T) {
 		defer starved.Stop()
 		// Renewals that answer late (a starved server) count as the
 		// machine's stall too: CI saw every renewal of a run time out.
-		store = timedRenew{Store: store, w: starved}
+		store = stall.TimedRenew{Store: store, W: starved}
 		rt, err := runtime.New(store, runtime.WithMaxWait(0))
 		if err != nil {
 			t.Fatal(err)
@@ -187,19 +187,6 @@ func errKind(err error) string {
 		}
 	}
 	return err.Error()
-}
-
-// timedRenew notes how long each Renew took (failed ones too) in w.
-type timedRenew struct {
-	runtime.Store
-	w *stall.Watch
-}
-
-func (s timedRenew) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
-	start := time.Now()
-	until, err := s.Store.Renew(ctx, p)
-	s.w.Note(time.Since(start))
-	return until, err
 }
 
 // lateRenew notes in w how late each renewal of a call started: the time
