@@ -307,6 +307,14 @@ func testSlowClaimReply(t *testing.T, s runtime.Store) {
 			if ran, overlaps := o.Counts(); ran != 1 {
 				t.Fatalf("the effect ran %d times (%d overlaps); the late claim's call returned %v", ran, overlaps, err)
 			}
+			// The late start's confirming renewal finds the takeover
+			// (ErrLeaseLost); on a loaded server it may instead time out
+			// (the store did not answer within a third of the lease): the
+			// call then fails with the effect not run, as documented.
+			if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, runtime.ErrLeaseLost) {
+				t.Logf("the late claim's confirming renewal timed out (a slow store): %v", err)
+				return
+			}
 			if !errors.Is(err, runtime.ErrLeaseLost) {
 				t.Fatalf("the late claim's call: %v, want ErrLeaseLost", err)
 			}
