@@ -155,6 +155,12 @@ GOFLAGS="${GOFLAGS:+$GOFLAGS }-race" go run ./internal/mutants -check >"$SERVICE
 norace=$(go list ./analyzer/... ./cmd/idemgen ./templates ./internal/mutants ./cmd/idemlint |
 	grep -v -x -F "$(go list ./analyzer/facts/...)")
 stores=$(go list ./runtime/pgstore ./runtime/redisstore)
+# The go commands the tests start (go vet -vettool and the idemlint driver's
+# go list -export on modules of their own, in cmd/idemlint and the rules'
+# vettool tests) build with -race in both batches (testenv.ChildGoFlags),
+# so they read the standard library go vet -race compiled instead of
+# compiling it again without the race detector.
+export IDEM_TEST_CHILD_RACE=1
 # The two batches run side by side: most of the -race batch waits on leases,
 # timers and servers (the runtime's suite used 20 s of CPU in 120 s), so it
 # runs up to 4 packages at once, and the CPU-bound batch without the race

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem/analyzer"
 	"github.com/idemkit/idem/analyzer/facts"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 // The module cache of TestDepCacheEdits: a dependency that does network
@@ -173,7 +174,7 @@ func Place(ctx context.Context, db *sql.DB, id string) error {
 // leaves no finding behind.
 func TestDepCacheEdits(t *testing.T) {
 	t.Setenv("GOWORK", "off")
-	t.Setenv("GOFLAGS", "")
+	t.Setenv("GOFLAGS", testenv.ChildGoFlags())
 	root := t.TempDir()
 	cacheDir := filepath.Join(root, "modcache")
 	app := filepath.Join(root, "app")
@@ -433,7 +434,7 @@ func findingLines(fs []finding, full bool) []string {
 // package; putting the check back must silence them again.
 func TestDepCacheRowLocks(t *testing.T) {
 	t.Setenv("GOWORK", "off")
-	t.Setenv("GOFLAGS", "")
+	t.Setenv("GOFLAGS", testenv.ChildGoFlags())
 	app := filepath.Join(t.TempDir(), "locks")
 	if err := os.CopyFS(app, os.DirFS(filepath.Join("..", "..", "analyzer", "testdata", "locks"))); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 const bad = `package shop
@@ -135,7 +137,7 @@ func runEnv(t *testing.T, dir string, env []string, name string, args ...string)
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS="), env...)
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS="+testenv.ChildGoFlags()), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 // raceEnabled is set when the tests are built with -race (race_test.go):
@@ -47,7 +49,11 @@ func idemlintBinary(t *testing.T) string {
 		if raceEnabled {
 			args = append(args, "-race")
 		}
-		lspBin.out, lspBin.err = exec.Command("go", append(args, ".")...).CombinedOutput()
+		// The binary is built in the test binary's own mode, whatever
+		// GOFLAGS TestMain gave the children.
+		build := exec.Command("go", append(args, ".")...)
+		build.Env = append(os.Environ(), "GOFLAGS=")
+		lspBin.out, lspBin.err = build.CombinedOutput()
 	})
 	if lspBin.err != nil {
 		t.Fatalf("go build: %v\n%s", lspBin.err, lspBin.out)
@@ -56,6 +62,11 @@ func idemlintBinary(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	// Every go command the tests start, directly or through the idemlint
+	// binary (the language server's go list -export, Neovim's server), runs
+	// with testenv.ChildGoFlags: in scripts/test.sh it reads the packages go
+	// vet -race compiled instead of compiling the standard library again.
+	os.Setenv("GOFLAGS", testenv.ChildGoFlags())
 	code := m.Run()
 	if lspBin.path != "" {
 		os.RemoveAll(filepath.Dir(lspBin.path))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/modtest"
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 // writeInto writes files (relative path -> content) under dir.
@@ -490,7 +491,7 @@ func lintJSON(t *testing.T, dir string) string {
 	r.once.Do(func() {
 		cmd := exec.Command(bin, "-json", "./...")
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS="+testenv.ChildGoFlags())
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()

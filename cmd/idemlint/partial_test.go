@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 // partialModule is a module in which three packages fail to load, each in
@@ -36,7 +38,7 @@ func TestPartialProgram(t *testing.T) {
 	bin := idemlintBinary(t)
 	dir := partialModule(t)
 	// GOPROXY=off: example.com/gone cannot be served.
-	env := []string{"GOFLAGS=-mod=mod", "GOPROXY=off"}
+	env := []string{"GOFLAGS=" + testenv.ChildGoFlags("-mod=mod"), "GOPROXY=off"}
 	for _, tc := range []struct {
 		name string
 		args []string

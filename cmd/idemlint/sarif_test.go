@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 func loadSARIFSchema(t *testing.T) *schema {
@@ -72,7 +74,7 @@ func TestSARIFSchema(t *testing.T) {
 	}{
 		{"finding", writeModule(t, bad), nil, 0, true},
 		{"clean", writeModule(t, good), nil, 0, true},
-		{"partial", partialModule(t), []string{"GOFLAGS=-mod=mod", "GOPROXY=off"}, 1, false},
+		{"partial", partialModule(t), []string{"GOFLAGS=" + testenv.ChildGoFlags("-mod=mod"), "GOPROXY=off"}, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdout, stderr, code := runEnv(t, tc.dir, tc.env, bin, "-sarif", "./...")

@@ -50,16 +50,27 @@ func RedisClusterAddrs(t testing.TB) []string {
 	return strings.Split(Need(t, RedisClusterAddrsVar, "Redis Cluster"), ",")
 }
 
+// ChildRaceVar names the environment variable that asks ChildGoFlags for
+// -race in a test binary built without the race detector. scripts/test.sh
+// sets it to 1 for its batch without -race, whose cmd/idemlint tests start
+// go vet and the idemlint driver (which runs go list -export) on modules of
+// their own: with it, those children read the packages go vet -race
+// already compiled (the standard library above all) instead of compiling
+// them once more without it. The analyses do not depend on the mode: no
+// file of those modules has a race build constraint.
+const ChildRaceVar = "IDEM_TEST_CHILD_RACE"
+
 // ChildGoFlags returns the value of GOFLAGS for a go command a test starts
-// (a build, go vet, go test or go install of a module it made): flags, and
-// -race when the test binary itself was built with the race detector. So a
-// test in scripts/test.sh's -race batch compiles its children's packages in
-// the mode go vet -race and the -race test builds already compiled them,
-// and a cold build cache compiles them once: without it the examples/adopt
-// test alone compiled pgx, go-redis and the runtime again (162 s of CPU
-// against 42 s, measured after go vet -race on an empty cache).
+// (a build, go vet, go test or go install of a module it made, or a tool
+// that runs go list -export): flags, and -race when the test binary itself
+// was built with the race detector or ChildRaceVar is 1. So a test in
+// scripts/test.sh compiles its children's packages in the mode go vet
+// -race and the -race test builds already compiled them, and a cold build
+// cache compiles them once: without it the examples/adopt test alone
+// compiled pgx, go-redis and the runtime again (162 s of CPU against 42 s,
+// measured after go vet -race on an empty cache).
 func ChildGoFlags(flags ...string) string {
-	if race {
+	if race || os.Getenv(ChildRaceVar) == "1" {
 		flags = append(flags, "-race")
 	}
 	return strings.Join(flags, " ")

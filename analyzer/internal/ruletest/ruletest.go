@@ -19,6 +19,8 @@ import (
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/analysistest"
 	"golang.org/x/tools/go/analysis/multichecker"
+
+	"github.com/idemkit/idem/internal/testenv"
 )
 
 const env = "IDEMLINT_RULETEST_CHECKER"
@@ -63,7 +65,7 @@ func run(t *testing.T, testdata, name string, args ...string) (string, string, i
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Dir = filepath.Join(abs, "src")
-	cmd.Env = append(os.Environ(), env+"=1", "GOPATH="+abs, "GO111MODULE=off", "GOFLAGS=", "GOWORK=off", "GOTOOLCHAIN=local")
+	cmd.Env = append(os.Environ(), env+"=1", "GOPATH="+abs, "GO111MODULE=off", "GOFLAGS="+testenv.ChildGoFlags(), "GOWORK=off", "GOTOOLCHAIN=local")
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err = cmd.Run()
