@@ -843,6 +843,12 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	}
 	// UNKNOWN leaves no lease, so the next duplicate or reconciler may ask again.
 	if _, err := ex.transition(ctx, &tp); err != nil {
+		if tp.To == StateSuccess && !errors.Is(err, ErrLeaseLost) {
+			// The query found the effect done: its response is the
+			// call's answer, as an effect's is when its outcome cannot be
+			// recorded.
+			return resp, fmt.Errorf("%w: %s %q: the query found the effect done, but its outcome was not recorded: %w", ErrNotRecorded, op, ex.id.Key, err)
+		}
 		if qerr != nil { // quoted, not wrapped: the query's answer was not recorded
 			return zero, fmt.Errorf("%w (the query said: %v)", err, qerr)
 		}

@@ -43,12 +43,15 @@ var (
 	// ErrNotFound is returned by [Store.Get] when there is no record.
 	ErrNotFound = errors.New("idem: record not found")
 
-	// ErrNotRecorded: the effect succeeded and its response is returned
-	// together with this error, but its outcome could not be recorded (the
-	// store failed until the completion timeout). Use the response: the
-	// effect happened. The record stays PROCESSING until its lease expires;
-	// a duplicate then takes it over and, with a Query, converges it, or,
-	// without one, runs the effect again (the at-least-once window).
+	// ErrNotRecorded: the effect succeeded (it ran, or the operation's
+	// Query found it done) and its response is returned together with this
+	// error, but its outcome could not be recorded: the store failed, or did
+	// not answer, until the completion timeout. Use the response: the effect
+	// happened. If the write was not applied, the record stays as it was
+	// (PROCESSING or UNKNOWN) until its lease expires; a duplicate then
+	// takes it over and, with a Query, converges it, or, without one, runs
+	// the effect again (the at-least-once window). If the store applied it
+	// and answered too late, duplicates replay it.
 	ErrNotRecorded = errors.New("idem: the effect succeeded but its outcome was not recorded")
 
 	// ErrTooLarge: a request or response is larger than the store accepts.

@@ -137,7 +137,15 @@ func (f *faultStore) around(ctx context.Context, what string, fn func(context.Co
 	}
 	if err == nil {
 		if cerr := ctx.Err(); cerr != nil {
-			return c, cerr // applied, but the caller is gone
+			// Applied, but the caller is gone: its deadline passed while
+			// the store worked (a stalled process or server), as a real
+			// client's would. Not injected, so counted with faults on or
+			// off (the final retries run without injected faults).
+			if c != nil {
+				f.s.count(what + " answered after the caller's deadline")
+				f.s.callFault(c, what+" answered after the caller's deadline")
+			}
+			return c, cerr
 		}
 	}
 	return c, err
@@ -280,6 +288,9 @@ func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams)
 		}
 		return ierr
 	})
+	if err == nil && c != nil && p.To == runtime.StateSuccess {
+		c.successAnswered()
+	}
 	return v, err
 }
 

@@ -357,10 +357,14 @@ type call struct {
 	anyForeign   bool
 	recorded     []byte // the SUCCESS response this call's own transition stored
 	hasRecorded  bool
-	applied      *Receipt // the receipt of the effect this call applied
-	start, end   int64
-	resp         Receipt
-	err          error
+	// recordAnswered: a SUCCESS write of this call was answered as done
+	// (false when every one the store applied answered after the call's
+	// completion deadline, or failed).
+	recordAnswered bool
+	applied        *Receipt // the receipt of the effect this call applied
+	start, end     int64
+	resp           Receipt
+	err            error
 }
 
 type callKey struct{}
@@ -406,6 +410,12 @@ func (c *call) sawRecord(r runtime.Record) {
 func (c *call) recordedSuccess(resp []byte) {
 	c.mu.Lock()
 	c.recorded, c.hasRecorded = append([]byte(nil), resp...), true
+	c.mu.Unlock()
+}
+
+func (c *call) successAnswered() {
+	c.mu.Lock()
+	c.recordAnswered = true
 	c.mu.Unlock()
 }
 
