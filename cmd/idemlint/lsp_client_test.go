@@ -18,12 +18,6 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 )
 
-// raceEnabled is set when the tests are built with -race (race_test.go):
-// the server they start is then built with -race too, so that the race
-// detector checks the server's own goroutines (analysis, debounce,
-// cancellation), which run in that process, not in the test binary.
-var raceEnabled bool
-
 // lspBin is idemlint built once per test process, for every test that runs
 // the binary (a build per test relinked the whole linter each time: about
 // 1.6 s of CPU, 19 times).
@@ -46,7 +40,11 @@ func idemlintBinary(t *testing.T) string {
 		}
 		lspBin.path = filepath.Join(dir, "idemlint")
 		args := []string{"build", "-o", lspBin.path}
-		if raceEnabled {
+		// In a -race test binary the server is built with -race too, so
+		// that the race detector checks the server's own goroutines
+		// (analysis, debounce, cancellation), which run in that process,
+		// not in the test binary.
+		if testenv.Race() {
 			args = append(args, "-race")
 		}
 		// The binary is built in the test binary's own mode, whatever

@@ -60,6 +60,9 @@ func RedisClusterAddrs(t testing.TB) []string {
 // file of those modules has a race build constraint.
 const ChildRaceVar = "IDEM_TEST_CHILD_RACE"
 
+// Race reports whether the test binary was built with the race detector.
+func Race() bool { return race }
+
 // ChildGoFlags returns the value of GOFLAGS for a go command a test starts
 // (a build, go vet, go test or go install of a module it made, or a tool
 // that runs go list -export): flags, and -race when the test binary itself
