@@ -1,7 +1,9 @@
 package facts
 
 import (
+	"fmt"
 	"go/types"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -133,7 +135,29 @@ func (p *Program) RecordCall(pkg string, fn *types.Func, iface *types.Interface,
 	if l.sites[pkg] == nil {
 		l.sites[pkg] = map[string][]lockSite{}
 	}
-	l.sites[pkg][fn.Name()] = append(l.sites[pkg][fn.Name()], s)
+	l.sites[pkg][fn.Name()] = insertSite(l.sites[pkg][fn.Name()], s)
+}
+
+// insertSite inserts s into list, kept in the order of lockSite.order,
+// unless list has it already: a package and its test variant record the
+// same calls, in an order the scheduler picks, and the sites are counted
+// and named in that order (the first unlocked caller in a message) and
+// hashed by Digest.
+func insertSite(list []lockSite, s lockSite) []lockSite {
+	k := s.order()
+	i := sort.Search(len(list), func(i int) bool { return list[i].order() >= k })
+	if i < len(list) && list[i].order() == k {
+		return list
+	}
+	return slices.Insert(list, i, s)
+}
+
+// order is a text that sorts sites by where the call is, then by what it
+// calls and what it holds; equal for the same call recorded twice (fmt
+// prints maps with sorted keys).
+func (s *lockSite) order() string {
+	c := &s.call
+	return fmt.Sprintf("%s\x00%09d\x00%09d\x00%s\x00%s\x00%v\x00%v\x00%v\x00%v", c.File, c.Line, c.Col, c.Caller, s.key, s.want, c.Locks, c.Rooted, c.Same)
 }
 
 // RecordEscape records that package pkg uses fn as a value (a method
@@ -152,7 +176,7 @@ func (p *Program) RecordEscape(pkg string, fn *types.Func, iface *types.Interfac
 		return
 	}
 	l := p.rl()
-	l.escapes[pkg] = append(l.escapes[pkg], s)
+	l.escapes[pkg] = insertSite(l.escapes[pkg], s)
 }
 
 // SetWhole names the packages whose callers are all in the run: those of
