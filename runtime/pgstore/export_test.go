@@ -27,5 +27,9 @@ func SetRenewHook(s *Store, f func(ctx context.Context, n int, renew func() (tim
 	}
 }
 
+// GroupBeside reports how many statements of s ran alone, on their
+// caller's context, beside a batch in flight for stuckAfter or more.
+func GroupBeside(s *Store) int64 { return s.group.beside.Load() }
+
 // SchemaColumns are the columns Migrate checks the record table for.
 var SchemaColumns = schemaColumns

@@ -127,6 +127,9 @@ type groupCommit struct {
 	// batches, statements and failed count what was sent (for tests and
 	// GroupCommitStats).
 	batches, statements, failed atomic.Int64
+	// beside counts the statements run alone, on their caller's context,
+	// beside a stuck batch (for tests).
+	beside atomic.Int64
 }
 
 // GroupCommitStats reports how many batches the group-commit mode sent (a
@@ -176,6 +179,7 @@ func submit[A, R any](ctx context.Context, s *Store, queue *[]*batchItem[A, R], 
 		g.mu.Unlock()
 		g.batches.Add(1)
 		g.statements.Add(1)
+		g.beside.Add(1)
 		res, err = one(ctx, arg)
 		return res, false, err
 	}
@@ -211,6 +215,7 @@ func submit[A, R any](ctx context.Context, s *Store, queue *[]*batchItem[A, R], 
 			}
 			g.batches.Add(1)
 			g.statements.Add(1)
+			g.beside.Add(1)
 			res, err = one(ctx, arg)
 			return res, false, err
 		}

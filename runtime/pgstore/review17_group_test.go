@@ -462,9 +462,20 @@ func TestReview17GroupCallerGoneAgreesWithStore(t *testing.T) {
 			t.Errorf("completion of %s told %v; the record is %s", k, results[k], rec.State)
 		}
 	}
+	// On a loaded machine the batch (K3, K4) may leave only after K4 has
+	// waited half a second (stuckAfter): K4 then runs its claim alone, on
+	// its own context, as any claim without group commit, and a deadline
+	// that ends mid-statement is a timeout whose statement may have
+	// committed (the orphan claim the runtime documents). The promise this
+	// test checks is a batch's, so that case is not counted.
+	beside := pgstore.GroupBeside(s)
 	for _, k := range []string{"K1", "K4"} {
 		rec, err := s.Get(ctx, id(k))
 		exists := err == nil && rec.Owner == "claimer-"+k
+		if k == "K4" && beside > 0 && exists && !claimed[k] && errors.Is(results[k], context.DeadlineExceeded) {
+			t.Logf("K4 ran its claim alone beside a stuck batch (%d statements beside), and its own deadline ended mid-statement: %v; not counted", beside, results[k])
+			continue
+		}
 		if exists != claimed[k] {
 			t.Errorf("claim of %s told (claimed %v, %v); the store holds its record: %v", k, claimed[k], results[k], exists)
 		}
