@@ -277,17 +277,7 @@ func TestH36MigrateUnmarkedBigTableStallsTraffic(t *testing.T) {
 	// Every connection of the pool made before: a connection made beside
 	// Migrate (a backend forked and started, 140-270 ms at a load of 14)
 	// is not a lock wait.
-	var conns []*pgxpool.Conn
-	for range 8 {
-		c, err := p.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		c.Release()
-	}
+	warmPool(t, p, 8)
 	var worst atomic.Int64
 	stopTraffic := make(chan struct{})
 	done := make(chan struct{})
