@@ -11,6 +11,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -108,4 +110,22 @@ func Unique() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// SuccessDown wraps a store so that every SUCCESS write fails while Down
+// is set (a store that takes claims and reads but cannot record outcomes:
+// the ErrNotRecorded schedules). Failed counts the writes it refused.
+type SuccessDown struct {
+	runtime.Store
+	Down   atomic.Bool
+	Failed atomic.Int32
+}
+
+// Transition refuses a SUCCESS write while s.Down is set.
+func (s *SuccessDown) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
+	if p.To == runtime.StateSuccess && s.Down.Load() {
+		s.Failed.Add(1)
+		return 0, errors.New("teststores: SUCCESS writes are down")
+	}
+	return s.Store.Transition(ctx, p)
 }

@@ -397,6 +397,13 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	if err == nil {
 		return cfg.replay(ctx, rec)
 	}
+	if errors.Is(err, runtime.ErrNotRecorded) && rec.Type != "" {
+		// The method's query found the call done, and the store could not
+		// record it: its response is the answer (the runtime's
+		// ErrNotRecorded), as a caller whose handler ran gets its own.
+		cfg.logger.WarnContext(ctx, "idemgrpc: the query found the call done but its outcome was not recorded", "method", info.FullMethod, "err", err)
+		return cfg.replay(ctx, rec)
+	}
 	return nil, cfg.answer(ctx, info.FullMethod, err)
 }
 

@@ -413,6 +413,12 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.problem(w, probNotReplayable, notReplayable(resp.Status, "was too large to store"))
 	case err == nil:
 		writeResponse(w, resp)
+	case errors.Is(err, runtime.ErrNotRecorded) && resp.Status != 0:
+		// The route's query found the request done, and the store could
+		// not record it: its response is the answer (the runtime's
+		// ErrNotRecorded), as a client whose handler ran gets its own.
+		m.cfg.logger.WarnContext(ctx, "idemhttp: the query found the request done but its outcome was not recorded", "method", r.Method, "err", err)
+		writeResponse(w, resp)
 	default:
 		m.answer(w, r, err)
 	}
