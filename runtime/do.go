@@ -707,14 +707,7 @@ func (h *heartbeat) round() {
 	}
 }
 
-// complete runs a store write that records an outcome on a context the
-// caller cannot cancel, bounded by the completion timeout, retrying
-// transient store errors (see [retryWrite] and [TransitionParams.Token]).
-//
-// With release set it deletes the record held as tp says (tp.From,
-// tp.Owner, tp.Version); otherwise it runs the transition tp, updating *tp
-// to what was written (see [fitTransition]) and returning the new version.
-// cutResponse encodes the [Cutter] form of the effect's response, or
+// cutResponse encodes the [Cutter] form of the response being recorded, or
 // returns nil when its type has none.
 func (ex *execution[Req, Resp]) cutResponse() []byte {
 	c, ok := any(&ex.resp).(Cutter[Resp])
@@ -729,6 +722,13 @@ func (ex *execution[Req, Resp]) cutResponse() []byte {
 	return b
 }
 
+// complete runs a store write that records an outcome on a context the
+// caller cannot cancel, bounded by the completion timeout, retrying
+// transient store errors (see [retryWrite] and [TransitionParams.Token]).
+//
+// With release set it deletes the record held as tp says (tp.From,
+// tp.Owner, tp.Version); otherwise it runs the transition tp, updating *tp
+// to what was written (see [fitTransition]) and returning the new version.
 func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, tp *TransitionParams) (int64, error) {
 	// The first completion of a call writes with the context the call
 	// carries; a later one (after an inline reconciliation) with its own.
@@ -738,10 +738,11 @@ func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, tp *
 	}
 	*cctx = completionCtx{parent: ctx, deadline: time.Now().Add(ex.rt.cfg.completionTimeout)}
 	defer cctx.release()
-	// The effect's own response (not a query's) has a short form for the
-	// size rule when its type is a Cutter.
+	// The response being recorded (the effect's, or the one a query found:
+	// ex.resp either way) has a short form for the size rule when its type
+	// is a Cutter.
 	var c responseCutter
-	if tp == &ex.run.tp && tp.To == StateSuccess {
+	if tp.To == StateSuccess {
 		c = ex
 	}
 	var v int64
@@ -819,6 +820,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	tp := TransitionParams{ID: ex.id, From: rec.State, Owner: rt.cfg.owner, Version: rec.Version, To: StateUnknown, Token: rt.newToken()}
 	switch outcome {
 	case OutcomeSucceeded:
+		ex.resp = resp // what the size rule cuts, if the store refuses it whole
 		b, err := encodeResponse(rt, &resp) // a fresh slice: the store may keep it
 		if err != nil {
 			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding the queried response failed: "+err.Error()

@@ -38,6 +38,11 @@ type Cutter[Resp any] interface {
 // recorded (nil when it has none).
 type responseCutter interface{ cutResponse() []byte }
 
+// cutFunc is a responseCutter from a function (a registered query's).
+type cutFunc func() []byte
+
+func (f cutFunc) cutResponse() []byte { return f() }
+
 // transitioner writes a transition: a [Store], or a [Local] inside its
 // transaction.
 type transitioner interface {

@@ -252,7 +252,7 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 	// The query runs in the record's scope, as the effect did: a
 	// tenant-scoped downstream looks the effect up by it.
 	qctx, cancel := context.WithTimeout(withAttempt(WithScope(ctx, rec.ID.Scope), rec.ID, rec.Version, true), min(rt.cfg.queryTimeout, r.cfg.lease))
-	resp, outcome, qerr := runRegisteredQuery(qctx, q, rec.Request)
+	resp, short, outcome, qerr := runRegisteredQuery(qctx, q, rec.Request)
 	cancel()
 	rt.phase(ctx, op, PhaseReconcile, start)
 
@@ -287,6 +287,8 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 	var err error
 	if release {
 		err = rt.store.Release(cctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})
+	} else if tp.To == StateSuccess && short != nil {
+		_, err = fitTransition(cctx, rt.store, &tp, short) // the size rule, with the response's short form
 	} else {
 		_, err = rt.transitionStore(cctx, &tp)
 	}
@@ -392,10 +394,10 @@ func (r *Reconciler) backoff(attempts int32) time.Duration {
 	return max(time.Duration(r.cfg.rand()*float64(d)), 10*time.Millisecond)
 }
 
-func runRegisteredQuery(ctx context.Context, q registeredQuery, request []byte) (resp []byte, o Outcome, err error) {
+func runRegisteredQuery(ctx context.Context, q registeredQuery, request []byte) (resp []byte, short responseCutter, o Outcome, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			resp, o, err = nil, OutcomeUnknown, &PanicError{Value: v, Stack: debug.Stack()}
+			resp, short, o, err = nil, nil, OutcomeUnknown, &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
 	return q.run(ctx, request)

@@ -227,7 +227,9 @@ type registeredQuery struct {
 	opts QueryOptions
 	// run is nil for an operation registered with [RegisterNoQuery], which
 	// is resolved noQueryAfter after its claim.
-	run          func(ctx context.Context, request []byte) (response []byte, o Outcome, err error)
+	// short, when not nil, gives the encoded short form of the response
+	// (its [Cutter] form) for the size rule.
+	run          func(ctx context.Context, request []byte) (response []byte, short responseCutter, o Outcome, err error)
 	noQueryAfter time.Duration
 }
 
@@ -243,23 +245,35 @@ func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req,
 		return fmt.Errorf("idem: register %s: query is nil", operation)
 	}
 	codec := rt.cfg.codec
-	rq := registeredQuery{opts: opts, run: func(ctx context.Context, request []byte) ([]byte, Outcome, error) {
+	rq := registeredQuery{opts: opts, run: func(ctx context.Context, request []byte) ([]byte, responseCutter, Outcome, error) {
 		// The stored request, and the encoded answer, may be a store's own
 		// record (memstore keeps one copy) and a Codec may share slices
 		// with them: each side gets its own copy (see [Codec]).
 		var req Req
 		if err := codec.Unmarshal(bytes.Clone(request), &req); err != nil {
-			return nil, OutcomeUnknown, fmt.Errorf("idem: %s: decoding stored request: %w", operation, err)
+			return nil, nil, OutcomeUnknown, fmt.Errorf("idem: %s: decoding stored request: %w", operation, err)
 		}
 		resp, o, err := query(ctx, req)
 		if o != OutcomeSucceeded {
-			return nil, o, err
+			return nil, nil, o, err
 		}
 		b, merr := codec.Marshal(resp)
 		if merr != nil {
-			return nil, OutcomeUnknown, fmt.Errorf("idem: %s: encoding response: %w", operation, merr)
+			return nil, nil, OutcomeUnknown, fmt.Errorf("idem: %s: encoding response: %w", operation, merr)
 		}
-		return bytes.Clone(b), o, nil
+		var short responseCutter
+		if c, ok := any(&resp).(Cutter[Resp]); ok {
+			// The size rule records the Cutter form of a response the
+			// store refuses whole, as it does for an effect's.
+			short = cutFunc(func() []byte {
+				s, err := codec.Marshal(c.Cut())
+				if err != nil {
+					return nil
+				}
+				return bytes.Clone(s)
+			})
+		}
+		return bytes.Clone(b), short, o, nil
 	}}
 	rt.mu.Lock()
 	rt.queries[operation] = rq

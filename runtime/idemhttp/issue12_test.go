@@ -56,6 +56,7 @@ func (failingStore) Claim(context.Context, runtime.ClaimParams) (runtime.ClaimRe
 // plain handler), on store.
 type harness struct {
 	*httptest.Server
+	rt   *runtime.Runtime
 	runs atomic.Int32
 }
 
@@ -65,7 +66,7 @@ func newHarness(t *testing.T, store runtime.Store, rtOpts []runtime.Option, h fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &harness{}
+	hs := &harness{rt: rt}
 	opts = append([]idemhttp.Option{idemhttp.Scope(func(r *http.Request) string { return r.Header.Get("X-Tenant") })}, opts...)
 	hs.Server = httptest.NewServer(idemhttp.Middleware(rt, opts...)(h(hs)))
 	t.Cleanup(hs.Close)

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -57,6 +58,67 @@ func TestSizeRuleKeepsTheStatus(t *testing.T) {
 					t.Fatalf("handler ran %d times", n)
 				}
 			})
+		}
+	}
+}
+
+// The size rule applies to a response a route's query found as it does to
+// a handler's: over the store's limit, its short form keeps the status, so
+// a duplicate of a 422 the query found learns it was a 422. Schedule: the
+// handler answers 504 (UNKNOWN); a duplicate's query (inline), or a
+// reconciler's, finds the request answered, with a body over the limit;
+// the next duplicate replays.
+func TestSizeRuleKeepsTheQuerysStatus(t *testing.T) {
+	stores := []teststores.Store{{Name: "memory-1MiB", New: func(testing.TB) runtime.Store { return limitStore{memstore.New(), 1 << 20} }}}
+	for _, st := range teststores.All() {
+		if st.Name != "memory" {
+			stores = append(stores, st)
+		}
+	}
+	big := strings.Repeat("x", 800<<10)
+	for _, st := range stores {
+		for _, tc := range []struct {
+			status int
+			want   string
+		}{
+			{http.StatusUnprocessableEntity, "422 (a client error)"},
+			{http.StatusCreated, "succeeded (answered 201)"},
+		} {
+			for _, by := range []string{"inline", "reconciler"} {
+				t.Run(fmt.Sprintf("%s/%d/%s", st.Name, tc.status, by), func(t *testing.T) {
+					q := func(ctx context.Context, r idemhttp.StoredRequest) (idemhttp.Response, runtime.Outcome, error) {
+						return idemhttp.Response{Status: tc.status, Body: []byte(big)}, runtime.OutcomeSucceeded, nil
+					}
+					hs := newHarness(t, st.New(t), nil, muxOf("/charges", func(w http.ResponseWriter, r *http.Request, n int32) {
+						w.WriteHeader(http.StatusGatewayTimeout)
+					}), idemhttp.Query("POST /charges", q, runtime.QueryOptions{}))
+					tenant := teststores.Unique()
+					if first := hs.do(t, req{keys: keys("k1"), tenant: tenant, body: "{}"}); first.status != http.StatusGatewayTimeout {
+						t.Fatalf("first: %d", first.status)
+					}
+					if by == "inline" {
+						found := hs.do(t, req{keys: keys("k1"), tenant: tenant, body: "{}"})
+						if found.status != tc.status || found.body != big {
+							t.Fatalf("the duplicate whose query found it: %d, %d bytes", found.status, len(found.body))
+						}
+					} else {
+						r, err := runtime.NewReconciler(hs.rt)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if s, err := r.RunOnce(context.Background()); err != nil || s.Succeeded != 1 {
+							t.Fatalf("reconciler: %+v %v", s, err)
+						}
+					}
+					dup := hs.do(t, req{keys: keys("k1"), tenant: tenant, body: "{}"})
+					if dup.status != http.StatusGone || !strings.Contains(dup.body, tc.want) {
+						t.Fatalf("next duplicate: %d %s; want 410 saying %q", dup.status, dup.body, tc.want)
+					}
+					if n := hs.runs.Load(); n != 1 {
+						t.Fatalf("handler ran %d times", n)
+					}
+				})
+			}
 		}
 	}
 }
