@@ -820,7 +820,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	tp := TransitionParams{ID: ex.id, From: rec.State, Owner: rt.cfg.owner, Version: rec.Version, To: StateUnknown, Token: rt.newToken()}
 	switch outcome {
 	case OutcomeSucceeded:
-		ex.resp = resp // what the size rule cuts, if the store refuses it whole
+		ex.resp = resp                      // what the size rule cuts, if the store refuses it whole
 		b, err := encodeResponse(rt, &resp) // a fresh slice: the store may keep it
 		if err != nil {
 			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding the queried response failed: "+err.Error()
