@@ -19,12 +19,7 @@ import (
 // says what the first answer was (its status and class), never that the
 // request succeeded. A success over the limit still says it succeeded.
 func TestSizeRuleKeepsTheStatus(t *testing.T) {
-	stores := []teststores.Store{{Name: "memory-1MiB", New: func(testing.TB) runtime.Store { return limitStore{memstore.New(), 1 << 20} }}}
-	for _, st := range teststores.All() {
-		if st.Name != "memory" { // no limit: it replays everything
-			stores = append(stores, st)
-		}
-	}
+	stores := limitedStores()
 	big := strings.Repeat("x", 800<<10) // over 1 MiB once stored in base64
 	for _, st := range stores {
 		for _, tc := range []struct {
@@ -69,12 +64,7 @@ func TestSizeRuleKeepsTheStatus(t *testing.T) {
 // reconciler's, finds the request answered, with a body over the limit;
 // the next duplicate replays.
 func TestSizeRuleKeepsTheQuerysStatus(t *testing.T) {
-	stores := []teststores.Store{{Name: "memory-1MiB", New: func(testing.TB) runtime.Store { return limitStore{memstore.New(), 1 << 20} }}}
-	for _, st := range teststores.All() {
-		if st.Name != "memory" {
-			stores = append(stores, st)
-		}
-	}
+	stores := limitedStores()
 	big := strings.Repeat("x", 800<<10)
 	for _, st := range stores {
 		for _, tc := range []struct {
@@ -121,4 +111,16 @@ func TestSizeRuleKeepsTheQuerysStatus(t *testing.T) {
 			}
 		}
 	}
+}
+
+// limitedStores are the stores with a record limit: the memory store behind
+// a 1 MiB limit (alone it has none and replays everything) and the others.
+func limitedStores() []teststores.Store {
+	stores := []teststores.Store{{Name: "memory-1MiB", New: func(testing.TB) runtime.Store { return limitStore{memstore.New(), 1 << 20} }}}
+	for _, st := range teststores.All() {
+		if st.Name != "memory" {
+			stores = append(stores, st)
+		}
+	}
+	return stores
 }
