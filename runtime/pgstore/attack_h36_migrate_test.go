@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/internal/stall"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/queries"
 	"github.com/idemkit/idem/runtime"
@@ -242,7 +241,10 @@ func TestH36MigrateCurrentToolSchemaLeastPrivilegeRole(t *testing.T) {
 // schema's setval statement scans the whole table for max(version) while
 // holding it: every claim and replay of every key waits for the scan (and
 // the rest of the transaction). The stall grows with the table, unbounded
-// by the 250 ms.
+// by the 250 ms. Judged by the locks Migrate takes on the table (sampled
+// from pg_locks) and by the traffic's own lock_timeout, not by the calls'
+// wall time: on a loaded machine the scan alone, with no lock, slowed a
+// pair of calls to 708 ms (1 run in 10 of bench/ciload.sh).
 func TestH36MigrateUnmarkedBigTableStallsTraffic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills a table of two million rows")
@@ -274,14 +276,21 @@ func TestH36MigrateUnmarkedBigTableStallsTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Traffic runs on a pool of its own whose statements give up waiting
+	// for a lock after twice Migrate's bound: a claim or replay held up
+	// by Migrate past it fails with SQLSTATE 55P03.
+	traffic := h36PoolLockTimeout(t, s[0], 2*250*time.Millisecond)
+	rt, err = runtime.New(pgstore.New(traffic), runtime.WithMaxWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Every connection of the pool made before: a connection made beside
 	// Migrate (a backend forked and started, 140-270 ms at a load of 14)
 	// is not a lock wait.
-	warmPool(t, p, 8)
+	warmPool(t, traffic, 8)
 	var worst atomic.Int64
 	stopTraffic := make(chan struct{})
 	done := make(chan struct{})
-	starved := stall.Start()
 	go func() {
 		defer close(done)
 		for i := 0; ; i++ {
@@ -298,13 +307,44 @@ func TestH36MigrateUnmarkedBigTableStallsTraffic(t *testing.T) {
 			}
 			stop()
 			if err != nil {
-				t.Errorf("call %d: %v", i, err)
+				t.Errorf("call %d (a claim or replay waits at most 500 ms for a lock): %v", i, err)
 				return
 			}
 			if d := int64(time.Since(start)); d > worst.Load() {
 				worst.Store(d)
 			}
 			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	// Which locks Migrate takes on the table, sampled every few
+	// milliseconds: on a table with every column and index it adds the
+	// mark only (COMMENT ON takes SHARE UPDATE EXCLUSIVE, which no claim or
+	// replay waits for), and must hold no lock that conflicts with their
+	// ROW EXCLUSIVE while it reads the whole table for max(version).
+	strong := make(chan []string, 1)
+	stopWatch := make(chan struct{})
+	go func() {
+		var seen []string
+		defer func() { strong <- seen }()
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			var modes []string
+			if err := p.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT mode || CASE WHEN granted THEN '' ELSE ' (waiting)' END), '{}')
+				FROM pg_locks WHERE relation = $1::regclass
+				AND mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')`,
+				s[0]+".idem_records").Scan(&modes); err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("reading pg_locks: %v", err)
+				}
+				return
+			}
+			if len(modes) > 0 && len(seen) == 0 {
+				seen = modes
+			}
 		}
 	}()
 	time.Sleep(200 * time.Millisecond)
@@ -317,18 +357,37 @@ func TestH36MigrateUnmarkedBigTableStallsTraffic(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	close(stopTraffic)
 	<-done
+	close(stopWatch)
+	modes := <-strong
 	if err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	stalled := starved.Stop()
-	w := time.Duration(worst.Load())
-	t.Logf("Migrate took %v; worst pair of calls before it %v, during it %v; longest process stall %v", took, before, w, stalled)
-	// 250 ms of lock wait, plus as much again for the machine's load, and
-	// the longest time this process did not run (a pair took 651 ms at a
-	// load of 17, beside a Migrate that took no lock traffic waits for).
-	if limit := 500*time.Millisecond + stalled; w > limit {
-		t.Errorf("a claim and a replay beside Migrate took %v (rows %d; limit %v with a process stall of %v): Migrate held the table's lock past its 250 ms bound", w, rows, limit, stalled)
+	// The pairs' wall time is logged, not judged: the scan for
+	// max(version) busies a core of the server, and on a loaded machine
+	// (bench/ciload.sh) a pair beside it took 708 ms with no lock wait.
+	t.Logf("Migrate took %v; worst pair of calls before it %v, during it %v", took, before, time.Duration(worst.Load()))
+	if len(modes) > 0 {
+		t.Errorf("Migrate took %v on the table (rows %d) that every claim and replay waits for; on a table with every column and index it adds the mark only", modes, rows)
 	}
+}
+
+// h36PoolLockTimeout is h36Pool (the test's role) whose sessions give up
+// waiting for a lock after d.
+func h36PoolLockTimeout(t *testing.T, searchPath string, d time.Duration) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = searchPath
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = fmt.Sprintf("%dms", d.Milliseconds())
+	cfg.MaxConns = 8
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }
 
 // Promise (Migrate): it creates "the record table and its indexes if they
