@@ -31,9 +31,16 @@ import (
 //
 // Schedule (seeded): the caller's transaction writes a row of its own, then
 // calls DoTx; the store refuses every renewal; the effect inserts its row,
-// then locks a row another transaction holds for 3 leases (SELECT ... FOR
-// UPDATE), so it is inside a statement when the lease rule fires. The lease
-// is 400-800 ms.
+// then locks a row another transaction holds until DoTx returns (SELECT
+// ... FOR UPDATE), so it is inside a statement when the lease rule fires
+// and leaves it only when the statement is cancelled. The lease is 400-800
+// ms. A cancel request is a connection of its own to the server, slow on a
+// loaded machine: the holder used to let go after 3 leases, and once (1
+// run in 10 under bench/ciload.sh) the statement got its lock before the
+// cancel arrived, the effect returned success and DoTx recorded it (the
+// claim was still its own: no duplicate had taken over), where the test
+// wanted ErrLeaseLost. The third case sends the cancel request 3 leases
+// late on purpose (3 leases).
 //
 // Run: go test ./runtime/pgstore/ -run TestDoTxLeaseRuleMidStatement -count=3 -v
 func TestDoTxLeaseRuleMidStatement(t *testing.T) {
@@ -41,32 +48,38 @@ func TestDoTxLeaseRuleMidStatement(t *testing.T) {
 		name string
 		// cancelRequest: the connections cancel a statement on the server.
 		cancelRequest bool
-	}{{"pgx default: the connection closes", false}, {"CancelRequestContextWatcherHandler", true}} {
+		// lateLeases: the cancel request is sent this many leases late.
+		lateLeases int
+	}{
+		{"pgx default: the connection closes", false, 0},
+		{"CancelRequestContextWatcherHandler", true, 0},
+		{"CancelRequestContextWatcherHandler, the cancel request late", true, 3},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			testDoTxLeaseRuleMidStatement(t, tc.cancelRequest)
+			testDoTxLeaseRuleMidStatement(t, tc.cancelRequest, tc.lateLeases)
 		})
 	}
 }
 
-func testDoTxLeaseRuleMidStatement(t *testing.T, cancelRequest bool) {
+func testDoTxLeaseRuleMidStatement(t *testing.T, cancelRequest bool, lateLeases int) {
 	p := testPool(t)
+	seed := advSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	lease := time.Duration(400+rng.IntN(400)) * time.Millisecond
+	t.Logf("lease %v", lease)
 	if cancelRequest {
 		cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-			return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 5 * time.Second}
+			return &pgconn.CancelRequestContextWatcherHandler{Conn: c, CancelRequestDelay: time.Duration(lateLeases) * lease, DeadlineDelay: 5 * time.Second}
 		}
 		if p, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(p.Close)
 	}
-	seed := advSeed(t)
-	rng := rand.New(rand.NewPCG(seed, 2))
-	lease := time.Duration(400+rng.IntN(400)) * time.Millisecond
-	t.Logf("lease %v", lease)
 	table := ordersTable(t, p)
 	ctx := scopedCtx(t.Name())
 
@@ -82,12 +95,19 @@ func testDoTxLeaseRuleMidStatement(t *testing.T, cancelRequest bool) {
 		_ = holder.Rollback(context.Background())
 		t.Fatal(err)
 	}
-	// The holder lets go after 3 leases, on its own goroutine; the test
-	// waits for it before it ends (a pgx.Tx is not for concurrent use).
+	// The holder lets go once DoTx has returned (at the latest after 10
+	// s: the connection's deadline, 5 s after the cancellation, ends a
+	// statement whose cancel request never arrives), on its own
+	// goroutine; the test waits for it before it ends (a pgx.Tx is not for
+	// concurrent use).
+	returned := make(chan struct{})
 	released := make(chan struct{})
 	go func() {
 		defer close(released)
-		time.Sleep(3 * lease)
+		select {
+		case <-returned:
+		case <-time.After(10 * time.Second):
+		}
 		_ = holder.Rollback(context.Background())
 	}()
 	defer func() { <-released }()
@@ -130,6 +150,7 @@ func testDoTxLeaseRuleMidStatement(t *testing.T, cancelRequest bool) {
 			return order{Ref: r.OrderID, Amount: r.Amount}, nil
 		},
 	})
+	close(returned)
 	t.Logf("DoTx returned after %v: %v", time.Since(start).Round(time.Millisecond), dotxErr)
 	if !cancelRequest {
 		if !errors.Is(dotxErr, pgstore.ErrRollbackRequired) {
