@@ -40,7 +40,7 @@ import (
 // cancel arrived, the effect returned success and DoTx recorded it (the
 // claim was still its own: no duplicate had taken over), where the test
 // wanted ErrLeaseLost. The third case sends the cancel request 3 leases
-// late on purpose (3 leases).
+// late on purpose.
 //
 // Run: go test ./runtime/pgstore/ -run TestDoTxLeaseRuleMidStatement -count=3 -v
 func TestDoTxLeaseRuleMidStatement(t *testing.T) {
