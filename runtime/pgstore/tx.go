@@ -69,7 +69,12 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 // to be. The effect runs inside a savepoint, with the lease rule's promise:
 // when its lease cannot be confirmed in time, its context is cancelled
 // (cause [runtime.ErrLeaseLost]) before the lease can expire, and its
-// writes are rolled back. SUCCESS is a compare-and-set from the claim,
+// writes are rolled back when it returns an error (an effect that returns
+// success anyway, say with a statement that ended before the server got
+// the cancel request, is recorded as [runtime.Do] records it: by the
+// SUCCESS write's compare-and-set, which fails if another worker took
+// over).
+// SUCCESS is a compare-and-set from the claim,
 // inside tx, so it commits with the effect's writes, and a worker that lost
 // its lease meanwhile commits nothing. The effect's statements run on tx's
 // connection: with pgx's default context handling, a context cancelled
