@@ -222,6 +222,18 @@ func (s *sim) checkCall(id runtime.Identity, c *call, effs []applied, receipts m
 			s.violate(Violation{Invariant: "key reuse", Identity: id,
 				Detail: fmt.Sprintf("%s (amount %d) was told success with %s, the response to another request (amount %d) under the same key: want ErrKeyReused", desc, c.req.req.Amount, resp.ID, e.receipt.Amount)})
 		}
+	case errors.Is(err, runtime.ErrNotRecorded):
+		// "Use the response: the effect happened": the effect's, or the
+		// one the query found.
+		e, ok := receipts[resp]
+		switch {
+		case !ok:
+			s.violate(Violation{Invariant: "not-recorded success carries the response", Identity: id,
+				Detail: fmt.Sprintf("%s was told the effect succeeded but its outcome was not recorded (%v), with %q (amount %d), which the downstream never produced", desc, err, resp.ID, resp.Amount)})
+		case e.receipt.Amount != c.req.req.Amount:
+			s.violate(Violation{Invariant: "key reuse", Identity: id,
+				Detail: fmt.Sprintf("%s (amount %d) was told its effect succeeded (not recorded) with %s, the response to another request (amount %d) under the same key", desc, c.req.req.Amount, resp.ID, e.receipt.Amount)})
+		}
 	case errors.Is(err, runtime.ErrPermanent):
 		life := int(c.life.Load())
 		for _, e := range effs {
