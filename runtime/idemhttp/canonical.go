@@ -15,7 +15,8 @@ import (
 // them, the handler and a query still see the request as it was sent.
 
 // canonicalHost returns host (a Host header: a name or an IP literal, and
-// an optional port) lower-cased, without a trailing dot, without the port
+// an optional port) lower-cased, its escaped unreserved characters
+// decoded, without a trailing dot, without the port
 // when it is the default of the request's scheme (443 with TLS, 80
 // without), and an internationalised name as its A-label ("xn--…"). A host
 // already in that form is returned as it is, without allocating.
@@ -34,6 +35,11 @@ func canonicalHost(host string, tls bool) string {
 	}
 	if (tls && port == "443") || (!tls && port == "80") {
 		port = ""
+	}
+	if strings.IndexByte(name, '%') >= 0 {
+		// A reg-name may escape its characters too (RFC 3986, 3.2.2):
+		// "%61pi.example" is "api.example".
+		name = canonicalEscapes(name)
 	}
 	name = strings.TrimSuffix(name, ".")
 	if a, err := idna.Lookup.ToASCII(name); err == nil && a != "" {

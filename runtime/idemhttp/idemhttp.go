@@ -27,6 +27,9 @@
 // further, by path or host, out of the middleware's sight): then, as
 // without a pattern, the operation is the request as the client sent it,
 // the method, the Host and the escaped path ("POST api.example/charges/c1"),
+// followed by the pattern when a ServeMux routed the request by one
+// ("POST api.example/charges/c1 via /": a ServeMux matches a host exactly
+// as sent, so a request it routes to another pattern is another route),
 // or, over 255 bytes, a fixed-size digest of it. A scope over 255 bytes is
 // replaced by a digest the same way, and so is any scope or operation that
 // contains the digests' marker "…#sha256:", so that two scopes never share
@@ -734,8 +737,17 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 		// No pattern, or one that leaves the rest of the route to a handler
 		// the middleware cannot see (a mount "/api/", a catch-all
 		// "/{rest...}", "/"): that handler may route by path or by host, so
-		// the request as the client sent it is the operation.
-		return idname.Fit(r.Method+" "+canonicalHost(r.Host, r.TLS != nil)+canonicalPath(origPath), runtime.MaxKeyLen)
+		// the request as the client sent it is the operation. A ServeMux
+		// matches a pattern's host exactly as sent ("A.example" is not
+		// "a.example" to it): the request it routes by such a pattern is
+		// named with the pattern too, "POST a.example/pay via /", so that
+		// it never meets a pinned route's operation ("POST a.example/pay")
+		// nor a request the mux routes elsewhere.
+		op := r.Method + " " + canonicalHost(r.Host, r.TLS != nil) + canonicalPath(origPath)
+		if pattern != "" {
+			op += " via " + pattern
+		}
+		return idname.Fit(op, runtime.MaxKeyLen)
 	}
 	cur := r.URL.EscapedPath()
 	switch {

@@ -31,6 +31,7 @@ func TestIdentitySpellings(t *testing.T) {
 		{"api.example.", "/pay_now/a%2Fb"},
 		{"API.EXAMPLE.:80", "/pay%5Fnow/a%2fb"},
 		{"api.example", "/p%61y_now/a%2Fb"},
+		{"%61pi.ex%41mple", "/pay_now/a%2Fb"},
 	}
 	routers := []struct {
 		name   string
