@@ -75,6 +75,10 @@ func classifyRuntime(ctx context.Context, rc simpay.Receipt, err error) answer {
 	switch {
 	case err == nil:
 		a.kind = ansSuccess
+	case errors.Is(err, runtime.ErrNotRecorded):
+		// The effect happened (it ran, or the query found it): the
+		// response comes with the error, and the client uses it.
+		a.kind = ansSuccess
 	case errors.Is(err, runtime.ErrNotReplayable):
 		a.kind = ansNotStored
 	case errors.Is(err, runtime.ErrKeyReused):

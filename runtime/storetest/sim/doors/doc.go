@@ -54,9 +54,13 @@
 // errors.Join); time out before the downstream; (gRPC) answer and have the
 // answer lost in transport. Some responses are larger than the record
 // limit (1 KiB by default), so that every outcome kind is refused at full
-// size. Requests are delivered one to three times: concurrent duplicates,
-// retries just after the first lease would end, later retries; some reuse a
-// key with another payload.
+// size. Some deliveries (8%, all doors but DoTx's, whose SUCCESS is
+// written in the caller's transaction) find every SUCCESS write of their
+// call failing, whether their effect ran or their query found the effect
+// done: the runtime answers the response with ErrNotRecorded. Requests
+// are delivered one to three times: concurrent duplicates, retries just
+// after the first lease would end, later retries; some reuse a key with
+// another payload.
 //
 // At the end, leases expire, the reconciler converges what it can, an
 // operator resolves what is left by runtime.Resolve to what the downstream
@@ -74,12 +78,23 @@
 //     an effect the downstream did not apply, nor failure for one it did;
 //   - no client gets another identity's response, and two routes are never
 //     stored under one operation;
+//   - a delivery whose SUCCESS writes failed gets the response its call
+//     produced (its handler's, or the one its query found), not "retry"
+//     nor "the store is unavailable" (a lost lease, a gRPC answer lost in
+//     transport on purpose and the caller's own deadline aside);
 //   - no client is told the store is unavailable while no store fault was
 //     injected on its identity; every answer is one the door's protocol
 //     defines; key reuse is reported only for another payload;
 //   - every outcome is recorded whatever its size (Resolve included), the
 //     final record agrees with the downstream (SUCCESS only if applied,
 //     FAILED only if not), and no record is left PROCESSING or UNKNOWN.
+//
+// An operation without a query has the at-least-once window ErrNotRecorded
+// documents: after a failed SUCCESS write the claim stays PROCESSING, and
+// the duplicate that takes it over runs the effect again, whose answer
+// (a decline, recorded FAILED) then stands. On such an identity a second
+// effect, a failure answer and a FAILED record are excused, one effect per
+// failed write; with a query, never.
 //
 // A run on a loaded machine may see the process stall (no goroutine runs
 // for a while). Two breaches of the invariants above are what the runtime

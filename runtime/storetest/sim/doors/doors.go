@@ -199,6 +199,11 @@ type plan struct {
 	worker   int
 	// tx: what the DoTx caller does with its transaction afterwards.
 	tx txEnd
+	// failSuccess: every SUCCESS write the delivery's call makes fails
+	// (the store is unreachable for it), whether its effect or its query
+	// found the outcome: it must still get the response, which the
+	// runtime returns with ErrNotRecorded.
+	failSuccess bool
 }
 
 type txEnd int
@@ -256,8 +261,11 @@ type delivery struct {
 	errorLogs []string
 	// leaseLost: the adapter logged that the delivery's lease was lost
 	// (another worker took the record over).
-	leaseLost  bool
-	start, end time.Time
+	leaseLost bool
+	// successFailed: a SUCCESS write of the delivery's call failed by
+	// plan.failSuccess.
+	successFailed bool
+	start, end    time.Time
 }
 
 // door is one entry point.
@@ -470,6 +478,11 @@ func (r *run) schedule() {
 	grpc := r.name == DoorGRPC
 	tx := r.name == DoorTx
 	http := r.name == DoorHTTP
+	// The SUCCESS-write faults draw from a stream of their own, so that
+	// they leave the rest of a seed's schedule as it was. DoTx writes
+	// SUCCESS in the caller's transaction, not through the store.
+	frng := rand.New(rand.NewPCG(r.seed, 0xfa11))
+	failSuccess := func() bool { return !tx && frng.IntN(100) < 8 }
 	drawMode := func() (mode, int) {
 		for {
 			p := rng.IntN(100)
@@ -518,7 +531,7 @@ func (r *run) schedule() {
 		}
 		at := time.Duration(rng.Int64N(int64(spread)))
 		m, v := drawMode()
-		first := plan{at: at, mode: m, variant: v, worker: rng.IntN(3), tx: txEnd(rng.IntN(3) / 2)}
+		first := plan{at: at, mode: m, variant: v, worker: rng.IntN(3), tx: txEnd(rng.IntN(3) / 2), failSuccess: failSuccess()}
 		if tx && rng.IntN(100) < 15 {
 			first.tx = txFailAfter
 		}
@@ -531,7 +544,7 @@ func (r *run) schedule() {
 			n = max(n, 2)
 		}
 		for i := range n - 1 {
-			pl := plan{worker: rng.IntN(3), tx: txEnd(rng.IntN(4) / 3)}
+			pl := plan{worker: rng.IntN(3), tx: txEnd(rng.IntN(4) / 3), failSuccess: failSuccess()}
 			pl.mode, pl.variant = drawMode()
 			switch p := rng.IntN(100); {
 			case p < 40 || i == 0 && txDup: // a concurrent duplicate, often with a short deadline
@@ -709,8 +722,11 @@ func (r *run) deliver(rq *request, pl plan, final bool) *delivery {
 	case mSlowRenew:
 		desc += " (" + renewNames[pl.variant] + ")"
 	}
+	if pl.failSuccess {
+		desc += ", its SUCCESS writes fail"
+	}
 	r.note(ident, "delivery %d starts: request %d (amount %d, large %v) on w%d, %s, deadline %v, final %v", d.id, rq.id, rq.req.Amount, rq.req.Large, pl.worker, desc, pl.deadline, final)
-	ctx := runtime.WithScope(context.Background(), r.tenants[rq.tenant])
+	ctx := runtime.WithScope(context.WithValue(context.Background(), deliveryKey{}, d.id), r.tenants[rq.tenant])
 	cancel := context.CancelFunc(func() {})
 	if pl.deadline > 0 {
 		ctx, cancel = context.WithTimeout(ctx, pl.deadline)
@@ -935,6 +951,24 @@ func (r *run) check() {
 	}
 	for _, ident := range order {
 		effs := ledger[ident]
+		// The at-least-once window of an operation without a query: an
+		// effect whose SUCCESS write failed (injected) leaves the claim
+		// PROCESSING, and the duplicate that takes it over once its lease
+		// ends runs the effect again, as ErrNotRecorded's doc says; what
+		// that run returns is the outcome (a decline is then recorded
+		// FAILED although the first run was applied, and an HTTP 402,
+		// a response the adapter records as SUCCESS, is followed by an
+		// applied run). With a query, the duplicate asks it instead: never
+		// excused.
+		windowed := 0
+		if len(effs) > 0 && (!hasQuery || byIdent[ident][0].req.route != 0) {
+			for _, d := range byIdent[ident] {
+				if d.successFailed {
+					windowed++
+				}
+			}
+		}
+		window := fmt.Sprintf("the at-least-once window of an operation without a query: %d SUCCESS write(s) failed by injection", windowed)
 		if len(effs) > 1 {
 			var ds []string
 			lost := 0
@@ -946,7 +980,9 @@ func (r *run) check() {
 					lost++
 				}
 			}
-			if !r.cfg.NoStallExcuses && secondEffectExcused(r.name, r.stall, r.cfg.Lease, len(effs), lost) {
+			if len(effs) <= 1+windowed {
+				r.excuse(window, "at-most-once", ident, "the downstream applied the effect %d times: %s", len(effs), strings.Join(ds, ", "))
+			} else if !r.cfg.NoStallExcuses && secondEffectExcused(r.name, r.stall, r.cfg.Lease, len(effs)-windowed, lost) {
 				r.excuse(fmt.Sprintf("a stall of %v (the lease rule's margin is %v) and %d lease(s) lost", r.stall, r.cfg.Lease/10, lost),
 					"at-most-once", ident, "the downstream applied the effect %d times: %s", len(effs), strings.Join(ds, ", "))
 			} else {
@@ -979,7 +1015,9 @@ func (r *run) check() {
 					r.violate("no success for a failure", ident, "delivery %d was told the call succeeded (response not stored: %s) but the downstream applied nothing", d.id, short(a.detail))
 				}
 			case ansFailed:
-				if len(effs) > 0 && d.req.req.Amount == effsAmount(effs) {
+				if len(effs) > 0 && d.req.req.Amount == effsAmount(effs) && windowed > 0 {
+					r.excuse(window, "no failure for a success", ident, "delivery %d was told the call failed (%s) but the downstream applied %v", d.id, short(a.detail), receipts(effs))
+				} else if len(effs) > 0 && d.req.req.Amount == effsAmount(effs) {
 					r.violate("no failure for a success", ident, "delivery %d was told the call failed (%s) but the downstream applied %v", d.id, short(a.detail), receipts(effs))
 				}
 			}
@@ -988,6 +1026,17 @@ func (r *run) check() {
 					"no ERROR log while the store is healthy", ident, "the adapter logged at ERROR for delivery %d (%s, deadline %v): %s", d.id, d.plan.mode, d.plan.deadline, short(d.errorLogs[0]))
 			} else if len(d.errorLogs) > 0 && !d.storeFault {
 				r.violate("no ERROR log while the store is healthy", ident, "the adapter logged at ERROR for delivery %d (%s, deadline %v): %s", d.id, d.plan.mode, d.plan.deadline, short(d.errorLogs[0]))
+			}
+			// The response a delivery's own call produced (its handler's, or
+			// the one its query found) is its answer, recorded or not: a
+			// success, or the handler's own failure answer where the door
+			// records that as a response (an HTTP 402). (A gRPC answer lost
+			// in transport on purpose is retried by grpc: the retry finds
+			// the claim in flight.)
+			gotResponse := a.kind == ansSuccess || a.kind == ansDeadline || a.kind == ansFailed && d.plan.mode == mPermanent ||
+				d.plan.mode == mLostReply
+			if d.successFailed && !gotResponse && !d.leaseLost && !strings.Contains(a.detail, runtime.ErrLeaseLost.Error()) {
+				r.violate("the response when only the SUCCESS write fails", ident, "delivery %d's SUCCESS writes failed (the store was unreachable for them), and it was told %s, not the response: %s", d.id, a.kind, short(a.detail))
 			}
 			switch a.kind {
 			case ansOutage:
@@ -1008,11 +1057,14 @@ func (r *run) check() {
 		if hasQuery && final != nil && final.req.route == 0 && final.ans.kind == ansSuccess && len(effs) != 1 {
 			r.violate("exactly-once (with a query)", ident, "the final retry succeeded but the downstream applied the effect %d times", len(effs))
 		}
-		r.checkRecord(ident, byIdent[ident][0].req, effs)
+		r.checkRecord(ident, byIdent[ident][0].req, effs, windowed > 0, window)
 	}
 }
 
-func (r *run) checkRecord(ident string, rq *request, effs []effectRec) {
+// checkRecord checks ident's final record against the downstream; in the
+// at-least-once window (inWindow, explained by window) a FAILED record of
+// an applied effect is excused.
+func (r *run) checkRecord(ident string, rq *request, effs []effectRec, inWindow bool, window string) {
 	id := r.idOf(rq)
 	rec, err := r.cfg.Store.Get(context.Background(), id)
 	switch {
@@ -1028,7 +1080,11 @@ func (r *run) checkRecord(ident string, rq *request, effs []effectRec) {
 		// answers are checked instead.)
 		r.violate("the record agrees with the downstream", ident, "the record says SUCCESS but the downstream applied nothing")
 	case rec.State == runtime.StateFailed && len(effs) > 0:
-		r.violate("the record agrees with the downstream", ident, "the record says FAILED but the downstream applied %v", receipts(effs))
+		if inWindow {
+			r.excuse(window, "the record agrees with the downstream", ident, "the record says FAILED but the downstream applied %v", receipts(effs))
+		} else {
+			r.violate("the record agrees with the downstream", ident, "the record says FAILED but the downstream applied %v", receipts(effs))
+		}
 	case rec.State == runtime.StateProcessing || rec.State == runtime.StateUnknown:
 		r.violate("every record converges or is reported", ident, "the record is still %s (owner %q) after the reconciler, the operator and a healthy retry", rec.State, rec.Owner)
 	}
@@ -1074,10 +1130,42 @@ func receipts(effs []effectRec) []string {
 	return s
 }
 
-// faultStore injects renewal faults and counts them.
+// faultStore injects renewal faults and SUCCESS-write faults, and counts
+// them.
 type faultStore struct {
 	runtime.Store
 	r *run
+}
+
+// Transition fails every SUCCESS write of a delivery whose plan says so,
+// without calling the store. The delivery is found by the context the
+// runtime writes with: it carries the caller's values (the deliveryKey set
+// by deliver or the HTTP door's server, the gRPC door's incoming metadata).
+// The reconciler's writes carry none and never fail.
+func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
+	if p.To != runtime.StateSuccess {
+		return f.Store.Transition(ctx, p)
+	}
+	id, ok := ctx.Value(deliveryKey{}).(int)
+	if !ok {
+		id = deliveryOf(ctx)
+	}
+	r := f.r
+	d := r.deliveryByID(id)
+	if d == nil || !d.plan.failSuccess {
+		return f.Store.Transition(ctx, p)
+	}
+	r.mu.Lock()
+	first := !d.successFailed
+	d.successFailed, d.storeFault = true, true
+	if first {
+		r.faults["SUCCESS writes fail"]++
+	}
+	r.mu.Unlock()
+	if first {
+		r.note(r.ident(d.req), "fault: delivery %d's SUCCESS write fails (from %s, version %d)", d.id, p.From, p.Version)
+	}
+	return 0, errors.New("doors: injected SUCCESS write failure: connection reset")
 }
 
 func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
