@@ -26,11 +26,17 @@
 // "{name...}" wildcard does not pin the route (its handler may route
 // further, by path or host, out of the middleware's sight): then, as
 // without a pattern, the operation is the request as the client sent it,
-// the method, the Host and the escaped path ("POST api.example/charges/c1"),
-// followed by the pattern when a ServeMux routed the request by one
-// ("POST api.example/charges/c1 via /": a ServeMux matches a host exactly
-// as sent, so a request it routes to another pattern is another route),
-// or, over 255 bytes, a fixed-size digest of it. A scope over 255 bytes is
+// the method, the Host and the escaped path, marked as such ("POST
+// api.example/charges/c1 as sent", a name no pattern has), followed by
+// the pattern when a ServeMux routed the request by one ("... as sent via
+// /": a ServeMux matches a host exactly as sent, so a request it routes to
+// another pattern is another route), or, over 255 bytes, a fixed-size
+// digest of it. A pattern under a host mount of an outer ServeMux
+// ("a.example/") takes that host when it has none ("POST a.example/pay"
+// for an inner mux's "POST /pay"): two services mounted by host never
+// share a route's name (put the middleware around the outer mux or around
+// the inner one: inside the inner mux, r.Pattern no longer names the
+// mount). A scope over 255 bytes is
 // replaced by a digest the same way, and so is any scope or operation that
 // contains the digests' marker "…#sha256:", so that two scopes never share
 // a name. The fingerprint covers the method, the path and query as
@@ -722,6 +728,8 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 	pattern := routePattern(m.next, r)
 	if pattern == "" {
 		pattern = r.Pattern
+	} else {
+		pattern = withHostOf(pattern, r.Pattern) // an outer mux's host mount
 	}
 	method, rest, ok := strings.Cut(pattern, " ")
 	if !ok {
@@ -740,10 +748,14 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 		// the request as the client sent it is the operation. A ServeMux
 		// matches a pattern's host exactly as sent ("A.example" is not
 		// "a.example" to it): the request it routes by such a pattern is
-		// named with the pattern too, "POST a.example/pay via /", so that
+		// named with the pattern too, "POST a.example/pay as sent via /", so that
 		// it never meets a pinned route's operation ("POST a.example/pay")
 		// nor a request the mux routes elsewhere.
-		op := r.Method + " " + canonicalHost(r.Host, r.TLS != nil) + canonicalPath(origPath)
+		// "as sent" keeps these names apart from every pattern's, which
+		// share their syntax: the plain handler of another middleware on
+		// the same runtime, reached as POST a.example/pay, never meets a
+		// mux's pinned "POST a.example/pay".
+		op := r.Method + " " + canonicalHost(r.Host, r.TLS != nil) + canonicalPath(origPath) + " as sent"
 		if pattern != "" {
 			op += " via " + pattern
 		}
@@ -826,9 +838,40 @@ func routePattern(h http.Handler, r *http.Request) string {
 		if p == "" {
 			break // an inner mux routes r nowhere (404): the mount it is
 		}
-		pattern, h = p, next
+		pattern, h = withHostOf(p, pattern), next
 	}
 	return pattern
+}
+
+// withHostOf returns pattern with the host of outer, the pattern of a mux
+// that routed to pattern's (a host mount, "a.example/"), in front when
+// pattern has none: "POST /pay" under "a.example/" is "POST a.example/pay",
+// so that two services mounted by host never share a route's name.
+func withHostOf(pattern, outer string) string {
+	host := func(p string) (method, host, rest string) {
+		method, rest, ok := strings.Cut(p, " ")
+		if !ok {
+			method, rest = "", p
+		} else {
+			rest = strings.TrimLeft(rest, " \t")
+		}
+		if i := strings.IndexByte(rest, '/'); i > 0 {
+			return method, rest[:i], rest[i:]
+		}
+		return method, "", rest
+	}
+	_, oh, _ := host(outer)
+	if oh == "" {
+		return pattern
+	}
+	method, h, rest := host(pattern)
+	if h != "" || !strings.HasPrefix(rest, "/") {
+		return pattern
+	}
+	if method == "" {
+		return oh + rest
+	}
+	return method + " " + oh + rest
 }
 
 // pins reports whether the path of a ServeMux pattern names one route: it

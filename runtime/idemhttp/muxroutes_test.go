@@ -146,3 +146,110 @@ func rawSend(t *testing.T, addr, proto, host, target, key string) string {
 	body, _ := io.ReadAll(resp.Body)
 	return string(body)
 }
+
+// Two services behind one listener, mounted by host on an outer ServeMux
+// ("a.example/" and "b.example/"), each an inner ServeMux routing
+// "POST /pay": the innermost pattern alone named both routes "POST /pay",
+// so one key paid on a.example was replayed to b.example, whose handler
+// never ran (fresh review, 5 of 5). The outer pattern's host now goes in
+// front of an inner pattern that has none: "POST a.example/pay". With the
+// middleware around the outer mux, and around each inner mux.
+func TestHostMountedMuxes(t *testing.T) {
+	placements := []struct {
+		name  string
+		build func(mw func(http.Handler) http.Handler, inner func(string) http.Handler) http.Handler
+	}{
+		{"around the outer mux", func(mw func(http.Handler) http.Handler, inner func(string) http.Handler) http.Handler {
+			outer := http.NewServeMux()
+			outer.Handle("a.example/", inner("a"))
+			outer.Handle("b.example/", inner("b"))
+			return mw(outer)
+		}},
+		{"around each inner mux", func(mw func(http.Handler) http.Handler, inner func(string) http.Handler) http.Handler {
+			outer := http.NewServeMux()
+			outer.Handle("a.example/", mw(inner("a")))
+			outer.Handle("b.example/", mw(inner("b")))
+			return outer
+		}},
+	}
+	for _, st := range teststores.All() {
+		t.Run(st.Name, func(t *testing.T) {
+			rt, err := runtime.New(st.New(t), runtime.WithMaxWait(200*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range placements {
+				t.Run(p.name, func(t *testing.T) {
+					runs := map[string]*atomic.Int32{"a": new(atomic.Int32), "b": new(atomic.Int32)}
+					inner := func(name string) http.Handler {
+						m := http.NewServeMux()
+						m.HandleFunc("POST /pay", func(w http.ResponseWriter, _ *http.Request) {
+							runs[name].Add(1)
+							w.WriteHeader(http.StatusCreated)
+							_, _ = io.WriteString(w, name+" paid")
+						})
+						return m
+					}
+					tenant := teststores.Unique()
+					mw := idemhttp.Middleware(rt, quiet(), idemhttp.Scope(func(*http.Request) string { return tenant }))
+					srv := httptest.NewServer(p.build(mw, inner))
+					defer srv.Close()
+					addr := strings.TrimPrefix(srv.URL, "http://")
+					for _, host := range []string{"a.example", "b.example", "a.example"} {
+						want := host[:1] + " paid"
+						if got := rawSend(t, addr, "HTTP/1.1", host, "/pay", "order-1"); got != want {
+							t.Errorf("POST /pay on %s: got %q, want %q", host, got, want)
+						}
+					}
+					if runs["a"].Load() != 1 || runs["b"].Load() != 1 {
+						t.Errorf("a.example's handler ran %d times, b.example's %d; want once each", runs["a"].Load(), runs["b"].Load())
+					}
+				})
+			}
+		})
+	}
+}
+
+// Two middleware instances on one runtime and scope: a public ServeMux
+// that pins "POST a.example/pay", and an internal plain handler (no
+// pattern) reached with the same Host. The unpinned request's name, the
+// method, the host and the path, was spelled exactly as the pinned
+// route's, so the internal answer was replayed to the payment (fresh
+// review, 5 of 5). A name of the request as sent now says so.
+func TestUnpinnedNeverSpellsAPattern(t *testing.T) {
+	for _, st := range teststores.All() {
+		t.Run(st.Name, func(t *testing.T) {
+			rt, err := runtime.New(st.New(t), runtime.WithMaxWait(200*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tenant := teststores.Unique()
+			scope := idemhttp.Scope(func(*http.Request) string { return tenant })
+			var pays, jobs atomic.Int32
+			public := http.NewServeMux()
+			public.HandleFunc("POST a.example/pay", func(w http.ResponseWriter, _ *http.Request) {
+				pays.Add(1)
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, "paid")
+			})
+			internal := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				jobs.Add(1)
+				w.WriteHeader(http.StatusAccepted)
+				_, _ = io.WriteString(w, "internal job")
+			})
+			pub := httptest.NewServer(idemhttp.Middleware(rt, quiet(), scope)(public))
+			defer pub.Close()
+			in := httptest.NewServer(idemhttp.Middleware(rt, quiet(), scope)(internal))
+			defer in.Close()
+			if got := rawSend(t, strings.TrimPrefix(in.URL, "http://"), "HTTP/1.1", "a.example", "/pay", "k1"); got != "internal job" {
+				t.Fatalf("internal: %q", got)
+			}
+			if got := rawSend(t, strings.TrimPrefix(pub.URL, "http://"), "HTTP/1.1", "a.example", "/pay", "k1"); got != "paid" {
+				t.Errorf("the public payment with the internal request's key got %q, want its own \"paid\"", got)
+			}
+			if pays.Load() != 1 || jobs.Load() != 1 {
+				t.Errorf("payment ran %d times, internal job %d; want once each", pays.Load(), jobs.Load())
+			}
+		})
+	}
+}

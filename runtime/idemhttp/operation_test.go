@@ -62,25 +62,25 @@ func TestOperationNames(t *testing.T) {
 		}, "/pay", "POST a.example/pay"},
 		{"around an outer mux, a mount it cannot see into", func(mw func(http.Handler) http.Handler) http.Handler {
 			return mw(muxOf("/api/", opaque(muxOf("POST /api/charges/{id}", op))))
-		}, "/api/charges/c1", "POST a.example/api/charges/c1 via /api/"},
+		}, "/api/charges/c1", "POST a.example/api/charges/c1 as sent via /api/"},
 		{"around a mux, catch-all pattern", func(mw func(http.Handler) http.Handler) http.Handler {
 			return mw(muxOf("POST /{rest...}", op))
-		}, "/charges/c1", "POST a.example/charges/c1 via POST /{rest...}"},
+		}, "/charges/c1", "POST a.example/charges/c1 as sent via POST /{rest...}"},
 		{"inside a mux, subtree pattern", func(mw func(http.Handler) http.Handler) http.Handler {
 			return muxOf("POST /charges/", mw(op))
-		}, "/charges/c1", "POST a.example/charges/c1 via POST /charges/"},
+		}, "/charges/c1", "POST a.example/charges/c1 as sent via POST /charges/"},
 		{"inside a StripPrefix sub-mux", func(mw func(http.Handler) http.Handler) http.Handler {
 			return muxOf("/refunds/", http.StripPrefix("/refunds", muxOf("POST /{id}", mw(op))))
 		}, "/refunds/r1", "POST /refunds/{id}"},
 		{"inside a StripPrefix sub-mux, catch-all pattern", func(mw func(http.Handler) http.Handler) http.Handler {
 			return muxOf("/refunds/", http.StripPrefix("/refunds", muxOf("POST /{rest...}", mw(op))))
-		}, "/refunds/r1", "POST a.example/refunds/r1 via POST /{rest...}"},
+		}, "/refunds/r1", "POST a.example/refunds/r1 as sent via POST /{rest...}"},
 		{"no pattern", func(mw func(http.Handler) http.Handler) http.Handler {
 			return mw(op)
-		}, "/charges/c1", "POST a.example/charges/c1"},
+		}, "/charges/c1", "POST a.example/charges/c1 as sent"},
 		{"no pattern, escaped path as sent", func(mw func(http.Handler) http.Handler) http.Handler {
 			return mw(op)
-		}, "/charges/a%2Fb", "POST a.example/charges/a%2Fb"},
+		}, "/charges/a%2Fb", "POST a.example/charges/a%2Fb as sent"},
 		{"no pattern, long path: digested", func(mw func(http.Handler) http.Handler) http.Handler {
 			return mw(op)
 		}, long, ("POST a.example" + long)[:64] + "…#sha256:"},
