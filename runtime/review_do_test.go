@@ -174,9 +174,14 @@ func TestReviewDoLongEffectKeepsLease(t *testing.T) {
 		}
 		ctx := reviewCtx()
 		var effects atomic.Int32
+		started := make(chan struct{}, 1)
 		call := runtime.Call[reviewReq, string]{Operation: "Review.Long", Key: "k1", Request: reviewReq{1},
 			Effect: func(ctx context.Context, r reviewReq) (string, error) {
 				effects.Add(1)
+				select {
+				case started <- struct{}{}:
+				default: // a second run: counted above
+				}
 				select {
 				case <-time.After(1200 * time.Millisecond):
 					return "ok", nil
@@ -186,6 +191,14 @@ func TestReviewDoLongEffectKeepsLease(t *testing.T) {
 			}}
 		done := make(chan error, 1)
 		go func() { _, err := runtime.Do(ctx, rt, call); done <- err }()
+		// The duplicates start once the first call runs its effect: a
+		// first call whose claim came after the first duplicate's (its
+		// goroutine started 200 ms late, under load) was that duplicate.
+		select {
+		case <-started:
+		case err := <-done:
+			t.Fatalf("first call, before its effect: %v", err)
+		}
 		var dupErrs []error
 		for i := 0; i < 5; i++ {
 			time.Sleep(200 * time.Millisecond)
