@@ -150,7 +150,7 @@ func testResponseOverLimit(t *testing.T, s runtime.Store) {
 	if err != nil && runs.Load() == 0 {
 		// Nothing ran: a claim answered after 0.9 of this 150 ms lease
 		// (a starved machine) is confirmed by a renewal first, and that
-		// failed in time (seen once in 10 runs at load 14); the claim is
+		// failed in time (bench/ciload.sh, once at load 14); the claim is
 		// left to its lease. A retry past it runs the effect.
 		t.Logf("first call ran nothing (%v): retrying past the lease", err)
 		time.Sleep(2 * shortLease)
