@@ -745,16 +745,14 @@ func (m *middleware) operationOf(r *http.Request, origPath string) string {
 		// No pattern, or one that leaves the rest of the route to a handler
 		// the middleware cannot see (a mount "/api/", a catch-all
 		// "/{rest...}", "/"): that handler may route by path or by host, so
-		// the request as the client sent it is the operation. A ServeMux
-		// matches a pattern's host exactly as sent ("A.example" is not
-		// "a.example" to it): the request it routes by such a pattern is
-		// named with the pattern too, "POST a.example/pay as sent via /", so that
-		// it never meets a pinned route's operation ("POST a.example/pay")
-		// nor a request the mux routes elsewhere.
-		// "as sent" keeps these names apart from every pattern's, which
-		// share their syntax: the plain handler of another middleware on
-		// the same runtime, reached as POST a.example/pay, never meets a
-		// mux's pinned "POST a.example/pay".
+		// the request as the client sent it is the operation, marked "as
+		// sent": these names share a pattern's syntax, and the plain
+		// handler of another middleware on the same runtime, reached as
+		// POST a.example/pay, must never meet a mux's pinned "POST
+		// a.example/pay". A ServeMux matches a pattern's host exactly as
+		// sent ("A.example" is not "a.example" to it): a request it routes
+		// by such a pattern names the pattern too ("… as sent via /"), so
+		// that it never meets a request the mux routes elsewhere.
 		op := r.Method + " " + canonicalHost(r.Host, r.TLS != nil) + canonicalPath(origPath) + " as sent"
 		if pattern != "" {
 			op += " via " + pattern
