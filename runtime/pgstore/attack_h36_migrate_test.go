@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -49,6 +50,13 @@ func h36Schemas(t *testing.T, names ...string) []string {
 // otherwise a role h36Role created, password "h36").
 func h36Pool(t *testing.T, searchPath, role string) *pgxpool.Pool {
 	t.Helper()
+	return h36PoolWith(t, searchPath, role, nil)
+}
+
+// h36PoolWith is h36Pool whose sessions also start with params (name,
+// value: lock_timeout, ...).
+func h36PoolWith(t *testing.T, searchPath, role string, params map[string]string) *pgxpool.Pool {
+	t.Helper()
 	dsn := testenv.PostgresURL(t)
 	if role != "" {
 		u, err := url.Parse(dsn)
@@ -65,6 +73,7 @@ func h36Pool(t *testing.T, searchPath, role string) *pgxpool.Pool {
 	if searchPath != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = searchPath
 	}
+	maps.Copy(cfg.ConnConfig.RuntimeParams, params)
 	cfg.MaxConns = 8
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -375,19 +384,7 @@ func TestH36MigrateUnmarkedBigTableStallsTraffic(t *testing.T) {
 // waiting for a lock after d.
 func h36PoolLockTimeout(t *testing.T, searchPath string, d time.Duration) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = searchPath
-	cfg.ConnConfig.RuntimeParams["lock_timeout"] = fmt.Sprintf("%dms", d.Milliseconds())
-	cfg.MaxConns = 8
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	return p
+	return h36PoolWith(t, searchPath, "", map[string]string{"lock_timeout": fmt.Sprintf("%dms", d.Milliseconds())})
 }
 
 // Promise (Migrate): it creates "the record table and its indexes if they
