@@ -124,6 +124,7 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 
 	var waitStart, waitUntil time.Time // set on the first wait
 	backoff := 5 * time.Millisecond
+	askedLocal := local == nil // a LocalReader is asked once (see there)
 	for claims := 1; ; claims++ {
 		if claims > 1000 { // a store bug, not a state: never spin forever
 			return zero, fmt.Errorf("idem: %s %q: the store neither grants nor refuses the claim (%d tries)", id.Operation, id.Key, claims-1)
@@ -131,6 +132,18 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 		start := time.Now()
 		res, err := claimOnce(ctx, rt, claim, local != nil)
 		rt.phase(ctx, id.Operation, PhaseClaim, start)
+		if !askedLocal && (errors.Is(err, ErrInProgress) || (err == nil && !res.Claimed && !res.Record.State.Final())) {
+			// In flight, perhaps in the local call's own transaction,
+			// which then holds the outcome: replayed below if so.
+			askedLocal = true
+			own, final, lerr := ownRecord(ctx, local, id)
+			if lerr != nil {
+				return zero, lerr
+			}
+			if final {
+				res, err = ClaimResult{Record: own}, nil
+			}
+		}
 		if errors.Is(err, ErrInProgress) {
 			// The store saw the call in flight but could not read its
 			// lease (a row another transaction holds): wait as for a live

@@ -40,6 +40,42 @@ type Local interface {
 	Finish(ctx context.Context, keep bool) error
 }
 
+// LocalReader is a [Local] that reads a record as its own transaction sees
+// it. [DoLocal] asks it once, when the store answers that the call is in
+// flight (a live claim, or a row another transaction holds): that
+// transaction may be the Local's own, holding the outcome of an earlier
+// call of the same identity, written and not yet committed, which no other
+// connection can see (pgstore.DoTx called twice with one key in one
+// transaction). A final record it returns (SUCCESS or FAILED) is replayed
+// at once, as a claim's would be (a request that differs is
+// [ErrKeyReused]); anything else, or [ErrNotFound], leaves the call to wait
+// for the call in flight as before.
+type LocalReader interface {
+	Local
+	// Read returns id's record as the Local's transaction sees it, or
+	// [ErrNotFound].
+	Read(ctx context.Context, id Identity) (Record, error)
+}
+
+// ownRecord returns the final record of id that local's transaction sees,
+// if local is a [LocalReader] and sees one.
+func ownRecord(ctx context.Context, local Local, id Identity) (Record, bool, error) {
+	lr, ok := local.(LocalReader)
+	if !ok {
+		return Record{}, false, nil
+	}
+	rec, err := lr.Read(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Record{}, false, nil
+	case err != nil:
+		return Record{}, false, fmt.Errorf("idem: %s %q: reading the record in the call's transaction: %w", id.Operation, id.Key, err)
+	case rec.ID != id:
+		return Record{}, false, fmt.Errorf("idem: %s %q: reading the record in the call's transaction: the store returned the record of %s", id.Operation, id.Key, idText(rec.ID))
+	}
+	return rec, rec.State.Final(), nil
+}
+
 // DoLocal runs c exactly once per identity, as [Do] does, with l running
 // its effect in l's transaction: c's effect runs once Begin has readied
 // the transaction, and a SUCCESS outcome is written by l inside it. c must

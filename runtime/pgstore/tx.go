@@ -87,7 +87,10 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 // on the server instead: the savepoint is then rolled back as above.
 // From that write on, the record's
 // row, locked by tx, holds duplicates off until tx ends (their claims do
-// not wait on the lock: see [Store.Claim]).
+// not wait on the lock: see [Store.Claim]). A second DoTx of the same
+// identity in tx itself (a batch that carries one item twice) is not a
+// duplicate in flight: it reads the record in tx, and replays the outcome
+// tx holds at once (or gets [runtime.ErrKeyReused] for another request).
 //
 // When the effect fails, DoTx rolls back to its savepoint (the effect's
 // writes are gone; the caller's transaction stays usable) and returns the
@@ -132,7 +135,7 @@ func DoTx[Req, Resp any](ctx context.Context, rt *runtime.Runtime, tx pgx.Tx, c 
 
 // txCall is what is DoTx's own in a call: the caller's transaction, the
 // savepoint the effect runs in, and the writes of the record that go
-// outside it. It implements [runtime.Local].
+// outside it. It implements [runtime.LocalReader].
 type txCall struct {
 	s       *Store
 	rt      *runtime.Runtime
@@ -223,6 +226,17 @@ func (x *txCall) Finish(ctx context.Context, keep bool) error {
 			ErrRollbackRequired, id.Operation, id.Key, err)
 	}
 	return nil
+}
+
+// Read reads id's record in the caller's transaction ([runtime.LocalReader]),
+// which sees the SUCCESS record an earlier DoTx of the same identity wrote
+// in it: a second call in the transaction that holds the answer replays
+// it at once. Not on the caller's context: pgx closes the connection of a
+// statement whose context ends, and the caller's transaction with it.
+func (x *txCall) Read(ctx context.Context, id runtime.Identity) (runtime.Record, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.rt.CompletionTimeout())
+	defer cancel()
+	return x.s.read(rctx, x.s.q.WithTx(x.tx), id)
 }
 
 // markTx names xact, the caller's transaction, on the claim just made,
