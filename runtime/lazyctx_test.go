@@ -108,11 +108,20 @@ func TestCompletionCtxActsAsWithDeadline(t *testing.T) {
 		if early {
 			_ = c.Done()
 		}
-		if err, cause := c.Err(), context.Cause(c); err != nil || cause != nil {
-			t.Fatalf("early=%v: before the deadline: Err() = %v, Cause() = %v", early, err, cause)
+		if err := c.Err(); err != nil {
+			t.Fatalf("early=%v: before the deadline: Err() = %v", early, err)
 		}
-		if v := c.Value(valueKey{}); v != "v" {
-			t.Errorf("early=%v: the parent's value = %v", early, v)
+		// Value, and so context.Cause, asks the inner context too (as Done
+		// does); then Err waits for the deadline's timer, which a loaded
+		// machine runs late (a CI run under load saw Err() nil 10 ms past
+		// the deadline when Cause had been asked here).
+		if early {
+			if cause := context.Cause(c); cause != nil {
+				t.Fatalf("early=%v: before the deadline: Cause() = %v", early, cause)
+			}
+		}
+		if c.ready.Load() != early {
+			t.Fatalf("early=%v: the inner context made: %v", early, c.ready.Load())
 		}
 		time.Sleep(60 * time.Millisecond)
 		// Without a Done channel asked for, Err reads the clock. With one,
@@ -132,6 +141,9 @@ func TestCompletionCtxActsAsWithDeadline(t *testing.T) {
 		}
 		if cause := context.Cause(c); cause != context.DeadlineExceeded {
 			t.Errorf("early=%v: Cause() = %v", early, cause)
+		}
+		if v := c.Value(valueKey{}); v != "v" {
+			t.Errorf("early=%v: the parent's value = %v", early, v)
 		}
 		c.release()
 		if err := c.Err(); err != context.DeadlineExceeded {
