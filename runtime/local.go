@@ -46,10 +46,10 @@ type Local interface {
 // transaction may be the Local's own, holding the outcome of an earlier
 // call of the same identity, written and not yet committed, which no other
 // connection can see (pgstore.DoTx called twice with one key in one
-// transaction). A final record it returns (SUCCESS or FAILED) is replayed
-// at once, as a claim's would be (a request that differs is
-// [ErrKeyReused]); anything else, or [ErrNotFound], leaves the call to wait
-// for the call in flight as before.
+// transaction). A final record it returns (SUCCESS or FAILED) that has not
+// expired by its StoreNow is replayed at once, as a claim's would be (a
+// request that differs is [ErrKeyReused]); anything else, or
+// [ErrNotFound], leaves the call to wait for the call in flight as before.
 type LocalReader interface {
 	Local
 	// Read returns id's record as the Local's transaction sees it, or
@@ -73,7 +73,10 @@ func ownRecord(ctx context.Context, local Local, id Identity) (Record, bool, err
 	case rec.ID != id:
 		return Record{}, false, fmt.Errorf("idem: %s %q: reading the record in the call's transaction: the store returned the record of %s", id.Operation, id.Key, idText(rec.ID))
 	}
-	return rec, rec.State.Final(), nil
+	// An expired outcome is not replayed: a transaction whose snapshot
+	// predates the sweep (REPEATABLE READ) may still see one whose key has
+	// begun a new life since.
+	return rec, rec.State.Final() && rec.ExpiresAt.After(rec.StoreNow), nil
 }
 
 // DoLocal runs c exactly once per identity, as [Do] does, with l running

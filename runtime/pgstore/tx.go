@@ -90,7 +90,14 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 // not wait on the lock: see [Store.Claim]). A second DoTx of the same
 // identity in tx itself (a batch that carries one item twice) is not a
 // duplicate in flight: it reads the record in tx, and replays the outcome
-// tx holds at once (or gets [runtime.ErrKeyReused] for another request).
+// tx holds (or gets [runtime.ErrKeyReused] for another request), at once
+// within the first call's lease, after one claim's tries on the held row
+// past it. A second call after tx rolled back a savepoint around the first,
+// or one from inside the first call's effect, still waits for tx itself
+// (up to MaxWait, or until the first claim's lease ends, when it takes the
+// claim over). DoTx's own statements in tx (before the effect, and the
+// savepoint's release or rollback after it) run on a context the caller
+// cannot cancel: a cancellation never closes tx's connection there.
 //
 // When the effect fails, DoTx rolls back to its savepoint (the effect's
 // writes are gone; the caller's transaction stays usable) and returns the
@@ -158,7 +165,14 @@ func (x *txCall) Begin(ctx context.Context, rec runtime.Record) error {
 	// SERIALIZABLE its snapshot (taken by now) predates the claim's
 	// marking, and the SUCCESS write would fail after the effect ran. (A
 	// replay reads nothing in it.)
-	cur, err := x.s.q.WithTx(x.tx).CurrentXact(ctx)
+	// Its statements in tx run on a context the caller cannot cancel
+	// (bounded by the completion timeout): pgx closes the connection of a
+	// statement whose context ends, and the caller's transaction with it,
+	// before anything of DoTx's is in tx to roll back. A caller gone by
+	// then finds the effect's context ended, and its savepoint rolled back.
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.rt.CompletionTimeout())
+	defer cancel()
+	cur, err := x.s.q.WithTx(x.tx).CurrentXact(tctx)
 	if err != nil {
 		return fmt.Errorf("pgstore: %s %q: reading the caller's transaction ID: %w", id.Operation, id.Key, err)
 	}
@@ -169,7 +183,7 @@ func (x *txCall) Begin(ctx context.Context, rec runtime.Record) error {
 	if err := x.markTx(ctx, cur.Xact); err != nil {
 		return err
 	}
-	sp, err := x.tx.Begin(ctx) // a savepoint
+	sp, err := x.tx.Begin(tctx) // a savepoint
 	if err != nil {
 		return fmt.Errorf("pgstore: %s %q: savepoint: %w", id.Operation, id.Key, err)
 	}
