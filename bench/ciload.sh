@@ -126,8 +126,11 @@ for i in $(seq 1 "$runs"); do
 		result=FAIL
 		fails=$((fails + 1))
 		# the deepest failing tests (subtests name their parents too), or the package
-		failed=$(grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}' | sort -u | tr '\n' ' ')
-		[ -n "$failed" ] || failed=$(grep -E '^(FAIL|panic:|\[.*\] )' "$log" | tail -3 | tr '\n' ' ')
+		# (a run that failed before any test, say in a check, has no
+		# "--- FAIL" line: grep's status must not end the series under
+		# set -e and pipefail)
+		failed=$(grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}' | sort -u | tr '\n' ' ' || true)
+		[ -n "$failed" ] || failed=$(grep -E '^(FAIL|panic:|\[.*\] )' "$log" | tail -3 | tr '\n' ' ' || true)
 	fi
 	printf '%-4s %-8s %-6s %-9s %s\n' "$i" "$result" "$((secs / 60))m$((secs % 60))s" "$load" "$failed" | tee -a "$summary"
 	if [ "$rc" -ne 0 ] && [ "$stop_on_fail" = 1 ]; then
@@ -139,7 +142,7 @@ done
 	if [ "$fails" -gt 0 ]; then
 		echo "tests that failed (runs failed in / runs):"
 		grep -hoE -- '--- FAIL: [^ ]+' "$out"/run*.log | awk '{print $3}' | sort | uniq -c |
-			awk -v n="$i" '{printf "  %s: %d/%d\n", $2, $1, n}'
+			awk -v n="$i" '{printf "  %s: %d/%d\n", $2, $1, n}' || true
 	fi
 } | tee -a "$summary"
 echo "logs: $out" >&2
