@@ -136,12 +136,29 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 			// In flight, perhaps in the local call's own transaction,
 			// which then holds the outcome: replayed below if so.
 			askedLocal = true
-			own, final, lerr := ownRecord(ctx, local, id)
+			own, answer, lerr := askLocal(ctx, local, id)
 			if lerr != nil {
 				return zero, lerr
 			}
-			if final {
-				res, err = ClaimResult{Record: own}, nil
+			switch answer {
+			case localReplay:
+				res, err = ClaimResult{Record: own.Record}, nil
+			case localReentrant:
+				err := fmt.Errorf("%w: %s %q: called from inside the effect of the call in flight, this transaction's own", ErrInProgress, id.Operation, id.Key)
+				rt.emit(ctx, Event{Kind: EventInProgress, Operation: id.Operation, State: StateProcessing, Err: err})
+				return zero, err
+			case localAbandoned:
+				// The transaction's own claim, whose call returned and
+				// whose outcome the transaction no longer holds: nothing
+				// of that call can commit. Released by compare-and-set
+				// (another worker may have taken it over meanwhile), then
+				// claimed again.
+				if err := releaseAbandoned(ctx, rt, own.Record); err != nil {
+					return zero, err
+				}
+				rt.cfg.logger.InfoContext(ctx, "idem: released a claim of this transaction whose outcome it no longer holds",
+					"operation", id.Operation, "key", id.Key, "version", own.Version)
+				continue
 			}
 		}
 		if errors.Is(err, ErrInProgress) {
@@ -250,6 +267,20 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 			}
 		}
 	}
+}
+
+// releaseAbandoned releases rec, a claim of a local call's own transaction
+// whose call returned, on a context the caller cannot cancel (as a local
+// claim runs; [Runtime.RetryWrite]). A claim another worker took over
+// meanwhile is left as it is.
+func releaseAbandoned(ctx context.Context, rt *Runtime, rec Record) error {
+	err := rt.RetryWrite(ctx, func(wctx context.Context) error {
+		return rt.store.Release(wctx, ReleaseParams{ID: rec.ID, State: StateProcessing, Owner: rec.Owner, Version: rec.Version})
+	})
+	if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("idem: %s %q: releasing this transaction's earlier claim (version %d): %w", rec.ID.Operation, rec.ID.Key, rec.Version, err)
+	}
+	return nil
 }
 
 // claimOnce runs one claim. A local call's claim runs on a context the

@@ -46,37 +46,75 @@ type Local interface {
 // transaction may be the Local's own, holding the outcome of an earlier
 // call of the same identity, written and not yet committed, which no other
 // connection can see (pgstore.DoTx called twice with one key in one
-// transaction). A final record it returns (SUCCESS or FAILED) that has not
-// expired by its StoreNow is replayed at once, as a claim's would be (a
-// request that differs is [ErrKeyReused]); anything else, or
-// [ErrNotFound], leaves the call to wait for the call in flight as before.
+// transaction), or holding the claim of such a call and nothing else.
+//
+// A final record (SUCCESS or FAILED) that has not expired by its StoreNow
+// is replayed at once, as a claim's would be (a request that differs is
+// [ErrKeyReused]). A claim the transaction owns ([LocalRecord.Own]) is
+// never waited for: while the call that made it runs, this call was made
+// from inside its effect and gets [ErrInProgress] at once; once that call
+// has returned, its outcome is gone from the transaction (a savepoint
+// around it was rolled back), and the claim is released by compare-and-set
+// and claimed again. Anything else, or [ErrNotFound], leaves the call to
+// wait for the call in flight as before.
 type LocalReader interface {
 	Local
 	// Read returns id's record as the Local's transaction sees it, or
 	// [ErrNotFound].
-	Read(ctx context.Context, id Identity) (Record, error)
+	Read(ctx context.Context, id Identity) (LocalRecord, error)
 }
 
-// ownRecord returns the final record of id that local's transaction sees,
-// if local is a [LocalReader] and sees one.
-func ownRecord(ctx context.Context, local Local, id Identity) (Record, bool, error) {
+// LocalRecord is a record as a [LocalReader]'s transaction sees it.
+type LocalRecord struct {
+	Record
+	// Own reports that Record is a PROCESSING claim that an earlier call of
+	// the identity made for this very transaction, in this process.
+	Own bool
+	// Running reports, with Own, that the call that made the claim has
+	// not returned: this call was made from inside its effect.
+	Running bool
+}
+
+// localAnswer is what a LocalReader's record tells a call in flight.
+type localAnswer int
+
+const (
+	localWait      localAnswer = iota // not the transaction's: wait as before
+	localReplay                       // a final outcome: replay it
+	localReentrant                    // the transaction's own call, still running
+	localAbandoned                    // the transaction's own claim, its call returned
+)
+
+// askLocal reads id's record through local, if it is a [LocalReader], and
+// says what the call does with it.
+func askLocal(ctx context.Context, local Local, id Identity) (LocalRecord, localAnswer, error) {
 	lr, ok := local.(LocalReader)
 	if !ok {
-		return Record{}, false, nil
+		return LocalRecord{}, localWait, nil
 	}
 	rec, err := lr.Read(ctx, id)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return Record{}, false, nil
+		return LocalRecord{}, localWait, nil
 	case err != nil:
-		return Record{}, false, fmt.Errorf("idem: %s %q: reading the record in the call's transaction: %w", id.Operation, id.Key, err)
+		return LocalRecord{}, localWait, fmt.Errorf("idem: %s %q: reading the record in the call's transaction: %w", id.Operation, id.Key, err)
 	case rec.ID != id:
-		return Record{}, false, fmt.Errorf("idem: %s %q: reading the record in the call's transaction: the store returned the record of %s", id.Operation, id.Key, idText(rec.ID))
+		return LocalRecord{}, localWait, fmt.Errorf("idem: %s %q: reading the record in the call's transaction: the store returned the record of %s", id.Operation, id.Key, idText(rec.ID))
 	}
-	// An expired outcome is not replayed: a transaction whose snapshot
-	// predates the sweep (REPEATABLE READ) may still see one whose key has
-	// begun a new life since.
-	return rec, rec.State.Final() && rec.ExpiresAt.After(rec.StoreNow), nil
+	switch {
+	case rec.State.Final():
+		// An expired outcome is not replayed: a transaction whose
+		// snapshot predates the sweep (REPEATABLE READ) may still see one
+		// whose key has begun a new life since.
+		if rec.ExpiresAt.After(rec.StoreNow) {
+			return rec, localReplay, nil
+		}
+	case rec.Own && rec.State == StateProcessing && rec.Running:
+		return rec, localReentrant, nil
+	case rec.Own && rec.State == StateProcessing:
+		return rec, localAbandoned, nil
+	}
+	return rec, localWait, nil
 }
 
 // DoLocal runs c exactly once per identity, as [Do] does, with l running

@@ -40,6 +40,9 @@ type Store struct {
 	maxBytes int
 	group    *groupCommit     // nil unless WithGroupCommit
 	order    claimorder.Guess // which statement a claim sends first
+	// txClaims holds the claims DoTx made for the transaction each
+	// connection runs (see tx.go).
+	txClaims txClaims
 
 	// beforeSuccess, when set (tests only), runs in DoTx after the effect
 	// returned and before SUCCESS is written in the caller's transaction.

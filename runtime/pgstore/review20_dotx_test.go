@@ -660,38 +660,35 @@ func TestR20SavepointRollbackRace(t *testing.T) {
 	}
 }
 
-// TestR20CancelWhileWaitingForItself: in finding 1's schedule (a savepoint
-// rolled back around DoTx, then DoTx again), the caller's context is
-// cancelled while the second call waits. DoTx returns the cancellation; the
-// caller's transaction must stay usable (its own row commits), and the
-// key must not be left held by the cancelled call.
-func TestR20CancelWhileWaitingForItself(t *testing.T) {
+// TestR20CancelWhileWaiting: T2's DoTx holds k1 (SUCCESS written, T2
+// open); T1, with a row of its own, calls DoTx(k1) with a context
+// cancelled at 300 ms while it waits for T2. DoTx returns the
+// cancellation; T1 must stay usable (its own row commits), and once T2
+// rolls back the key is free at once. (Review r20 ran this in the
+// schedule of its finding 1, a savepoint rolled back around T1's own first
+// call: that call no longer waits.)
+func TestR20CancelWhileWaiting(t *testing.T) {
 	p := testPool(t)
 	table := ordersTable(t, p)
 	rt, _ := r20RuntimeWait(t, 10*time.Second)
 	ctx := scopedCtx(t.Name())
 	var runs atomic.Int32
 	call := r20Call(table, "k1", &runs, 10)
+	t2 := r20Begin(ctx, t, p)
+	if _, err := pgstore.DoTx(ctx, rt, t2, call); err != nil {
+		t.Fatal(err)
+	}
 	tx := r20Begin(ctx, t, p)
 	if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (ref, amount) VALUES ('callers-own', 1)"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "SAVEPOINT s"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pgstore.DoTx(ctx, rt, tx, call); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s"); err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	var err2 error
 	d := timed(func() { _, err2 = pgstore.DoTx(cctx, rt, tx, call) })
-	t.Logf("second DoTx, cancelled at 300 ms: %v after %v", err2, d.Round(time.Millisecond))
+	t.Logf("DoTx waiting for T2, cancelled at 300 ms: %v after %v", err2, d.Round(time.Millisecond))
 	if err2 == nil {
-		t.Fatalf("second DoTx succeeded")
+		t.Fatalf("DoTx succeeded while T2 held the key")
 	}
 	if errors.Is(err2, pgstore.ErrRollbackRequired) {
 		return
@@ -702,13 +699,16 @@ func TestR20CancelWhileWaitingForItself(t *testing.T) {
 	if n := count(t, p, "SELECT count(*) FROM "+table+" WHERE ref = 'callers-own'"); n != 1 {
 		t.Errorf("caller's own row: %d", n)
 	}
-	// T1 committed without SUCCESS: the key is free at once.
+	// T2 rolls back: the key is free at once.
+	if err := t2.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var doRuns atomic.Int32
 	var o order
 	var err error
 	d = timed(func() { o, err = doR20Dup(ctx, rt, table, &doRuns, call) })
 	if err != nil || doRuns.Load() != 1 || d > r20Quick {
-		t.Errorf("after T1 committed: duplicate %+v %v after %v (runs %d)", o, err, d.Round(time.Millisecond), doRuns.Load())
+		t.Errorf("after T2 rolled back: duplicate %+v %v after %v (runs %d)", o, err, d.Round(time.Millisecond), doRuns.Load())
 	}
 }
 

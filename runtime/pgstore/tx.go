@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -92,10 +94,10 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 // duplicate in flight: it reads the record in tx, and replays the outcome
 // tx holds (or gets [runtime.ErrKeyReused] for another request), at once
 // within the first call's lease, after one claim's tries on the held row
-// past it. A second call after tx rolled back a savepoint around the first,
-// or one from inside the first call's effect, still waits for tx itself
-// (up to MaxWait, or until the first claim's lease ends, when it takes the
-// claim over). DoTx's own statements in tx (before the effect, and the
+// past it. A second call after tx rolled back a savepoint around the first
+// (its outcome and effect gone) releases the first call's claim, which
+// names tx, and runs the effect again at once; one from inside the first
+// call's effect gets [runtime.ErrInProgress] at once. DoTx's own statements in tx (before the effect, and the
 // savepoint's release or rollback after it) run on a context the caller
 // cannot cancel: a cancellation never closes tx's connection there.
 //
@@ -153,6 +155,8 @@ type txCall struct {
 	// succeeding is set by the first SUCCESS write (the size rule may
 	// write a smaller one).
 	succeeding bool
+	// claim is the claim's entry in the store's txClaims, from Begin.
+	claim *txClaim
 }
 
 // Begin checks the caller's transaction (READ COMMITTED), names it on the
@@ -188,6 +192,7 @@ func (x *txCall) Begin(ctx context.Context, rec runtime.Record) error {
 		return fmt.Errorf("pgstore: %s %q: savepoint: %w", id.Operation, id.Key, err)
 	}
 	x.sp = sp
+	x.claim = x.s.txClaims.add(x.tx.Conn(), cur.Xact, id, x.version)
 	return nil
 }
 
@@ -219,6 +224,7 @@ func (x *txCall) Transition(ctx context.Context, p runtime.TransitionParams) (in
 // savepoint closed, and the effect's writes and the SUCCESS record would
 // stay in the caller's transaction, to be committed.
 func (x *txCall) Finish(ctx context.Context, keep bool) error {
+	x.s.txClaims.returned(x.claim)
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.rt.CompletionTimeout())
 	defer cancel()
 	id := x.id
@@ -247,10 +253,105 @@ func (x *txCall) Finish(ctx context.Context, keep bool) error {
 // in it: a second call in the transaction that holds the answer replays
 // it at once. Not on the caller's context: pgx closes the connection of a
 // statement whose context ends, and the caller's transaction with it.
-func (x *txCall) Read(ctx context.Context, id runtime.Identity) (runtime.Record, error) {
+//
+// A PROCESSING record whose version is a claim DoTx made on tx's connection
+// is the transaction's own ([runtime.LocalRecord]): the connection runs one
+// transaction at a time, and a claim naming a transaction that has ended is
+// never in flight (a duplicate takes it over at once), so that transaction
+// is tx's.
+func (x *txCall) Read(ctx context.Context, id runtime.Identity) (runtime.LocalRecord, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.rt.CompletionTimeout())
 	defer cancel()
-	return x.s.read(rctx, x.s.q.WithTx(x.tx), id)
+	rec, err := x.s.read(rctx, x.s.q.WithTx(x.tx), id)
+	if err != nil {
+		return runtime.LocalRecord{}, err
+	}
+	out := runtime.LocalRecord{Record: rec}
+	if rec.State == runtime.StateProcessing {
+		out.Own, out.Running = x.s.txClaims.lookup(x.tx.Conn(), id, rec.Version)
+	}
+	return out, nil
+}
+
+// txClaims remembers, for each connection, the claims DoTx made for the
+// transaction it runs (the latest one: a claim of an earlier transaction
+// on the connection is forgotten when the next one claims), and whether
+// each call has returned. A connection is held weakly: once the pool has
+// closed and dropped it, its entry goes as new ones come (asking a
+// connection another goroutine uses whether it is closed would race).
+type txClaims struct {
+	mu     sync.Mutex
+	byConn map[weak.Pointer[pgx.Conn]]*connClaims
+}
+
+type connClaims struct {
+	xact   string // the transaction's ID
+	claims map[txClaimKey]*txClaim
+}
+
+type txClaimKey struct {
+	id      runtime.Identity
+	version int64
+}
+
+type txClaim struct {
+	key      txClaimKey
+	returned bool
+}
+
+// add records a claim made for transaction xact on conn, its call running.
+func (c *txClaims) add(conn *pgx.Conn, xact string, id runtime.Identity, version int64) *txClaim {
+	if conn == nil { // a pgx.Tx of the caller's own that names no connection
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byConn == nil {
+		c.byConn = map[weak.Pointer[pgx.Conn]]*connClaims{}
+	}
+	for k := range c.byConn {
+		if k.Value() == nil {
+			delete(c.byConn, k)
+		}
+	}
+	wc := weak.Make(conn)
+	cc := c.byConn[wc]
+	if cc == nil || cc.xact != xact {
+		cc = &connClaims{xact: xact, claims: map[txClaimKey]*txClaim{}}
+		c.byConn[wc] = cc
+	}
+	cl := &txClaim{key: txClaimKey{id, version}}
+	cc.claims[cl.key] = cl
+	return cl
+}
+
+// returned marks cl's call as returned.
+func (c *txClaims) returned(cl *txClaim) {
+	if cl == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl.returned = true
+}
+
+// lookup reports whether id's claim at version was made on conn (for the
+// transaction it runs), and whether its call is still running.
+func (c *txClaims) lookup(conn *pgx.Conn, id runtime.Identity, version int64) (own, running bool) {
+	if conn == nil {
+		return false, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc := c.byConn[weak.Make(conn)]
+	if cc == nil {
+		return false, false
+	}
+	cl := cc.claims[txClaimKey{id, version}]
+	if cl == nil {
+		return false, false
+	}
+	return true, !cl.returned
 }
 
 // markTx names xact, the caller's transaction, on the claim just made,
