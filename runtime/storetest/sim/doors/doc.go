@@ -31,8 +31,11 @@
 //     after the handler ran, and grpc retries them with the same key;
 //   - [DoorTx] (PostgreSQL): pgstore.DoTx in concurrent caller transactions
 //     whose effect inserts a row; callers hold their transaction open, then
-//     commit, roll back, or fail after DoTx and roll back. The committed rows
-//     are the downstream.
+//     commit, roll back, or fail after DoTx and roll back. Some callers call
+//     DoTx twice with the same identity in their transaction (15%), or call
+//     it inside a savepoint they roll back and then call it again (20%, a
+//     batch that retries an item); the second call's answer is the
+//     client's. The committed rows are the downstream.
 //
 // Group commit is a store option: the PostgreSQL tests run the doors again
 // on a store with pgstore.WithGroupCommit, with [Config.Background]
@@ -87,7 +90,10 @@
 //     defines; key reuse is reported only for another payload;
 //   - every outcome is recorded whatever its size (Resolve included), the
 //     final record agrees with the downstream (SUCCESS only if applied,
-//     FAILED only if not), and no record is left PROCESSING or UNKNOWN.
+//     FAILED only if not), and no record is left PROCESSING or UNKNOWN;
+//   - (DoTx) a transaction's second call replays its first's response, and
+//     a caller never waits for its own transaction: a savepoint retry told
+//     ErrInProgress had another delivery of its identity in flight.
 //
 // An operation without a query has the at-least-once window ErrNotRecorded
 // documents: after a failed SUCCESS write the claim stays PROCESSING, and

@@ -199,6 +199,9 @@ type plan struct {
 	worker   int
 	// tx: what the DoTx caller does with its transaction afterwards.
 	tx txEnd
+	// inTx: what else the DoTx caller does in its transaction with the
+	// same identity before it ends it.
+	inTx inTxCall
 	// failSuccess: every SUCCESS write the delivery's call makes fails
 	// (the store is unreachable for it), whether its effect or its query
 	// found the outcome: it must still get the response, which the
@@ -213,6 +216,24 @@ const (
 	txRollback
 	txFailAfter // the caller's own work fails after DoTx: rollback, error
 )
+
+// inTxCall is a DoTx caller's second call of the same identity in its
+// transaction, whose answer is the client's.
+type inTxCall int
+
+const (
+	inTxOnce inTxCall = iota
+	// inTxTwice: DoTx again after the first returned (a handler that
+	// calls a helper that calls DoTx too): the second replays the first.
+	inTxTwice
+	// inTxSavepointRetry: the first DoTx inside a savepoint that the
+	// caller rolls back, then DoTx again (a batch that retries an item).
+	inTxSavepointRetry
+)
+
+var inTxNames = [...]string{"once", "twice", "savepoint-retry"}
+
+func (c inTxCall) String() string { return inTxNames[c] }
 
 type request struct {
 	id     int
@@ -266,6 +287,9 @@ type delivery struct {
 	// plan.failSuccess.
 	successFailed bool
 	start, end    time.Time
+	// retryWait is set (by the DoTx door) when the second DoTx of a
+	// savepoint retry was told ErrInProgress: when that call ran.
+	retryWait [2]time.Time
 }
 
 // door is one entry point.
@@ -483,6 +507,20 @@ func (r *run) schedule() {
 	// SUCCESS in the caller's transaction, not through the store.
 	frng := rand.New(rand.NewPCG(r.seed, 0xfa11))
 	failSuccess := func() bool { return !tx && frng.IntN(100) < 8 }
+	// So do DoTx's second calls in one transaction.
+	irng := rand.New(rand.NewPCG(r.seed, 0x2ce11))
+	inTx := func() inTxCall {
+		if !tx {
+			return inTxOnce
+		}
+		switch p := irng.IntN(100); {
+		case p < 15:
+			return inTxTwice
+		case p < 35:
+			return inTxSavepointRetry
+		}
+		return inTxOnce
+	}
 	drawMode := func() (mode, int) {
 		for {
 			p := rng.IntN(100)
@@ -531,7 +569,7 @@ func (r *run) schedule() {
 		}
 		at := time.Duration(rng.Int64N(int64(spread)))
 		m, v := drawMode()
-		first := plan{at: at, mode: m, variant: v, worker: rng.IntN(3), tx: txEnd(rng.IntN(3) / 2), failSuccess: failSuccess()}
+		first := plan{at: at, mode: m, variant: v, worker: rng.IntN(3), tx: txEnd(rng.IntN(3) / 2), failSuccess: failSuccess(), inTx: inTx()}
 		if tx && rng.IntN(100) < 15 {
 			first.tx = txFailAfter
 		}
@@ -544,7 +582,7 @@ func (r *run) schedule() {
 			n = max(n, 2)
 		}
 		for i := range n - 1 {
-			pl := plan{worker: rng.IntN(3), tx: txEnd(rng.IntN(4) / 3), failSuccess: failSuccess()}
+			pl := plan{worker: rng.IntN(3), tx: txEnd(rng.IntN(4) / 3), failSuccess: failSuccess(), inTx: inTx()}
 			pl.mode, pl.variant = drawMode()
 			switch p := rng.IntN(100); {
 			case p < 40 || i == 0 && txDup: // a concurrent duplicate, often with a short deadline
@@ -712,6 +750,9 @@ func (r *run) deliver(rq *request, pl plan, final bool) *delivery {
 	r.byID[d.id] = d
 	if !final {
 		r.modes[pl.mode.String()]++
+		if pl.inTx != inTxOnce {
+			r.modes["dotx-"+pl.inTx.String()]++
+		}
 	}
 	r.mu.Unlock()
 	ident := r.ident(rq)
@@ -950,6 +991,7 @@ func (r *run) check() {
 		byIdent[id] = append(byIdent[id], d)
 	}
 	for _, ident := range order {
+		r.checkOwnWait(byIdent[ident])
 		effs := ledger[ident]
 		// The at-least-once window of an operation without a query: an
 		// effect whose SUCCESS write failed (injected) leaves the claim
@@ -1064,6 +1106,30 @@ func (r *run) check() {
 // checkRecord checks ident's final record against the downstream; in the
 // at-least-once window (inWindow, explained by window) a FAILED record of
 // an applied effect is excused.
+// checkOwnWait: a DoTx caller is never made to wait for its own
+// transaction. A savepoint retry's second call told ErrInProgress must
+// have met another delivery of its identity in flight (the DoTx door has
+// no crashes: a claim whose transaction ended is taken over at once).
+func (r *run) checkOwnWait(ds []*delivery) {
+	for _, d := range ds {
+		from, to := d.retryWait[0], d.retryWait[1]
+		if from.IsZero() {
+			continue
+		}
+		other := false
+		for _, o := range ds {
+			if o != d && o.start.Before(to) && o.end.After(from) {
+				other = true
+				break
+			}
+		}
+		if !other {
+			r.violate("a caller never waits for its own transaction", r.ident(d.req),
+				"delivery %d: DoTx after its savepoint was rolled back was told ErrInProgress (%s), with no other delivery of the identity in flight", d.id, short(d.ans.detail))
+		}
+	}
+}
+
 func (r *run) checkRecord(ident string, rq *request, effs []effectRec, inWindow bool, window string) {
 	id := r.idOf(rq)
 	rec, err := r.cfg.Store.Get(context.Background(), id)

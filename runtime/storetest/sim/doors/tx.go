@@ -80,35 +80,80 @@ func (x *txDoor) call(ctx context.Context, dl *delivery) answer {
 		return answer{kind: ansOther, detail: "begin: " + err.Error()}
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	ran := false
-	rc, err := pgstore.DoTx(ctx, x.workers[dl.plan.worker], tx, pgstore.TxCall[simpay.Request, simpay.Receipt]{
-		Operation: x.ops()[rq.route], Key: rq.key, Request: rq.req,
-		Effect: func(ctx context.Context, tx pgx.Tx, req simpay.Request) (simpay.Receipt, error) {
-			ran = true
-			if a, ok := runtime.AttemptFrom(ctx); ok {
-				r.learn(rq.route, a.ID.Operation)
-			}
-			r.note(ident, "DoTx effect runs for delivery %d (%s)", dl.id, dl.plan.mode)
-			switch dl.plan.mode {
-			case mPermanent:
-				// Declines a while in, so that duplicates block on the
-				// claim row meanwhile.
-				if err := sleepCtx(ctx, r.cfg.Lease/5); err != nil {
-					return simpay.Receipt{}, err
+	ran := false // an effect of this transaction's that it still holds
+	doTx := func(n int) (simpay.Receipt, error) {
+		return pgstore.DoTx(ctx, x.workers[dl.plan.worker], tx, pgstore.TxCall[simpay.Request, simpay.Receipt]{
+			Operation: x.ops()[rq.route], Key: rq.key, Request: rq.req,
+			Effect: func(ctx context.Context, tx pgx.Tx, req simpay.Request) (simpay.Receipt, error) {
+				ran = true
+				if a, ok := runtime.AttemptFrom(ctx); ok {
+					r.learn(rq.route, a.ID.Operation)
 				}
-				return simpay.Receipt{}, runtime.Permanent(fmt.Errorf("%w: %s", errDeclined, failurePage()))
-			case mSlow:
-				if err := sleepCtx(ctx, r.cfg.Lease*6/10); err != nil {
-					return simpay.Receipt{}, err
+				r.note(ident, "DoTx effect runs for delivery %d, call %d (%s)", dl.id, n, dl.plan.mode)
+				switch dl.plan.mode {
+				case mPermanent:
+					// Declines a while in, so that duplicates block on the
+					// claim row meanwhile.
+					if err := sleepCtx(ctx, r.cfg.Lease/5); err != nil {
+						return simpay.Receipt{}, err
+					}
+					return simpay.Receipt{}, runtime.Permanent(fmt.Errorf("%w: %s", errDeclined, failurePage()))
+				case mSlow:
+					if err := sleepCtx(ctx, r.cfg.Lease*6/10); err != nil {
+						return simpay.Receipt{}, err
+					}
 				}
+				rc := simpay.Receipt{ID: fmt.Sprintf("rc_tx_%d", txReceipts.Add(1)), Identity: ident, Amount: req.Amount}
+				_, err := tx.Exec(ctx, `INSERT INTO `+txTable+` VALUES ($1, $2, $3, $4, $5)`, r.scope, ident, rc.ID, rc.Amount, dl.id)
+				return rc, err
+			},
+		})
+	}
+	var rc simpay.Receipt
+	switch dl.plan.inTx {
+	case inTxTwice:
+		// The second call replays what the first left in the transaction:
+		// the same receipt, or the same refusal.
+		rc1, err1 := doTx(1)
+		r.note(ident, "delivery %d: first DoTx returned (its effect ran: %v): %s", dl.id, ran, short(fmt.Sprint(err1)))
+		if !errors.Is(err1, pgstore.ErrRollbackRequired) {
+			rc, err = doTx(2)
+			if err1 == nil && err == nil && rc != rc1 {
+				r.violate("a transaction's second call replays its first", ident,
+					"delivery %d: DoTx twice in one transaction: %+v, then %+v", dl.id, rc1, rc)
 			}
-			rc := simpay.Receipt{ID: fmt.Sprintf("rc_tx_%d", txReceipts.Add(1)), Identity: ident, Amount: req.Amount}
-			_, err := tx.Exec(ctx, `INSERT INTO `+txTable+` VALUES ($1, $2, $3, $4, $5)`, r.scope, ident, rc.ID, rc.Amount, dl.id)
-			return rc, err
-		},
-	})
+		} else {
+			rc, err = rc1, err1
+		}
+	case inTxSavepointRetry:
+		if _, err = tx.Exec(ctx, `SAVEPOINT sim_retry`); err != nil {
+			break
+		}
+		_, err1 := doTx(1)
+		r.note(ident, "delivery %d: first DoTx returned (its effect ran: %v): %s; the caller rolls back its savepoint", dl.id, ran, short(fmt.Sprint(err1)))
+		if errors.Is(err1, pgstore.ErrRollbackRequired) {
+			err = err1
+			break
+		}
+		if _, err = tx.Exec(context.WithoutCancel(ctx), `ROLLBACK TO SAVEPOINT sim_retry`); err != nil {
+			err = fmt.Errorf("%w: rolling back to the savepoint: %w", pgstore.ErrRollbackRequired, err)
+			break
+		}
+		ran = false
+		from := time.Now()
+		rc, err = doTx(2)
+		if errors.Is(err, runtime.ErrInProgress) {
+			// Another transaction's claim, or its own (checkOwnWait).
+			r.mu.Lock()
+			dl.retryWait = [2]time.Time{from, time.Now()}
+			r.modes["dotx-savepoint-retry-in-progress"]++
+			r.mu.Unlock()
+		}
+	default:
+		rc, err = doTx(1)
+	}
 	a := classifyRuntime(ctx, rc, err)
-	r.note(ident, "delivery %d: DoTx returned (its effect ran: %v): %s %s", dl.id, ran, a.kind, short(a.detail))
+	r.note(ident, "delivery %d (%s): DoTx returned (an effect it holds ran: %v): %s %s", dl.id, dl.plan.inTx, ran, a.kind, short(a.detail))
 	// The caller holds its transaction open a while: duplicates block on
 	// the claim row meanwhile.
 	time.Sleep(r.cfg.Lease / 4)
