@@ -288,23 +288,31 @@ func canonicalFingerprint(c *canon.Cache, v reflect.Value) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
-// encodeResponse encodes *resp with the runtime's codec.
-func encodeResponse[Resp any](rt *Runtime, resp *Resp) ([]byte, error) {
+// encodeResponse encodes *resp with the runtime's codec. A panic in the
+// encoding (a MarshalJSON, a Codec) is its error: the effect ran, and the
+// call records its outcome without the response rather than stop half
+// way with its claim held (and, in a local call, its writes kept).
+func encodeResponse[Resp any](rt *Runtime, resp *Resp) (b []byte, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			b, err = nil, fmt.Errorf("encoding the response panicked: %v", v)
+		}
+	}()
 	if _, ok := rt.cfg.codec.(JSONCodec); ok {
 		if p := jsonfast.For[Resp](&rt.enc.plans); p != nil {
 			je := rt.enc.get()
 			je.scratch = jsonfast.Encode(p, je.scratch[:0], resp)
-			b := bytes.Clone(je.scratch) // exactly its size, and the store's own
+			out := bytes.Clone(je.scratch) // exactly its size, and the store's own
 			rt.enc.put(je)
-			return b, nil
+			return out, nil
 		}
 		return json.Marshal(jsonValue(rt, resp))
 	}
-	b, err := rt.cfg.codec.Marshal(*resp)
+	out, err := rt.cfg.codec.Marshal(*resp)
 	if err != nil {
 		return nil, err
 	}
-	return bytes.Clone(b), nil // as in encodeRequest
+	return bytes.Clone(out), nil // as in encodeRequest
 }
 
 // decodeResponse decodes data into *resp with the runtime's codec.

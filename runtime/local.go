@@ -48,9 +48,9 @@ type Local interface {
 // connection can see (pgstore.DoTx called twice with one key in one
 // transaction), or holding the claim of such a call and nothing else.
 //
-// A final record (SUCCESS or FAILED) that has not expired by its StoreNow
-// is replayed at once, as a claim's would be (a request that differs is
-// [ErrKeyReused]). A claim the transaction owns ([LocalRecord.Own]) is
+// A final record (SUCCESS or FAILED) that has not expired by its StoreNow,
+// or that the transaction wrote itself ([LocalRecord.Own]), is replayed at
+// once, as a claim's would be (a request that differs is [ErrKeyReused]). A claim the transaction owns ([LocalRecord.Own]) is
 // never waited for: while the call that made it runs, this call was made
 // from inside its effect and gets [ErrInProgress] at once; once that call
 // has returned, its outcome is gone from the transaction (a savepoint
@@ -68,7 +68,9 @@ type LocalReader interface {
 type LocalRecord struct {
 	Record
 	// Own reports that Record is a PROCESSING claim that an earlier call of
-	// the identity made for this very transaction, in this process.
+	// the identity made for this very transaction, in this process, or an
+	// outcome such a call wrote in it (replayed even once expired: the
+	// effect's writes are in the transaction).
 	Own bool
 	// Running reports, with Own, that the call that made the claim has
 	// not returned: this call was made from inside its effect.
@@ -103,10 +105,11 @@ func askLocal(ctx context.Context, local Local, id Identity) (LocalRecord, local
 	}
 	switch {
 	case rec.State.Final():
-		// An expired outcome is not replayed: a transaction whose
-		// snapshot predates the sweep (REPEATABLE READ) may still see one
-		// whose key has begun a new life since.
-		if rec.ExpiresAt.After(rec.StoreNow) {
+		// An expired outcome is not replayed, unless the transaction wrote
+		// it itself (its effect's writes are in the transaction): a
+		// transaction whose snapshot predates the sweep (REPEATABLE READ)
+		// may still see one whose key has begun a new life since.
+		if rec.Own || rec.ExpiresAt.After(rec.StoreNow) {
 			return rec, localReplay, nil
 		}
 	case rec.Own && rec.State == StateProcessing && rec.Running:
@@ -161,6 +164,29 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		ex.rt.emit(ctx, Event{Kind: EventReleased, Operation: id.Operation, Err: err})
 		return zero, errors.Join(err, ex.releaseErr(rerr))
 	}
+	// From here the Local's work is undone by Finish(false) on every path;
+	// a panic that escapes before Finish ran (code of the caller's between
+	// the steps: a logger's handler) undoes it too, releases the claim
+	// and goes on, so that neither the writes nor the claim's renewals
+	// outlive the call.
+	finished := false
+	finish := func(keep bool) error {
+		finished = true
+		return l.Finish(ctx, keep)
+	}
+	defer func() {
+		if finished {
+			return
+		}
+		if v := recover(); v != nil {
+			hb.completing.Store(true)
+			hb.stop()
+			_ = l.Finish(ctx, false)
+			*tp = TransitionParams{ID: id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version}
+			_, _ = ex.complete(ctx, true, tp)
+			panic(v)
+		}
+	}()
 	start := ex.rt.phaseStart()
 	panicked, err := ex.runEffect(effCtx)
 	resp := ex.resp
@@ -184,7 +210,7 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		start = ex.rt.phaseStart()
 		cerr := ex.recordLocal(ctx, tp)
 		if cerr == nil {
-			cerr = l.Finish(ctx, true)
+			cerr = finish(true)
 			ex.rt.phase(ctx, id.Operation, PhaseComplete, start)
 			if cerr != nil {
 				// The SUCCESS record may be in the transaction: the caller
@@ -200,7 +226,7 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 			return resp, nil
 		}
 		ex.rt.phase(ctx, id.Operation, PhaseComplete, start)
-		if ferr := l.Finish(ctx, false); ferr != nil {
+		if ferr := finish(false); ferr != nil {
 			ex.observeOutcome(ctx, StateSuccess, nil, ferr, false)
 			return zero, errors.Join(ferr, cerr)
 		}
@@ -220,7 +246,7 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 	if panicked != nil {
 		attempt = panicked
 	}
-	if ferr := l.Finish(ctx, false); ferr != nil {
+	if ferr := finish(false); ferr != nil {
 		ex.observeOutcome(ctx, "", err, ferr, false)
 		if panicked != nil && !ex.rt.cfg.recoverPanics {
 			panic(panicked.Value)

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"time"
 )
 
@@ -87,7 +88,11 @@ type Event struct {
 
 // Observer receives events, for metrics and tracing. Observe is called
 // synchronously on the call's goroutine: keep it fast and non-blocking.
-// runtime/otelidem adapts it to OpenTelemetry metrics.
+// A panic in Observe is recovered and logged (at ERROR, with its stack, by
+// the runtime's logger): the runtime observes between the steps of a
+// call's protocol, and an observer's panic must not leave one half done
+// (a claim whose renewals never stop, a local call's writes kept without
+// their record). runtime/otelidem adapts it to OpenTelemetry metrics.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
@@ -108,8 +113,19 @@ func WithObserver(o Observer) Option {
 
 func (rt *Runtime) emit(ctx context.Context, e Event) {
 	if rt.cfg.observer != nil {
-		rt.cfg.observer.Observe(ctx, e)
+		rt.observe(ctx, e)
 	}
+}
+
+// observe hands e to the observer, recovering its panic (see [Observer]).
+func (rt *Runtime) observe(ctx context.Context, e Event) {
+	defer func() {
+		if v := recover(); v != nil {
+			rt.cfg.logger.ErrorContext(ctx, "idem: the observer panicked; the call goes on",
+				"event", e.Kind, "operation", e.Operation, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	rt.cfg.observer.Observe(ctx, e)
 }
 
 // phaseStart returns the start of a phase that only its observation
@@ -123,6 +139,6 @@ func (rt *Runtime) phaseStart() time.Time {
 
 func (rt *Runtime) phase(ctx context.Context, op string, p Phase, start time.Time) {
 	if rt.cfg.observer != nil {
-		rt.cfg.observer.Observe(ctx, Event{Kind: EventPhase, Operation: op, Phase: p, Duration: time.Since(start)})
+		rt.observe(ctx, Event{Kind: EventPhase, Operation: op, Phase: p, Duration: time.Since(start)})
 	}
 }

@@ -211,6 +211,9 @@ func (x *txCall) Transition(ctx context.Context, p runtime.TransitionParams) (in
 	}
 	x.succeeding = true
 	v, err := x.s.transition(ctx, x.s.q.WithTx(x.sp), p)
+	if err == nil {
+		x.s.txClaims.wrote(x.claim, v)
+	}
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == inFailedTransaction {
 		return v, fmt.Errorf("%w: %s %q: the effect returned success, but an error of one of its statements was not returned; its writes are rolled back: %w",
 			ErrEffectAborted, x.id.Operation, x.id.Key, err)
@@ -254,21 +257,29 @@ func (x *txCall) Finish(ctx context.Context, keep bool) error {
 // it at once. Not on the caller's context: pgx closes the connection of a
 // statement whose context ends, and the caller's transaction with it.
 //
-// A PROCESSING record whose version is a claim DoTx made on tx's connection
-// is the transaction's own ([runtime.LocalRecord]): the connection runs one
-// transaction at a time, and a claim naming a transaction that has ended is
-// never in flight (a duplicate takes it over at once), so that transaction
-// is tx's.
+// A record whose version is a claim DoTx made for tx, or an outcome it
+// wrote in tx, is the transaction's own ([runtime.LocalRecord]): DoTx
+// remembers them per connection, for the transaction (its ID) that the
+// connection runs. That costs one more statement, asking tx's ID, made only
+// when the answer matters (a claim, or an expired outcome) and the
+// connection has such a claim.
 func (x *txCall) Read(ctx context.Context, id runtime.Identity) (runtime.LocalRecord, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.rt.CompletionTimeout())
 	defer cancel()
-	rec, err := x.s.read(rctx, x.s.q.WithTx(x.tx), id)
+	q := x.s.q.WithTx(x.tx)
+	rec, err := x.s.read(rctx, q, id)
 	if err != nil {
 		return runtime.LocalRecord{}, err
 	}
 	out := runtime.LocalRecord{Record: rec}
-	if rec.State == runtime.StateProcessing {
-		out.Own, out.Running = x.s.txClaims.lookup(x.tx.Conn(), id, rec.Version)
+	expired := !rec.ExpiresAt.After(rec.StoreNow)
+	conn := x.tx.Conn()
+	if (rec.State == runtime.StateProcessing || rec.State.Final() && expired) && x.s.txClaims.tracks(conn) {
+		cur, err := q.CurrentXact(rctx)
+		if err != nil {
+			return runtime.LocalRecord{}, fmt.Errorf("pgstore: %s %q: reading the transaction's ID: %w", id.Operation, id.Key, err)
+		}
+		out.Own, out.Running = x.s.txClaims.lookup(conn, cur.Xact, id, rec.Version)
 	}
 	return out, nil
 }
@@ -335,16 +346,43 @@ func (c *txClaims) returned(cl *txClaim) {
 	cl.returned = true
 }
 
-// lookup reports whether id's claim at version was made on conn (for the
-// transaction it runs), and whether its call is still running.
-func (c *txClaims) lookup(conn *pgx.Conn, id runtime.Identity, version int64) (own, running bool) {
+// wrote records version, an outcome cl's call wrote in its transaction.
+func (c *txClaims) wrote(cl *txClaim, version int64) {
+	if cl == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cc := range c.byConn {
+		if cc.claims[cl.key] == cl {
+			k := txClaimKey{cl.key.id, version}
+			cc.claims[k] = &txClaim{key: k, returned: true}
+			return
+		}
+	}
+}
+
+// tracks reports whether conn has claims remembered.
+func (c *txClaims) tracks(conn *pgx.Conn) bool {
+	if conn == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byConn[weak.Make(conn)] != nil
+}
+
+// lookup reports whether id's record at version is a claim made, or an
+// outcome written, for transaction xact on conn, and whether the call
+// that made the claim is still running.
+func (c *txClaims) lookup(conn *pgx.Conn, xact string, id runtime.Identity, version int64) (own, running bool) {
 	if conn == nil {
 		return false, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cc := c.byConn[weak.Make(conn)]
-	if cc == nil {
+	if cc == nil || xact != cc.xact {
 		return false, false
 	}
 	cl := cc.claims[txClaimKey{id, version}]
