@@ -65,6 +65,18 @@ func (r *run) query(route int) func(ctx context.Context, req simpay.Request) (si
 	}
 }
 
+// declinedIn reports whether the downstream declined key on route in the
+// tenant ctx's scope names.
+func (r *run) declinedIn(ctx context.Context, route int, key string) bool {
+	tenant, ok := r.tenantOf(runtime.ScopeFrom(ctx))
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.declined[r.identIn(tenant, route, key)]
+}
+
 // classifyRuntime classifies what runtime.Do (or a generated wrapper)
 // returned.
 func classifyRuntime(ctx context.Context, rc simpay.Receipt, err error) answer {

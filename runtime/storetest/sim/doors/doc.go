@@ -25,10 +25,14 @@
 //     patterns, two sub-muxes with the same inner pattern "POST /{id}"
 //     mounted with http.StripPrefix under /payments/ and /refunds/, the
 //     middleware around each handler, the same keys and bodies sent to both;
+//     /payments/ has an idemhttp.Query (the downstream's answer as the
+//     handler's response: the receipt, or the decline's 402), /refunds/ none;
 //   - [DoorGRPC]: idemgrpc on a loopback grpc server (a hand-written
 //     service on structpb), called through the client interceptor with
 //     grpc's retry policy (UNAVAILABLE); some answers are lost in transport
 //     after the handler ran, and grpc retries them with the same key;
+//     Charge has an idemgrpc.Query (the receipt, or the decline's status),
+//     Refund none;
 //   - [DoorTx] (PostgreSQL): pgstore.DoTx in concurrent caller transactions
 //     whose effect inserts a row; callers hold their transaction open, then
 //     commit, roll back, or fail after DoTx and roll back. Some callers call

@@ -337,6 +337,7 @@ type run struct {
 	deliveries []*delivery
 	byID       map[int]*delivery
 	ledger     map[string][]effectRec // identity -> effects applied
+	declined   map[string]bool        // identity -> the downstream declined it
 	trail      map[string][]string
 	faults     map[string]int
 	modes      map[string]int
@@ -447,7 +448,7 @@ func Run(t testing.TB, doorName string, cfg Config) Report {
 		scope:  fmt.Sprintf("doors/%s/%s/%d-%s", cfg.Name, doorName, cfg.Seed, hex.EncodeToString(b[:])),
 		byID:   map[int]*delivery{},
 		ledger: map[string][]effectRec{}, trail: map[string][]string{}, faults: map[string]int{}, modes: map[string]int{},
-		renewing: map[runtime.Identity]*delivery{}, faulted: map[string]bool{}}
+		renewing: map[runtime.Identity]*delivery{}, faulted: map[string]bool{}, declined: map[string]bool{}}
 	for _, name := range tenantNames {
 		scope := r.scope + "/" + name
 		if doorName != DoorHTTP && doorName != DoorGRPC {
@@ -711,6 +712,9 @@ func (r *run) handle(ctx context.Context, route int, dID int, req simpay.Request
 		}
 	case mPermanent:
 		r.note(ident, "delivery %d: the downstream declines", d.id)
+		r.mu.Lock()
+		r.declined[ident] = true
+		r.mu.Unlock()
 		return simpay.Receipt{}, runtime.Permanent(fmt.Errorf("%w: %s", errDeclined, failurePage()))
 	case mTimeoutBefore:
 		return simpay.Receipt{}, wrappedErr(d.plan.variant)
@@ -980,7 +984,7 @@ func (r *run) check() {
 		ledger[k] = slices.Clone(v)
 	}
 	r.mu.Unlock()
-	hasQuery := r.name == DoorDo || r.name == DoorGenerated
+	hasQuery := r.name != DoorTx // route 0 has a query on every door but DoTx's
 	byIdent := map[string][]*delivery{}
 	var order []string
 	for _, d := range deliveries {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/idemgrpc"
 	"github.com/idemkit/idem/runtime/storetest/sim/doors/internal/simpay"
 )
@@ -41,9 +43,13 @@ const grpcRetryPolicy = `{"methodConfig":[{"name":[{"service":"simdoors.Ledger"}
 
 func (g *grpcDoor) setup(r *run) error {
 	g.r = r
+	// Charge has a query, on every worker and on the reconciler's runtime
+	// (the interceptor registers it there).
+	query := idemgrpc.Query(grpcMethods[0], g.query, runtime.QueryOptions{})
+	_ = idemgrpc.UnaryServerInterceptor(r.rrt, query)
 	for _, rt := range r.workers {
 		srv := grpc.NewServer(grpc.ChainUnaryInterceptor(g.lossy,
-			idemgrpc.UnaryServerInterceptor(rt, idemgrpc.Required(true), idemgrpc.Logger(slog.New(&errorLog{r: r})),
+			idemgrpc.UnaryServerInterceptor(rt, idemgrpc.Required(true), idemgrpc.Logger(slog.New(&errorLog{r: r})), query,
 				idemgrpc.Scope(func(ctx context.Context) string {
 					md, _ := metadata.FromIncomingContext(ctx)
 					if v := md.Get("x-sim-tenant"); len(v) == 1 {
@@ -116,16 +122,49 @@ func (g *grpcDoor) lossy(ctx context.Context, req any, info *grpc.UnaryServerInf
 	return resp, err
 }
 
+// query is Charge's "did it happen?": the downstream's answer for the
+// stored request, in the tenant the query's context names (as r.query),
+// as the handler would have answered it: the receipt, or the decline's
+// status.
+func (g *grpcDoor) query(ctx context.Context, m proto.Message) (proto.Message, runtime.Outcome, error) {
+	in, ok := m.(*structpb.Struct)
+	if !ok {
+		return nil, runtime.OutcomeUnknown, fmt.Errorf("the stored request is a %T", m)
+	}
+	req := structRequest(in)
+	rc, out, err := g.r.query(0)(ctx, req)
+	switch {
+	case err != nil:
+		return nil, out, err
+	case out == runtime.OutcomeSucceeded:
+		s, err := receiptStruct(rc)
+		if err != nil {
+			return nil, runtime.OutcomeUnknown, err
+		}
+		return s, out, nil
+	case g.r.declinedIn(ctx, 0, req.Key):
+		return nil, runtime.OutcomeFailed, declineStatus()
+	}
+	return nil, out, nil
+}
+
+func structRequest(in *structpb.Struct) simpay.Request {
+	return simpay.Request{Key: in.Fields["key"].GetStringValue(), Amount: int64(in.Fields["amount"].GetNumberValue()), Large: in.Fields["large"].GetBoolValue()}
+}
+
+func declineStatus() error {
+	st, _ := status.New(codes.PermissionDenied, "card declined").WithDetails(&errdetails.ErrorInfo{
+		Domain: "psp.invalid", Reason: "DECLINED", Metadata: map[string]string{"page": failurePage()}})
+	return st.Err()
+}
+
 func (g *grpcDoor) serve(ctx context.Context, route int, in *structpb.Struct) (*structpb.Struct, error) {
-	req := simpay.Request{Key: in.Fields["key"].GetStringValue(), Amount: int64(in.Fields["amount"].GetNumberValue()), Large: in.Fields["large"].GetBoolValue()}
-	rc, err := g.r.handle(ctx, route, deliveryOf(ctx), req)
+	rc, err := g.r.handle(ctx, route, deliveryOf(ctx), structRequest(in))
 	switch {
 	case err == nil:
 		return receiptStruct(rc)
 	case errors.Is(err, errDeclined):
-		st, _ := status.New(codes.PermissionDenied, "card declined").WithDetails(&errdetails.ErrorInfo{
-			Domain: "psp.invalid", Reason: "DECLINED", Metadata: map[string]string{"page": failurePage()}})
-		return nil, st.Err()
+		return nil, declineStatus()
 	}
 	return nil, err
 }

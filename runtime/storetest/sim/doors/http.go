@@ -37,8 +37,12 @@ var httpRoutes = [2]string{"/payments/", "/refunds/"}
 func (h *httpDoor) setup(r *run) error {
 	h.r = r
 	h.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	// Route 0 has a query, on every worker and on the reconciler's runtime
+	// (the middleware registers it there).
+	query := idemhttp.Query(h.ops()[0], h.query, runtime.QueryOptions{})
+	_ = idemhttp.Middleware(r.rrt, query)
 	for _, rt := range r.workers {
-		mw := idemhttp.Middleware(rt, idemhttp.Logger(slog.New(&errorLog{r: r})),
+		mw := idemhttp.Middleware(rt, idemhttp.Logger(slog.New(&errorLog{r: r})), query,
 			idemhttp.Scope(func(req *http.Request) string {
 				if t, err := strconv.Atoi(req.Header.Get("X-Sim-Tenant")); err == nil && t >= 0 && t < len(r.tenants) {
 					return r.tenants[t]
@@ -103,6 +107,37 @@ func (h *httpDoor) serve(w http.ResponseWriter, req *http.Request, route int) {
 	default:
 		http.Error(w, "gateway timeout", http.StatusGatewayTimeout)
 	}
+}
+
+// query is route 0's "did it happen?": the downstream's answer for the
+// stored request, in the tenant the query's context names (as runtime.Do's
+// query: r.query), as the response the handler would have written.
+func (h *httpDoor) query(ctx context.Context, sr idemhttp.StoredRequest) (idemhttp.Response, runtime.Outcome, error) {
+	var in simpay.Request
+	if err := json.Unmarshal(sr.Body, &in); err != nil {
+		return idemhttp.Response{}, runtime.OutcomeUnknown, fmt.Errorf("the stored body: %w", err)
+	}
+	if sr.Method != http.MethodPost || sr.Target != httpRoutes[0]+in.Key {
+		return idemhttp.Response{}, runtime.OutcomeUnknown, fmt.Errorf("the stored request %s %s is not the request of key %q", sr.Method, sr.Target, in.Key)
+	}
+	rc, out, err := h.r.query(0)(ctx, in)
+	if err != nil {
+		return idemhttp.Response{}, out, err
+	}
+	if out != runtime.OutcomeSucceeded {
+		// A decline is a response too (402), as the handler answers it:
+		// the downstream knows it declined.
+		if h.r.declinedIn(ctx, 0, in.Key) {
+			return idemhttp.Response{Status: http.StatusPaymentRequired, Header: http.Header{"Content-Type": {"text/html; charset=utf-8"}},
+				Body: []byte(failurePage())}, runtime.OutcomeSucceeded, nil
+		}
+		return idemhttp.Response{}, out, nil
+	}
+	body, err := json.Marshal(rc)
+	if err != nil {
+		return idemhttp.Response{}, runtime.OutcomeUnknown, err
+	}
+	return idemhttp.Response{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}}, Body: append(body, '\n')}, out, nil
 }
 
 func (h *httpDoor) encodeSuccess(rc simpay.Receipt) ([]byte, error) {
