@@ -73,7 +73,7 @@ func TestR21HookPanicsLeaveNoCallHalfDone(t *testing.T) {
 					return tc.resp, nil
 				}}
 			ctx := context.Background()
-			resp, err, p := r21Do(ctx, rt, call)
+			resp, p, err := r21Do(ctx, rt, call)
 			if p != nil {
 				t.Fatalf("Do panicked: %v", p)
 			}
@@ -87,7 +87,7 @@ func TestR21HookPanicsLeaveNoCallHalfDone(t *testing.T) {
 			if err != nil || rec.State != runtime.StateSuccess {
 				t.Fatalf("record after Do: %+v, %v; want SUCCESS", rec, err)
 			}
-			dup, err, p := r21Do(ctx, rt, call)
+			dup, p, err := r21Do(ctx, rt, call)
 			switch {
 			case p != nil:
 				t.Errorf("duplicate panicked: %v", p)
@@ -104,8 +104,8 @@ func TestR21HookPanicsLeaveNoCallHalfDone(t *testing.T) {
 }
 
 // r21Do runs runtime.Do and returns the value of a panic that escaped it.
-func r21Do[Req, Resp any](ctx context.Context, rt *runtime.Runtime, c runtime.Call[Req, Resp]) (resp Resp, err error, p any) {
+func r21Do[Req, Resp any](ctx context.Context, rt *runtime.Runtime, c runtime.Call[Req, Resp]) (resp Resp, p any, err error) {
 	defer func() { p = recover() }()
 	resp, err = runtime.Do(ctx, rt, c)
-	return resp, err, nil
+	return resp, nil, err
 }
