@@ -368,6 +368,16 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	if ex.local != nil {
 		return ex.executeLocal(ctx, rec, effCtx, hb)
 	}
+	// A call that leaves before its outcome is recorded (runtime.Goexit in
+	// the effect, a panic in code of the caller's that the runtime calls
+	// after it: a logger) stops its renewals and records UNKNOWN, as for
+	// an effect that panicked, on its way out.
+	recorded := false
+	defer func() {
+		if !recorded {
+			ex.abandon(ctx, rec, hb)
+		}
+	}()
 	start := ex.rt.phaseStart()
 	panicked, err := ex.runEffect(effCtx)
 	resp := ex.resp
@@ -401,6 +411,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	var cerr error
 	start = ex.rt.phaseStart()
 	_, cerr = ex.complete(ctx, to == "", tp)
+	recorded = true
 	hb.stop()
 	ex.rt.phase(ctx, ex.id.Operation, PhaseComplete, start)
 	ex.observeOutcome(ctx, tp.To, err, cerr, leaseLost)
@@ -440,6 +451,20 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		return zero, fmt.Errorf("%w; the claim was released (the effect returned: %w)", cause, err)
 	}
 	return zero, err
+}
+
+// abandon ends a call that is leaving before its outcome was recorded: its
+// renewals stop, and the outcome is UNKNOWN (the effect may have run), by
+// compare-and-set, so that a query or a person converges it.
+func (ex *execution[Req, Resp]) abandon(ctx context.Context, rec Record, hb *heartbeat) {
+	hb.completing.Store(true)
+	hb.stop()
+	tp := &ex.run.tp
+	*tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version,
+		To: StateUnknown, Token: ex.rt.newToken()}
+	_, cerr := ex.complete(ctx, false, tp)
+	ex.rt.cfg.logger.ErrorContext(ctx, "idem: the call ended (a panic or runtime.Goexit) before its outcome was recorded; recording UNKNOWN",
+		"operation", ex.id.Operation, "key", ex.id.Key, "err", cerr)
 }
 
 // confirmLateStart renews the lease before the effect starts when the
@@ -502,10 +527,17 @@ func (ex *execution[Req, Resp]) observeOutcome(ctx context.Context, to State, er
 
 // classify maps the effect's result to the state to record; "" releases.
 // A panic is UNKNOWN; everything else is [Runtime.Classify]'s decision.
-func (ex *execution[Req, Resp]) classify(err error, panicked bool) State {
+func (ex *execution[Req, Resp]) classify(err error, panicked bool) (to State) {
 	if panicked {
 		return StateUnknown
 	}
+	// Classify calls the error's methods (Timeout, Is, GRPCStatus): code
+	// of the caller's. One that panics leaves the outcome unknown.
+	defer func() {
+		if v := recover(); v != nil {
+			to = StateUnknown
+		}
+	}()
 	return ex.rt.Classify(err)
 }
 
@@ -753,11 +785,17 @@ func (h *heartbeat) round() {
 
 // cutResponse encodes the [Cutter] form of the response being recorded, or
 // returns nil when its type has none.
-func (ex *execution[Req, Resp]) cutResponse() []byte {
+func (ex *execution[Req, Resp]) cutResponse() (b []byte) {
 	c, ok := any(&ex.resp).(Cutter[Resp])
 	if !ok {
 		return nil
 	}
+	// Cut is code of the caller's: one that panics has no short form.
+	defer func() {
+		if v := recover(); v != nil {
+			b = nil
+		}
+	}()
 	short := c.Cut()
 	b, err := encodeResponse(ex.rt, &short)
 	if err != nil {

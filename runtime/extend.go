@@ -104,17 +104,37 @@ type Detailer interface {
 func EncodeFailure(err error) []byte {
 	f := failure{Message: "failed"}
 	if err != nil {
-		f.Message = cut(err.Error(), maxFailureMessage)
-		var c Coder
-		if errors.As(err, &c) {
-			f.Code = c.ErrorCode()
-		}
-		var d Detailer
-		if errors.As(err, &d) {
-			f.Detail = d.FailureDetail()
-		}
+		// The error's methods are code of the caller's: one that panics
+		// (a nil pointer error) leaves a note in the record, and the call
+		// that records it goes on.
+		f.Message = cut(errorText(err), maxFailureMessage)
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					f.Code, f.Detail = "", nil
+				}
+			}()
+			var c Coder
+			if errors.As(err, &c) {
+				f.Code = c.ErrorCode()
+			}
+			var d Detailer
+			if errors.As(err, &d) {
+				f.Detail = d.FailureDetail()
+			}
+		}()
 	}
 	return encodeFailure(f)
+}
+
+// errorText is err.Error(), or a note of its panic.
+func errorText(err error) (s string) {
+	defer func() {
+		if v := recover(); v != nil {
+			s = fmt.Sprintf("%T (its Error method panicked: %v)", err, v)
+		}
+	}()
+	return err.Error()
 }
 
 type failure struct {

@@ -165,10 +165,10 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		return zero, errors.Join(err, ex.releaseErr(rerr))
 	}
 	// From here the Local's work is undone by Finish(false) on every path;
-	// a panic that escapes before Finish ran (code of the caller's between
-	// the steps: a logger's handler) undoes it too, releases the claim
-	// and goes on, so that neither the writes nor the claim's renewals
-	// outlive the call.
+	// a call that leaves before Finish ran (runtime.Goexit in the effect,
+	// a panic in code of the caller's between the steps: a logger's
+	// handler) undoes it too and releases the claim on its way out, so
+	// that neither the writes nor the claim's renewals outlive the call.
 	finished := false
 	finish := func(keep bool) error {
 		finished = true
@@ -178,14 +178,13 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		if finished {
 			return
 		}
-		if v := recover(); v != nil {
-			hb.completing.Store(true)
-			hb.stop()
-			_ = l.Finish(ctx, false)
-			*tp = TransitionParams{ID: id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version}
-			_, _ = ex.complete(ctx, true, tp)
-			panic(v)
-		}
+		hb.completing.Store(true)
+		hb.stop()
+		ferr := l.Finish(ctx, false)
+		*tp = TransitionParams{ID: id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version}
+		_, rerr := ex.complete(ctx, true, tp)
+		ex.rt.cfg.logger.ErrorContext(ctx, "idem: the local call ended (a panic or runtime.Goexit) before its outcome was recorded; its writes were undone and its claim released",
+			"operation", id.Operation, "key", id.Key, "err", errors.Join(ferr, rerr))
 	}()
 	start := ex.rt.phaseStart()
 	panicked, err := ex.runEffect(effCtx)

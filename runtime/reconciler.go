@@ -198,13 +198,31 @@ func (r *Reconciler) runOps(ctx context.Context, ops []string, maxAttempts int32
 			// UNKNOWN with an attempt used and their query never asked.
 			errs = append(errs, fmt.Errorf("idem: reconciler: acquiring records: %w", err))
 		}
-		for _, rec := range recs {
-			st, err := r.converge(ctx, rec)
-			total.add(st)
-			if err != nil {
-				errs = append(errs, err)
+		// Every record acquired is converged, even when one's convergence
+		// does not return (runtime.Goexit in its query, a panic in code of
+		// the caller's): the rest were acquired too, an attempt used each,
+		// and would otherwise use their attempts unqueried. They are
+		// converged on the way out.
+		next := 0
+		rest := func() {
+			for next < len(recs) {
+				rec := recs[next]
+				next++
+				st, err := r.converge(ctx, rec)
+				total.add(st)
+				if err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
+		func() {
+			defer func() {
+				if next < len(recs) {
+					rest()
+				}
+			}()
+			rest()
+		}()
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}

@@ -108,9 +108,41 @@ func New(store Store, opts ...Option) (*Runtime, error) {
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
+	} else {
+		// The runtime logs between a call's steps and on goroutines of its
+		// own (renewals, the reconciler): a handler's panic is dropped
+		// with its record, never let through.
+		cfg.logger = slog.New(safeHandler{cfg.logger.Handler()})
 	}
 	return &Runtime{store: store, cfg: cfg, queries: make(map[string]registeredQuery)}, nil
 }
+
+// safeHandler is a slog.Handler that recovers its inner handler's panics.
+type safeHandler struct{ h slog.Handler }
+
+func (s safeHandler) Enabled(ctx context.Context, l slog.Level) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return s.h.Enabled(ctx, l)
+}
+
+func (s safeHandler) Handle(ctx context.Context, r slog.Record) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("idem: the log handler panicked: %v", v)
+		}
+	}()
+	return s.h.Handle(ctx, r)
+}
+
+func (s safeHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return safeHandler{s.h.WithAttrs(attrs)}
+}
+
+func (s safeHandler) WithGroup(name string) slog.Handler { return safeHandler{s.h.WithGroup(name)} }
 
 // Store returns the runtime's store.
 func (rt *Runtime) Store() Store { return rt.store }
@@ -265,7 +297,12 @@ func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req,
 		if c, ok := any(&resp).(Cutter[Resp]); ok {
 			// The size rule records the Cutter form of a response the
 			// store refuses whole, as it does for an effect's.
-			short = cutFunc(func() []byte {
+			short = cutFunc(func() (b []byte) {
+				defer func() {
+					if v := recover(); v != nil {
+						b = nil // a Cut or Marshal that panics: no short form
+					}
+				}()
 				s, err := codec.Marshal(c.Cut())
 				if err != nil {
 					return nil

@@ -192,6 +192,10 @@ func (s *sim) check() Report {
 		rep.Events[k] = v
 	}
 	rep.Violations = append(rep.Violations, s.violations...)
+	rep.Stall = s.stall
+	kept, excused := stallExcused(s.stallable, s.stall, s.cfg.Lease, s.cfg.NoStallExcuses)
+	rep.Violations = append(rep.Violations, kept...)
+	rep.Excused = excused
 	rep.StoreOps = s.rec.storeOps
 	s.down.mu.Lock()
 	rep.Stale = s.down.stale
@@ -271,4 +275,14 @@ func (s *sim) checkCall(id runtime.Identity, c *call, effs []applied, receipts m
 				Detail: fmt.Sprintf("%s had no fault injected and its effect succeeded (%s, response %d bytes), but its client got %q, %v", desc, applied.ID, len(applied.Pad), resp.ID, err)})
 		}
 	}
+}
+
+// stallExcused splits breaches a stall may explain into those that stand
+// and those a measured stall of the process excuses: one past the lease
+// rule's margin (a tenth of the lease), unless noExcuses.
+func stallExcused(vs []Violation, stall, lease time.Duration, noExcuses bool) (kept, excused []Violation) {
+	if noExcuses || stall < lease/10 {
+		return vs, nil
+	}
+	return nil, vs
 }

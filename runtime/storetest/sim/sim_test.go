@@ -147,3 +147,27 @@ func (s *lateSuccess) Transition(ctx context.Context, p runtime.TransitionParams
 	}
 	return v, err
 }
+
+// TestStallExcused: a breach of "lease held at effect start" is excused
+// only by a measured stall past the lease rule's margin, and never with
+// NoStallExcuses.
+func TestStallExcused(t *testing.T) {
+	const lease = 500 * time.Millisecond
+	v := []Violation{{Invariant: "lease held at effect start"}}
+	for _, c := range []struct {
+		stall     time.Duration
+		noExcuses bool
+		excused   bool
+	}{
+		{0, false, false},
+		{49 * time.Millisecond, false, false},
+		{50 * time.Millisecond, false, true},
+		{time.Second, false, true},
+		{time.Second, true, false},
+	} {
+		kept, excused := stallExcused(v, c.stall, lease, c.noExcuses)
+		if got := len(excused) == 1 && len(kept) == 0; got != c.excused || len(kept)+len(excused) != 1 {
+			t.Errorf("stall %v, noExcuses %v: kept %d, excused %d; want excused %v", c.stall, c.noExcuses, len(kept), len(excused), c.excused)
+		}
+	}
+}
