@@ -576,6 +576,9 @@ func (s *sim) callFault(c *call, what string) {
 // violateUnlessStalled records v as a breach that a measured stall of the
 // process may excuse (Report.Excused).
 func (s *sim) violateUnlessStalled(v Violation) {
+	if v.Events == nil {
+		v.Events = s.rec.trailOf(v.Identity)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stallable = append(s.stallable, v)
