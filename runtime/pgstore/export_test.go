@@ -18,6 +18,10 @@ func SetBeforeSuccess(s *Store, f func()) { s.beforeSuccess = f }
 // record to take over and the takeover's compare-and-set.
 func SetBeforeTakeover(s *Store, f func()) { s.beforeTakeover = f }
 
+// SetAfterReadMiss makes Claim on s call f between a read that found no
+// record and the insert that follows it.
+func SetAfterReadMiss(s *Store, f func()) { s.afterReadMiss = f }
+
 // SetRenewHook makes Renew on s call f with the renewal's number (from 1)
 // and the renewal itself: f decides whether, when and how it runs.
 func SetRenewHook(s *Store, f func(ctx context.Context, n int, renew func() (time.Time, error)) (time.Time, error)) {

@@ -54,6 +54,9 @@ type Store struct {
 	// read that found a record to take over and the takeover's
 	// compare-and-set.
 	beforeTakeover func()
+	// afterReadMiss, when set (tests only), runs in Claim between a read
+	// that found no record and the insert that follows it.
+	afterReadMiss func()
 }
 
 // Option configures a [Store].
@@ -168,15 +171,23 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 				return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
 			}
 			if err != nil {
+				if s.afterReadMiss != nil {
+					s.afterReadMiss()
+				}
 				res, ok, err := s.insert(ctx, q, p)
 				if err != nil {
 					return runtime.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
 				}
-				if ok {
+				if !ok {
+					continue // read it
+				}
+				if res.Claimed {
 					s.order.Created()
 					return res, nil
 				}
-				continue
+				// The batched statement returned a record a concurrent
+				// claim inserted after the read: judge it as read.
+				rec = res.Record
 			}
 		} else {
 			res, ok, err := s.insert(ctx, q, p)
