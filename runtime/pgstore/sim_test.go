@@ -30,8 +30,10 @@ func TestSimulation(t *testing.T) {
 // TestSimDoors drives every entry point on PostgreSQL (runtime.Do, a
 // generated wrapper, idemhttp, idemgrpc, DoTx in concurrent caller
 // transactions) with the doors' faults, and then runtime.Do and the
-// generated wrapper again in group-commit mode with failing batches
-// (TestSimDoors/groupcommit-<door>): run it under -race. The doors run in
+// generated wrapper and DoTx again in group-commit mode with failing
+// batches (TestSimDoors/groupcommit-<door>: DoTx's own statements run in
+// its caller's transaction, beside the batches of the pool's): run it
+// under -race. The doors run in
 // parallel, except the two runs of the generated wrapper.
 func TestSimDoors(t *testing.T) {
 	p := testPool(t)
@@ -45,7 +47,7 @@ func TestSimDoors(t *testing.T) {
 			})
 		})
 	}
-	for _, door := range []string{doors.DoorDo, doors.DoorGenerated} {
+	for _, door := range []string{doors.DoorDo, doors.DoorGenerated, doors.DoorTx} {
 		t.Run("groupcommit-"+door, func(t *testing.T) {
 			// Not in parallel with the other generated-wrapper run (see
 			// doors.Doors): it runs first, the parallel ones after.
@@ -55,7 +57,7 @@ func TestSimDoors(t *testing.T) {
 			sim.Runs(t, 1, func(t *testing.T, seed uint64) {
 				s := pgstore.New(p, pgstore.WithMaxRecordBytes(limit), pgstore.WithGroupCommit(0))
 				doors.Run(t, door, doors.Config{Name: "pgstore-group", Store: s, Seed: seed, RecordLimit: limit,
-					Background: poisonBatches(s)})
+					Pool: p, Background: poisonBatches(s)})
 				batches, statements, failed := s.GroupCommitStats()
 				t.Logf("group commit: %d batches, %d statements, %d failed batches", batches, statements, failed)
 				if failed == 0 {
