@@ -293,6 +293,10 @@ func (x *txCall) Read(ctx context.Context, id runtime.Identity) (runtime.LocalRe
 type txClaims struct {
 	mu     sync.Mutex
 	byConn map[weak.Pointer[pgx.Conn]]*connClaims
+	// pruneAt is the size of byConn at which add next drops the entries
+	// of connections gone: twice the size the last pruning left (at least
+	// 16), so that pruning costs O(1) per add, amortized.
+	pruneAt int
 }
 
 type connClaims struct {
@@ -308,6 +312,7 @@ type txClaimKey struct {
 type txClaim struct {
 	key      txClaimKey
 	returned bool
+	cc       *connClaims // the transaction's claims, cl among them
 }
 
 // add records a claim made for transaction xact on conn, its call running.
@@ -320,10 +325,13 @@ func (c *txClaims) add(conn *pgx.Conn, xact string, id runtime.Identity, version
 	if c.byConn == nil {
 		c.byConn = map[weak.Pointer[pgx.Conn]]*connClaims{}
 	}
-	for k := range c.byConn {
-		if k.Value() == nil {
-			delete(c.byConn, k)
+	if len(c.byConn) >= c.pruneAt {
+		for k := range c.byConn {
+			if k.Value() == nil {
+				delete(c.byConn, k)
+			}
 		}
+		c.pruneAt = max(16, 2*len(c.byConn))
 	}
 	wc := weak.Make(conn)
 	cc := c.byConn[wc]
@@ -331,7 +339,7 @@ func (c *txClaims) add(conn *pgx.Conn, xact string, id runtime.Identity, version
 		cc = &connClaims{xact: xact, claims: map[txClaimKey]*txClaim{}}
 		c.byConn[wc] = cc
 	}
-	cl := &txClaim{key: txClaimKey{id, version}}
+	cl := &txClaim{key: txClaimKey{id, version}, cc: cc}
 	cc.claims[cl.key] = cl
 	return cl
 }
@@ -353,13 +361,10 @@ func (c *txClaims) wrote(cl *txClaim, version int64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, cc := range c.byConn {
-		if cc.claims[cl.key] == cl {
-			k := txClaimKey{cl.key.id, version}
-			cc.claims[k] = &txClaim{key: k, returned: true}
-			return
-		}
-	}
+	// Only while cl's transaction is still the connection's latest: a
+	// later one replaced cl.cc in byConn, and nothing reads it again.
+	k := txClaimKey{cl.key.id, version}
+	cl.cc.claims[k] = &txClaim{key: k, returned: true, cc: cl.cc}
 }
 
 // tracks reports whether conn has claims remembered.
