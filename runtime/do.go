@@ -462,9 +462,13 @@ func (ex *execution[Req, Resp]) abandon(ctx context.Context, rec Record, hb *hea
 	tp := &ex.run.tp
 	*tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version,
 		To: StateUnknown, Token: ex.rt.newToken()}
-	_, cerr := ex.complete(ctx, false, tp)
-	ex.rt.cfg.logger.ErrorContext(ctx, "idem: the call ended (a panic or runtime.Goexit) before its outcome was recorded; recording UNKNOWN",
-		"operation", ex.id.Operation, "key", ex.id.Key, "err", cerr)
+	if _, cerr := ex.complete(ctx, false, tp); cerr != nil {
+		ex.rt.cfg.logger.ErrorContext(ctx, "idem: the call ended (a panic or runtime.Goexit) before its outcome was recorded, and recording UNKNOWN failed",
+			"operation", ex.id.Operation, "key", ex.id.Key, "err", cerr)
+		return
+	}
+	ex.rt.cfg.logger.ErrorContext(ctx, "idem: the call ended (a panic or runtime.Goexit) before its outcome was recorded; recorded UNKNOWN",
+		"operation", ex.id.Operation, "key", ex.id.Key)
 }
 
 // confirmLateStart renews the lease before the effect starts when the
