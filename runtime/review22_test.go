@@ -40,9 +40,15 @@ func (s *r22Store) Transition(ctx context.Context, p runtime.TransitionParams) (
 	return s.Store.Transition(ctx, p)
 }
 
+// Renew counts the renewals that held the claim: one in flight when the
+// call stopped its renewals (its goroutine scheduled late on a loaded
+// machine) reaches the store after the call ended, and fails.
 func (s *r22Store) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
-	s.renews.Add(1)
-	return s.Store.Renew(ctx, p)
+	t, err := s.Store.Renew(ctx, p)
+	if err == nil {
+		s.renews.Add(1)
+	}
+	return t, err
 }
 
 // r22Run runs f on a goroutine of its own and reports how it ended:
