@@ -293,11 +293,18 @@ func canonicalFingerprint(c *canon.Cache, v reflect.Value) ([]byte, error) {
 // call records its outcome without the response rather than stop half
 // way with its claim held (and, in a local call, its writes kept).
 func encodeResponse[Resp any](rt *Runtime, resp *Resp) (b []byte, err error) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
-			b, err = nil, fmt.Errorf("encoding the response panicked: %v", v)
+		if !returned {
+			b, err = nil, fmt.Errorf("encoding the response panicked: %v", recover())
 		}
 	}()
+	b, err = encodeResponseOf(rt, resp)
+	returned = true
+	return b, err
+}
+
+func encodeResponseOf[Resp any](rt *Runtime, resp *Resp) ([]byte, error) {
 	if _, ok := rt.cfg.codec.(JSONCodec); ok {
 		if p := jsonfast.For[Resp](&rt.enc.plans); p != nil {
 			je := rt.enc.get()

@@ -131,6 +131,9 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 		}
 		start := time.Now()
 		res, err := claimOnce(ctx, rt, claim, local != nil)
+		if err == nil && res.Claimed && res.Record.ID == id {
+			return ex.runClaimed(ctx, res.Record, start, waitStart, !waitUntil.IsZero())
+		}
 		rt.phase(ctx, id.Operation, PhaseClaim, start)
 		if !askedLocal && (errors.Is(err, ErrInProgress) || (err == nil && !res.Claimed && !res.Record.State.Final())) {
 			// In flight, perhaps in the local call's own transaction,
@@ -190,31 +193,6 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 			// Never answer one caller with another identity's record.
 			return zero, fmt.Errorf("idem: %s %q: claim: the store returned the record of %s", id.Operation, id.Key, idText(res.Record.ID))
 		}
-		if res.Claimed {
-			ex.granted = start
-			if ex.run == nil {
-				ex.run = new(running)
-			}
-			rec := res.Record
-			if !waitUntil.IsZero() {
-				rt.phase(ctx, id.Operation, PhaseWait, waitStart)
-			}
-			switch {
-			case rec.State == StateUnknown:
-				return ex.reconcileInline(ctx, rec)
-			case rec.Takeovers > 0:
-				rt.emit(ctx, Event{Kind: EventTakeover, Operation: id.Operation, State: StateProcessing})
-				rt.cfg.logger.InfoContext(ctx, "idem: took over an expired lease",
-					"operation", id.Operation, "key", id.Key, "version", rec.Version, "query", c.Query != nil)
-				if c.Query != nil {
-					return ex.reconcileInline(ctx, rec)
-				}
-				return ex.execute(ctx, rec)
-			default:
-				rt.emit(ctx, Event{Kind: EventClaimed, Operation: id.Operation, State: StateProcessing})
-				return ex.execute(ctx, rec)
-			}
-		}
 		rec := res.Record
 		for {
 			if rec.State.Final() || !bytes.Equal(rec.Fingerprint, fp) || (rec.State == StateUnknown && (c.Query == nil || rec.Owner == "")) {
@@ -267,6 +245,88 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 			}
 		}
 	}
+}
+
+// runClaimed runs a call whose claim the store granted at start: rec is
+// the record it holds. Code of the caller's runs before the effect's own
+// way out is set (observers on the claim, the logger, an inline query, a
+// Local's Begin): a call that leaves there (runtime.Goexit) gives what it
+// holds back on its way out (see [execution.leaveHeld]), so that no gone
+// call holds a record with a live lease.
+func (ex *execution[Req, Resp]) runClaimed(ctx context.Context, rec Record, start, waitStart time.Time, waited bool) (resp Resp, err error) {
+	rt, id := ex.rt, ex.id
+	ex.granted = start
+	if ex.run == nil {
+		ex.run = new(running)
+	}
+	// An UNKNOWN record, or one taken over, may have been acted on by an
+	// earlier attempt, unless the attempt was a local call's (its writes
+	// are undone unless its outcome is recorded).
+	ex.hold = holding{version: rec.Version, unknown: rec.State == StateUnknown,
+		mayHaveActed: ex.local == nil && (rec.State == StateUnknown || rec.Takeovers > 0)}
+	returned := false
+	defer func() {
+		if !returned && !ex.hold.owned {
+			ex.leaveHeld(ctx)
+		}
+	}()
+	rt.phase(ctx, id.Operation, PhaseClaim, start)
+	if waited {
+		rt.phase(ctx, id.Operation, PhaseWait, waitStart)
+	}
+	switch {
+	case rec.State == StateUnknown:
+		resp, err = ex.reconcileInline(ctx, rec)
+	case rec.Takeovers > 0:
+		rt.emit(ctx, Event{Kind: EventTakeover, Operation: id.Operation, State: StateProcessing})
+		rt.cfg.logger.InfoContext(ctx, "idem: took over an expired lease",
+			"operation", id.Operation, "key", id.Key, "version", rec.Version, "query", ex.c.Query != nil)
+		if ex.c.Query != nil {
+			resp, err = ex.reconcileInline(ctx, rec)
+		} else {
+			resp, err = ex.execute(ctx, rec)
+		}
+	default:
+		rt.emit(ctx, Event{Kind: EventClaimed, Operation: id.Operation, State: StateProcessing})
+		resp, err = ex.execute(ctx, rec)
+	}
+	returned = true
+	return resp, err
+}
+
+// leaveHeld gives back what a claimed call holds when it leaves before the
+// effect's own way out was set (see [execution.runClaimed]): its renewals
+// stop; an UNKNOWN record goes back to UNKNOWN with no lease (a duplicate
+// or the reconciler asks again), a record an earlier attempt may have
+// acted on is recorded UNKNOWN, and a claim whose effect has not run is
+// released. Each by compare-and-set on the version held.
+func (ex *execution[Req, Resp]) leaveHeld(ctx context.Context) {
+	run, h := ex.run, ex.hold
+	if run.hb.rt != nil {
+		run.hb.completing.Store(true)
+		run.hb.stop()
+	}
+	from := StateProcessing
+	if h.unknown {
+		from = StateUnknown
+	}
+	tp := &run.tp
+	*tp = TransitionParams{ID: ex.id, From: from, Owner: ex.rt.cfg.owner, Version: h.version}
+	release, what := false, "released its claim (the effect had not run)"
+	switch {
+	case h.unknown || h.mayHaveActed:
+		tp.To, tp.Token = StateUnknown, ex.rt.newToken()
+		what = "recorded UNKNOWN (an earlier attempt may have acted)"
+	default:
+		release = true
+	}
+	if _, err := ex.complete(ctx, release, tp); err != nil {
+		ex.rt.cfg.logger.ErrorContext(ctx, "idem: the call ended (a panic or runtime.Goexit) before its effect ran, and giving its claim back failed",
+			"operation", ex.id.Operation, "key", ex.id.Key, "err", err)
+		return
+	}
+	ex.rt.cfg.logger.ErrorContext(ctx, "idem: the call ended (a panic or runtime.Goexit) before its effect ran; "+what,
+		"operation", ex.id.Operation, "key", ex.id.Key)
 }
 
 // releaseAbandoned releases rec, a claim of a local call's own transaction
@@ -329,6 +389,8 @@ type execution[Req, Resp any] struct {
 	resp Resp
 	// run is what a claim runs with; nil for a replay.
 	run *running
+	// hold is what a claimed call holds (see runClaimed).
+	hold holding
 }
 
 // running is what a claimed call runs with, in one allocation: eff is the
@@ -341,6 +403,16 @@ type running struct {
 	hb   heartbeat
 	tp   TransitionParams
 	cctx completionCtx
+}
+
+// holding is what a claimed call holds until the effect's way out is set
+// (owned): the record's version, UNKNOWN or PROCESSING, and whether an
+// earlier attempt may have acted on it. See [execution.runClaimed].
+type holding struct {
+	version      int64
+	unknown      bool
+	owned        bool
+	mayHaveActed bool
 }
 
 // execute runs the effect on a PROCESSING record held by this owner and
@@ -373,6 +445,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	// after it: a logger) stops its renewals and records UNKNOWN, as for
 	// an effect that panicked, on its way out.
 	recorded := false
+	ex.hold.owned = true
 	defer func() {
 		if !recorded {
 			ex.abandon(ctx, rec, hb)
@@ -401,7 +474,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		if b, merr := encodeResponse(ex.rt, &ex.resp); merr != nil {
 			// The effect happened but its response cannot be encoded: record
 			// that it happened, without a response to replay.
-			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding it failed: "+merr.Error()
+			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding it failed: "+errorText(merr)
 		} else {
 			tp.Response = b
 		}
@@ -444,7 +517,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		}
 		return zero, fmt.Errorf("%w: %s %q: %w", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key, err)
 	}
-	if tp.To == "" && err != nil && cause != nil && errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
+	if tp.To == "" && err != nil && cause != nil && errors.Is(cause, ErrLeaseLost) && !errorIs(err, ErrLeaseLost) {
 		// The lease rule stopped the effect, which returned its own error
 		// (a statement cancelled on the server, "canceling statement due
 		// to user request"), not the context's: the caller learns why.
@@ -537,22 +610,33 @@ func (ex *execution[Req, Resp]) classify(err error, panicked bool) (to State) {
 	}
 	// Classify calls the error's methods (Timeout, Is, GRPCStatus): code
 	// of the caller's. One that panics leaves the outcome unknown.
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
+		if !returned {
+			recover()
 			to = StateUnknown
 		}
 	}()
-	return ex.rt.Classify(err)
+	to = ex.rt.Classify(err)
+	returned = true
+	return to
 }
 
 // runEffect runs the effect, leaving its response in ex.resp.
+//
+// A panic is told by the effect not returning, not by recover's value:
+// panic(nil) under GODEBUG=panicnil=1 (the default of a main module whose
+// go.mod says go 1.20 or older) recovers as nil, and must not pass for a
+// return (a SUCCESS with the zero response, in DoTx with half the writes).
 func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (p *PanicError, err error) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
-			p = &PanicError{Value: v, Stack: debug.Stack()}
+		if !returned {
+			p = &PanicError{Value: recover(), Stack: debug.Stack()}
 		}
 	}()
 	ex.resp, err = ex.c.Effect(ctx, ex.c.Request)
+	returned = true
 	return nil, err
 }
 
@@ -795,12 +879,15 @@ func (ex *execution[Req, Resp]) cutResponse() (b []byte) {
 		return nil
 	}
 	// Cut is code of the caller's: one that panics has no short form.
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
+		if !returned {
+			recover()
 			b = nil
 		}
 	}()
 	short := c.Cut()
+	returned = true
 	b, err := encodeResponse(ex.rt, &short)
 	if err != nil {
 		return nil
@@ -909,7 +996,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		ex.resp = resp                      // what the size rule cuts, if the store refuses it whole
 		b, err := encodeResponse(rt, &resp) // a fresh slice: the store may keep it
 		if err != nil {
-			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding the queried response failed: "+err.Error()
+			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding the queried response failed: "+errorText(err)
 		}
 		tp.To, tp.Response, tp.TTL = StateSuccess, b, ex.ttl
 	case OutcomeFailed:
@@ -924,8 +1011,11 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		if err != nil {
 			return zero, err
 		}
-		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateProcessing})
 		rec.State, rec.Version = StateProcessing, v
+		// The query found that nothing happened: a call that leaves now
+		// releases the claim (see runClaimed).
+		ex.hold = holding{version: v}
+		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateProcessing})
 		ex.granted = granted
 		return ex.execute(ctx, rec)
 	}
@@ -966,10 +1056,13 @@ func (ex *execution[Req, Resp]) transition(ctx context.Context, tp *TransitionPa
 }
 
 func (ex *execution[Req, Resp]) runQuery(ctx context.Context) (resp Resp, o Outcome, err error) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
-			o, err = OutcomeUnknown, &PanicError{Value: v, Stack: debug.Stack()}
+		if !returned {
+			o, err = OutcomeUnknown, &PanicError{Value: recover(), Stack: debug.Stack()}
 		}
 	}()
-	return ex.c.Query(ctx, ex.c.Request)
+	resp, o, err = ex.c.Query(ctx, ex.c.Request)
+	returned = true
+	return resp, o, err
 }

@@ -109,8 +109,10 @@ func EncodeFailure(err error) []byte {
 		// that records it goes on.
 		f.Message = cut(errorText(err), maxFailureMessage)
 		func() {
+			returned := false
 			defer func() {
-				if v := recover(); v != nil {
+				if !returned {
+					recover()
 					f.Code, f.Detail = "", nil
 				}
 			}()
@@ -122,19 +124,39 @@ func EncodeFailure(err error) []byte {
 			if errors.As(err, &d) {
 				f.Detail = d.FailureDetail()
 			}
+			returned = true
 		}()
 	}
 	return encodeFailure(f)
 }
 
-// errorText is err.Error(), or a note of its panic.
-func errorText(err error) (s string) {
+// errorIs is errors.Is(err, target) for an error of the caller's, whose
+// Unwrap or Is methods may panic (a typed nil pointer): a panic reads as
+// false.
+func errorIs(err, target error) (is bool) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
-			s = fmt.Sprintf("%T (its Error method panicked: %v)", err, v)
+		if !returned {
+			recover()
+			is = false
 		}
 	}()
-	return err.Error()
+	is = errors.Is(err, target)
+	returned = true
+	return is
+}
+
+// errorText is err.Error(), or a note of its panic.
+func errorText(err error) (s string) {
+	returned := false
+	defer func() {
+		if !returned {
+			s = fmt.Sprintf("%T (its Error method panicked: %v)", err, recover())
+		}
+	}()
+	s = err.Error()
+	returned = true
+	return s
 }
 
 type failure struct {

@@ -186,6 +186,7 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		ex.rt.cfg.logger.ErrorContext(ctx, "idem: the local call ended (a panic or runtime.Goexit) before its outcome was recorded; its writes were undone and its claim released",
 			"operation", id.Operation, "key", id.Key, "err", errors.Join(ferr, rerr))
 	}()
+	ex.hold.owned = true // the way out above is the call's from here
 	start := ex.rt.phaseStart()
 	panicked, err := ex.runEffect(effCtx)
 	resp := ex.resp
@@ -202,7 +203,7 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 	if panicked == nil && err == nil && !leaseLost {
 		tp.To, tp.TTL, tp.Token = StateSuccess, ex.ttl, ex.rt.newToken()
 		if b, merr := encodeResponse(ex.rt, &ex.resp); merr != nil {
-			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding it failed: "+merr.Error()
+			tp.ResponseOmitted, tp.Note = true, "response not stored: encoding it failed: "+errorText(merr)
 		} else {
 			tp.Response = b
 		}
@@ -260,7 +261,7 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		}
 		return zero, ex.localLost(rec, attempt)
 	}
-	release := panicked != nil || !errors.Is(err, ErrPermanent)
+	release := panicked != nil || !errorIs(err, ErrPermanent)
 	if !release {
 		tp.To, tp.Response, tp.TTL, tp.Token = StateFailed, EncodeFailure(err), ex.ttl, ex.rt.newToken()
 	}
@@ -275,7 +276,7 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		return zero, errors.Join(attempt, ex.releaseErr(cerr))
 	}
 	switch {
-	case release && cause != nil && errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost):
+	case release && cause != nil && errors.Is(cause, ErrLeaseLost) && !errorIs(err, ErrLeaseLost):
 		// The lease rule stopped the effect, which returned its own error
 		// (a statement cancelled on the server, "canceling statement due
 		// to user request"), not the context's: the caller learns why.

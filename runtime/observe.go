@@ -119,13 +119,16 @@ func (rt *Runtime) emit(ctx context.Context, e Event) {
 
 // observe hands e to the observer, recovering its panic (see [Observer]).
 func (rt *Runtime) observe(ctx context.Context, e Event) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
+		if !returned {
+			v := recover()
 			rt.cfg.logger.ErrorContext(ctx, "idem: the observer panicked; the call goes on",
 				"event", e.Kind, "operation", e.Operation, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 		}
 	}()
 	rt.cfg.observer.Observe(ctx, e)
+	returned = true
 }
 
 // phaseStart returns the start of a phase that only its observation

@@ -203,8 +203,17 @@ func (r *Reconciler) runOps(ctx context.Context, ops []string, maxAttempts int32
 		// the caller's): the rest were acquired too, an attempt used each,
 		// and would otherwise use their attempts unqueried. They are
 		// converged on the way out.
+		// Each way out is a deferred call of its own: a Goexit in a
+		// deferred call ends that call (and goes on with the deferred
+		// calls below it), so one way out would end at the second.
 		next := 0
-		rest := func() {
+		var rest func()
+		rest = func() {
+			defer func() {
+				if next < len(recs) {
+					rest()
+				}
+			}()
 			for next < len(recs) {
 				rec := recs[next]
 				next++
@@ -215,14 +224,7 @@ func (r *Reconciler) runOps(ctx context.Context, ops []string, maxAttempts int32
 				}
 			}
 		}
-		func() {
-			defer func() {
-				if next < len(recs) {
-					rest()
-				}
-			}()
-			rest()
-		}()
+		rest()
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
@@ -270,7 +272,19 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 	// The query runs in the record's scope, as the effect did: a
 	// tenant-scoped downstream looks the effect up by it.
 	qctx, cancel := context.WithTimeout(withAttempt(WithScope(ctx, rec.ID.Scope), rec.ID, rec.Version, true), min(rt.cfg.queryTimeout, r.cfg.lease))
-	resp, short, outcome, qerr := runRegisteredQuery(qctx, q, rec.Request)
+	var resp []byte
+	var short responseCutter
+	var outcome Outcome
+	var qerr error
+	if cerr := context.Cause(ctx); cerr != nil {
+		// The reconciler is stopping (Run's context ended mid-batch): the
+		// query is not asked with a dead context. The acquisition has used
+		// an attempt, which the store cannot give back: on its last one the
+		// record is given up on, and reported, with this note.
+		outcome, qerr = OutcomeUnknown, fmt.Errorf("idem: reconciler: stopped before asking the query: %w", cerr)
+	} else {
+		resp, short, outcome, qerr = askQuery(qctx, q, rec.Request)
+	}
 	cancel()
 	rt.phase(ctx, op, PhaseReconcile, start)
 
@@ -296,20 +310,29 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 		if rec.Attempts >= r.cfg.maxAttempts {
 			tp.Note = fmt.Sprintf("reconcile gave up after %d attempts", rec.Attempts)
 			if qerr != nil {
-				tp.Note += ": " + qerr.Error()
+				tp.Note += ": " + errorText(qerr)
 			}
 		}
 	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.completionTimeout)
 	defer ccancel()
-	var err error
-	if release {
-		err = rt.store.Release(cctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})
-	} else if tp.To == StateSuccess && short != nil {
-		_, err = fitTransition(cctx, rt.store, &tp, short) // the size rule, with the response's short form
-	} else {
-		_, err = rt.transitionStore(cctx, &tp)
-	}
+	// Retried through transient store errors, as a call's completion is
+	// (the token recognises a write applied whose reply was lost): an
+	// answer lost to one blip would leave the record with an attempt used,
+	// on its last one for good, neither converged nor reported.
+	err := retryWrite(cctx, release, func(wctx context.Context) error {
+		if release {
+			return rt.store.Release(wctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})
+		}
+		wtp := tp // each try from the answer's own record (the size rule shrinks its copy)
+		var err error
+		if tp.To == StateSuccess && short != nil {
+			_, err = fitTransition(wctx, rt.store, &wtp, short) // the size rule, with the response's short form
+		} else {
+			_, err = rt.transitionStore(wctx, &wtp)
+		}
+		return err
+	}, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		st.LeaseLost++
 		rt.emit(ctx, Event{Kind: EventLeaseLost, Operation: op, State: StateUnknown, Err: err})
@@ -412,13 +435,70 @@ func (r *Reconciler) backoff(attempts int32) time.Duration {
 	return max(time.Duration(r.cfg.rand()*float64(d)), 10*time.Millisecond)
 }
 
+// askQuery runs a registered query on a goroutine of its own and waits for
+// its answer until ctx's deadline and a grace after it. A query is code of
+// the caller's: one that calls runtime.Goexit, or ignores its context and
+// hangs, answers OutcomeUnknown (an inconclusive attempt, given up on and
+// reported at ReconcileMaxAttempts like any other) instead of ending the
+// reconciler's pass, or holding the rest of its batch, acquired and
+// unqueried, past their lease. A hung query's goroutine is left to end
+// when it returns; its answer is dropped.
+func askQuery(ctx context.Context, q registeredQuery, request []byte) (resp []byte, short responseCutter, o Outcome, err error) {
+	type answer struct {
+		resp  []byte
+		short responseCutter
+		o     Outcome
+		err   error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		returned := false
+		defer func() {
+			if !returned {
+				done <- answer{o: OutcomeUnknown, err: errQueryExited}
+			}
+		}()
+		var a answer
+		a.resp, a.short, a.o, a.err = runRegisteredQuery(ctx, q, request)
+		returned = true
+		done <- a
+	}()
+	select {
+	case a := <-done:
+		return a.resp, a.short, a.o, a.err
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(queryGrace)
+	defer grace.Stop()
+	select {
+	case a := <-done:
+		return a.resp, a.short, a.o, a.err
+	case <-grace.C:
+		return nil, nil, OutcomeUnknown, fmt.Errorf("%w: no answer %v after its context ended (%v)", errQueryHung, queryGrace, context.Cause(ctx))
+	}
+}
+
+// queryGrace is how long the reconciler waits for a query's answer after
+// the query's context ended: a query that honours its context answers
+// within it.
+const queryGrace = 100 * time.Millisecond
+
+var (
+	errQueryExited = errors.New("idem: reconciler: the query did not return (runtime.Goexit)")
+	errQueryHung   = errors.New("idem: reconciler: the query ignored its context")
+)
+
 func runRegisteredQuery(ctx context.Context, q registeredQuery, request []byte) (resp []byte, short responseCutter, o Outcome, err error) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
+		if !returned {
+			v := recover() // nil: panic(nil) under GODEBUG=panicnil=1
 			resp, short, o, err = nil, nil, OutcomeUnknown, &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return q.run(ctx, request)
+	resp, short, o, err = q.run(ctx, request)
+	returned = true
+	return resp, short, o, err
 }
 
 func ignoreLeaseLost(err error) error {

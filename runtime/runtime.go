@@ -121,21 +121,28 @@ func New(store Store, opts ...Option) (*Runtime, error) {
 type safeHandler struct{ h slog.Handler }
 
 func (s safeHandler) Enabled(ctx context.Context, l slog.Level) (ok bool) {
+	returned := false
 	defer func() {
-		if recover() != nil {
+		if !returned {
+			recover()
 			ok = false
 		}
 	}()
-	return s.h.Enabled(ctx, l)
+	ok = s.h.Enabled(ctx, l)
+	returned = true
+	return ok
 }
 
 func (s safeHandler) Handle(ctx context.Context, r slog.Record) (err error) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("idem: the log handler panicked: %v", v)
+		if !returned {
+			err = fmt.Errorf("idem: the log handler panicked: %v", recover())
 		}
 	}()
-	return s.h.Handle(ctx, r)
+	err = s.h.Handle(ctx, r)
+	returned = true
+	return err
 }
 
 func (s safeHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
@@ -298,12 +305,15 @@ func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req,
 			// The size rule records the Cutter form of a response the
 			// store refuses whole, as it does for an effect's.
 			short = cutFunc(func() (b []byte) {
+				returned := false
 				defer func() {
-					if v := recover(); v != nil {
+					if !returned {
+						recover()
 						b = nil // a Cut or Marshal that panics: no short form
 					}
 				}()
 				s, err := codec.Marshal(c.Cut())
+				returned = true
 				if err != nil {
 					return nil
 				}

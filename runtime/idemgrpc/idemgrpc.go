@@ -670,11 +670,13 @@ type panicked struct {
 }
 
 func callRecovering(ctx context.Context, h grpc.UnaryHandler, req any) (out any, p *panicked, err error) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
-			p = &panicked{value: v, stack: debug.Stack()}
+		if !returned { // recover's value is nil for panic(nil) under GODEBUG=panicnil=1
+			p = &panicked{value: recover(), stack: debug.Stack()}
 		}
 	}()
 	out, err = h(ctx, req)
+	returned = true
 	return out, nil, err
 }

@@ -707,12 +707,14 @@ type panicked struct {
 }
 
 func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (p *panicked) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
-			p = &panicked{value: v, stack: debug.Stack()}
+		if !returned { // recover's value is nil for panic(nil) under GODEBUG=panicnil=1
+			p = &panicked{value: recover(), stack: debug.Stack()}
 		}
 	}()
 	h.ServeHTTP(w, r)
+	returned = true
 	return nil
 }
 
