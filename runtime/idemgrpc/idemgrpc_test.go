@@ -105,13 +105,20 @@ func start(t *testing.T, s setup) *fixture {
 }
 
 func (f *fixture) recoverer(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	returned := false // a panic(nil) under GODEBUG=panicnil=1 recovers as nil
 	defer func() {
-		if v := recover(); v != nil {
+		if !returned {
+			v := recover()
+			if v == nil {
+				v = "panic(nil)"
+			}
 			f.caught.Store(v)
 			resp, err = nil, status.Error(codes.Internal, "internal error")
 		}
 	}()
-	return h(ctx, req)
+	resp, err = h(ctx, req)
+	returned = true
+	return resp, err
 }
 
 // lossy counts attempts and, when set, loses the first successful response.
@@ -184,6 +191,10 @@ func (f *fixture) charge(ctx context.Context, in *structpb.Struct) (*structpb.St
 	case "panic-once":
 		if n == 1 {
 			panic("secret-panic-value")
+		}
+	case "panic-nil-once":
+		if n == 1 {
+			panic(nil)
 		}
 	case "slow":
 		<-f.block
