@@ -19,7 +19,6 @@ import (
 	"github.com/idemkit/idem/runtime/memstore"
 )
 
-
 // r23PanicErr is an error whose Error method panics (a nil pointer inside
 // a real error type).
 type r23PanicErr struct{ msg string }
