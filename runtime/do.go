@@ -770,7 +770,15 @@ func (h *heartbeat) stopEffect(cause error) {
 // none has answered (a renewal stuck on a dead connection must not keep a
 // live store from confirming the lease), and a retry after each quick
 // failure, all bounded by the last moment the lease is known to hold.
+//
+// The round logs what happened only once it has done what the lease rule
+// needs (confirmed the lease, or stopped the effect) and let go of the
+// heartbeat: the log handler is code of the caller's, and one that blocks
+// (a log sink stalled by the same outage) or calls runtime.Goexit must
+// not delay the effect's stop past the lease, nor end the round before it.
 func (h *heartbeat) round() {
+	var log roundLog
+	defer log.write(h.rt)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	hctx := h.renewCtx()
@@ -778,6 +786,7 @@ func (h *heartbeat) round() {
 		return // stopped
 	}
 	ctx, rt, id := h.ctx, h.rt, *h.id
+	log.ctx, log.id, log.version = ctx, id, h.version
 	every := h.lease / renewEvery
 	margin := h.lease / leaseMargin
 	safeUntil := h.confirmed.Add(h.lease - margin)
@@ -822,16 +831,12 @@ func (h *heartbeat) round() {
 				rt.renewals.schedule(h, r.sent.Add(every))
 				return
 			case errors.Is(r.err, ErrLeaseLost):
-				if !h.completing.Load() {
-					rt.cfg.logger.WarnContext(ctx, "idem: lease lost while the effect ran",
-						"operation", id.Operation, "key", id.Key, "version", h.version)
-				}
+				log.lost = !h.completing.Load()
 				h.stopEffect(fmt.Errorf("%w: %s %q", ErrLeaseLost, id.Operation, id.Key))
 				return
 			case rctx.Err() == nil:
 				last = r.err
-				rt.cfg.logger.WarnContext(ctx, "idem: renewing lease failed; retrying",
-					"operation", id.Operation, "key", id.Key, "err", r.err)
+				log.failures, log.last = log.failures+1, r.err
 				if retry == nil {
 					retry = time.After(backoff)
 					backoff = min(backoff*2, every/4)
@@ -861,13 +866,40 @@ func (h *heartbeat) round() {
 			}
 			// Past safeUntil the lease may be gone before this worker
 			// could learn it: stop the effect now.
-			if !h.completing.Load() {
-				rt.cfg.logger.WarnContext(ctx, "idem: the lease could not be renewed in time; the effect was stopped before the lease could expire",
-					"operation", id.Operation, "key", id.Key, "version", h.version, "err", last)
-			}
+			log.stopped = !h.completing.Load()
 			h.stopEffect(&errLeaseUnconfirmed{id: id, last: last})
 			return
 		}
+	}
+}
+
+// roundLog is what a renewal round logs once it is over (see
+// [heartbeat.round]).
+type roundLog struct {
+	ctx      context.Context
+	id       Identity
+	version  int64
+	failures int   // renewals that failed and were retried
+	last     error // the last of them
+	lost     bool  // the lease was lost while the effect ran
+	stopped  bool  // the effect was stopped: the lease could not be confirmed in time
+}
+
+func (l *roundLog) write(rt *Runtime) {
+	if l.ctx == nil {
+		return // the round did not run
+	}
+	logger := rt.cfg.logger
+	switch {
+	case l.lost:
+		logger.WarnContext(l.ctx, "idem: lease lost while the effect ran",
+			"operation", l.id.Operation, "key", l.id.Key, "version", l.version)
+	case l.stopped:
+		logger.WarnContext(l.ctx, "idem: the lease could not be renewed in time; the effect was stopped before the lease could expire",
+			"operation", l.id.Operation, "key", l.id.Key, "version", l.version, "failures", l.failures, "err", l.last)
+	case l.failures > 0:
+		logger.WarnContext(l.ctx, "idem: renewing lease failed; retried",
+			"operation", l.id.Operation, "key", l.id.Key, "failures", l.failures, "err", l.last)
 	}
 }
 

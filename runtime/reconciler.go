@@ -188,6 +188,7 @@ func (r *Reconciler) runOps(ctx context.Context, ops []string, maxAttempts int32
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		acquired := time.Now() // the batch's leases hold from here
 		recs, err := r.rt.store.AcquirePending(ctx, AcquireParams{
 			Owner: r.cfg.owner, Lease: r.cfg.lease, Limit: r.cfg.batch, MaxAttempts: maxAttempts, Operations: ops,
 		})
@@ -217,7 +218,7 @@ func (r *Reconciler) runOps(ctx context.Context, ops []string, maxAttempts int32
 			for next < len(recs) {
 				rec := recs[next]
 				next++
-				st, err := r.converge(ctx, rec)
+				st, err := r.converge(ctx, rec, acquired)
 				total.add(st)
 				if err != nil {
 					errs = append(errs, err)
@@ -255,23 +256,83 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	}
 }
 
-// converge asks the query about one acquired record and records the answer.
-func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, error) {
-	st := ReconcileStats{Acquired: 1}
-	rt, op := r.rt, rec.ID.Operation
-	q, ok := rt.query(op)
+// converge asks the query about one acquired record (its lease held from
+// acquired) and records the answer.
+//
+// Code of the caller's runs on the reconciler's goroutine before the
+// answer is written (an observer of the phase, an error's methods, a
+// response's Cut): one that calls runtime.Goexit there leaves the record
+// as a query that cannot tell would (see [Reconciler.leaveRecord]), so
+// that its attempt is counted honestly and, on the last one, it is given
+// up on with a note.
+func (r *Reconciler) converge(ctx context.Context, rec Record, acquired time.Time) (ReconcileStats, error) {
+	rt := r.rt
+	q, ok := rt.query(rec.ID.Operation)
 	if !ok { // unregistered since the batch was taken: let it go
 		_, err := rt.store.Transition(ctx, TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version, To: StateUnknown})
-		st.StillUnknown++
-		return st, ignoreLeaseLost(err)
+		return ReconcileStats{Acquired: 1, StillUnknown: 1}, ignoreLeaseLost(err)
 	}
 	if q.run == nil {
 		return r.resolveNoQuery(ctx, rec, q)
 	}
+	written, returned := false, false
+	defer func() {
+		if !returned && !written {
+			r.leaveRecord(ctx, rec)
+		}
+	}()
+	st, err := r.ask(ctx, rec, q, acquired, &written)
+	returned = true
+	return st, err
+}
+
+// leaveRecord writes what a query that cannot tell leaves, for a record
+// whose convergence did not return before its answer was written.
+func (r *Reconciler) leaveRecord(ctx context.Context, rec Record) {
+	rt := r.rt
+	tp := TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version, To: StateUnknown,
+		Lease: r.backoff(rec.Attempts), Token: rt.newToken()}
+	if rec.Attempts >= r.cfg.maxAttempts {
+		tp.Note = fmt.Sprintf("reconcile gave up after %d attempts: the last one did not return (runtime.Goexit in code of the caller's)", rec.Attempts)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.completionTimeout)
+	defer cancel()
+	err := retryWrite(cctx, false, func(wctx context.Context) error {
+		_, err := rt.store.Transition(wctx, tp)
+		return err
+	}, nil)
+	rt.cfg.logger.ErrorContext(ctx, "idem: reconcile: the record's convergence did not return (runtime.Goexit in code of the caller's); left UNKNOWN as for a query that cannot tell",
+		"operation", rec.ID.Operation, "key", rec.ID.Key, "attempts", rec.Attempts, "gave_up", tp.Note != "", "err", err)
+}
+
+// ask runs one record's query and writes its answer; *written is set once
+// the write has returned.
+func (r *Reconciler) ask(ctx context.Context, rec Record, q registeredQuery, acquired time.Time, written *bool) (ReconcileStats, error) {
+	st := ReconcileStats{Acquired: 1}
+	rt, op := r.rt, rec.ID.Operation
+	// The batch's records are asked one after another under one lease: a
+	// record whose turn comes late (slow queries before it) has its lease
+	// renewed first, so that its query never runs, nor its answer is
+	// written, after another reconciler could have acquired it.
+	if time.Since(acquired) > r.cfg.lease/2 && context.Cause(ctx) == nil {
+		sent := time.Now()
+		if _, err := rt.store.Renew(ctx, RenewParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version, Lease: r.cfg.lease}); err != nil {
+			*written = true // nothing to leave: not this reconciler's, or left to its lease
+			if errors.Is(err, ErrLeaseLost) {
+				st.LeaseLost++
+				return st, nil
+			}
+			return st, fmt.Errorf("idem: reconciler: %s %q: renewing the lease before its query: %w", op, rec.ID.Key, err)
+		}
+		acquired = sent
+	}
 	start := time.Now()
+	// The query and the wait for it end before the lease could: its
+	// answer is written under the lease the record was asked under.
+	timeout := min(rt.cfg.queryTimeout, max(r.cfg.lease-time.Since(acquired)-r.cfg.lease/10-queryGrace, r.cfg.lease/4))
 	// The query runs in the record's scope, as the effect did: a
 	// tenant-scoped downstream looks the effect up by it.
-	qctx, cancel := context.WithTimeout(withAttempt(WithScope(ctx, rec.ID.Scope), rec.ID, rec.Version, true), min(rt.cfg.queryTimeout, r.cfg.lease))
+	qctx, cancel := context.WithTimeout(withAttempt(WithScope(ctx, rec.ID.Scope), rec.ID, rec.Version, true), timeout)
 	var resp []byte
 	var short responseCutter
 	var outcome Outcome
@@ -333,6 +394,7 @@ func (r *Reconciler) converge(ctx context.Context, rec Record) (ReconcileStats, 
 		}
 		return err
 	}, nil)
+	*written = true
 	if errors.Is(err, ErrLeaseLost) {
 		st.LeaseLost++
 		rt.emit(ctx, Event{Kind: EventLeaseLost, Operation: op, State: StateUnknown, Err: err})
