@@ -1,13 +1,11 @@
 package runtime_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	goruntime "runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,24 +18,6 @@ type failingTransitions struct{ *memstore.Store }
 
 func (failingTransitions) Transition(context.Context, runtime.TransitionParams) (int64, error) {
 	return 0, errors.New("store unreachable")
-}
-
-// lockedBuffer is a bytes.Buffer a logger and a test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestAbandonLogSaysWhatHappened: a call that leaves before its outcome is
@@ -54,7 +34,7 @@ func TestAbandonLogSaysWhatHappened(t *testing.T) {
 		{"store fails", failingTransitions{memstore.New()}, "recording UNKNOWN failed", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs lockedBuffer
+			var logs syncBuffer
 			rt, err := runtime.New(tc.store, runtime.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
 				runtime.WithCompletionTimeout(200*time.Millisecond))
 			if err != nil {
