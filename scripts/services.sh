@@ -76,6 +76,7 @@ start_postgres() {
 		[ "$try" -eq 3 ] && { cat "$dir/server.log" >&2; return 1; }
 	done
 	_started+=("postgres")
+	PG_PORT=$port
 	export IDEM_TEST_POSTGRES_URL="postgres://idem@127.0.0.1:$port/postgres?sslmode=disable"
 }
 
