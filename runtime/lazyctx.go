@@ -59,9 +59,26 @@ func (c *effectCtx) materialize() context.Context {
 }
 
 // cancelCause cancels the context with cause, as a CancelCauseFunc does.
+//
+// It runs on the renewals' goroutine (the lease rule stopping the effect),
+// so it calls no code of the caller's before the context is cancelled: a
+// context not made yet is made detached from the parent's cancellation
+// (context.WithoutCancel, whose Done is nil: the parent's Done, which the
+// usual making calls and which may block or call runtime.Goexit, is never
+// called), as it is cancelled at once. Once cancelled, its Err and cause
+// never change, so the parent's own cancellation has nothing left to do.
 func (c *effectCtx) cancelCause(cause error) {
-	c.materialize()
-	c.cancel(cause)
+	c.mu.Lock()
+	if !c.ready.Load() {
+		c.inner, c.cancel = context.WithCancelCause(context.WithoutCancel(c.parent))
+		if c.released.Load() {
+			c.cancel(nil)
+		}
+		c.ready.Store(true)
+	}
+	cancel := c.cancel
+	c.mu.Unlock()
+	cancel(cause)
 }
 
 // release ends the context, as the deferred cancel(nil) of a
