@@ -413,12 +413,14 @@ func (r *Reconciler) ask(ctx context.Context, rec Record, q registeredQuery, acq
 		if release {
 			return rt.store.Release(wctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})
 		}
-		wtp := tp // each try from the answer's own record (the size rule shrinks its copy)
+		// The size rule shrinks tp in place, so a retry resends the write
+		// that may have been applied (a store knows it by its token only
+		// once it accepts its size), as a call's completion does.
 		var err error
 		if tp.To == StateSuccess && short != nil {
-			_, err = fitTransition(wctx, rt.store, &wtp, short) // the size rule, with the response's short form
+			_, err = fitTransition(wctx, rt.store, &tp, short) // the size rule, with the response's short form
 		} else {
-			_, err = rt.transitionStore(wctx, &wtp)
+			_, err = rt.transitionStore(wctx, &tp)
 		}
 		return err
 	}, nil)
@@ -429,7 +431,18 @@ func (r *Reconciler) ask(ctx context.Context, rec Record, q registeredQuery, acq
 		return st, nil
 	}
 	if err != nil {
-		return st, fmt.Errorf("idem: reconciler: %s %q: recording the outcome: %w", op, rec.ID.Key, err)
+		err = fmt.Errorf("idem: reconciler: %s %q: recording the outcome: %w", op, rec.ID.Key, err)
+		if rec.Attempts >= r.cfg.maxAttempts {
+			// Its last attempt is used and no reconciler acquires it
+			// again: it stays UNKNOWN, listed by its attempts (idemctl
+			// list -gave-up), with no note (the store refused it). It is
+			// reported here, as a record given up on.
+			st.GaveUp++
+			rt.emit(ctx, Event{Kind: EventReconcileGaveUp, Operation: op, State: StateUnknown, Err: err})
+			rt.cfg.logger.ErrorContext(ctx, "idem: giving up reconciling: the answer of the record's last attempt could not be written; it stays UNKNOWN and needs a human",
+				"operation", op, "key", rec.ID.Key, "scope", rec.ID.Scope, "attempts", rec.Attempts, "outcome", outcome, "err", err)
+		}
+		return st, err
 	}
 	switch {
 	case release:
@@ -519,10 +532,20 @@ func (r *Reconciler) resolveNoQuery(ctx context.Context, rec Record, q registere
 func (r *Reconciler) backoff(attempts int32) time.Duration {
 	d := r.cfg.baseBackoff
 	for i := int32(1); i < attempts && d < r.cfg.maxBackoff; i++ {
+		if d > r.cfg.maxBackoff/2 { // doubling would pass the maximum, or overflow
+			d = r.cfg.maxBackoff
+			break
+		}
 		d *= 2
 	}
 	d = min(d, r.cfg.maxBackoff)
-	return max(time.Duration(r.cfg.rand()*float64(d)), 10*time.Millisecond)
+	// float64(d) may round up past the largest Duration: a product that
+	// does not convert back is d itself.
+	j := time.Duration(r.cfg.rand() * float64(d))
+	if j < 0 || j > d {
+		j = d
+	}
+	return max(j, 10*time.Millisecond)
 }
 
 // askQuery runs a registered query on a goroutine of its own and waits for
