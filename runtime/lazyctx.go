@@ -36,42 +36,72 @@ type effectCtx struct {
 func (c *effectCtx) init(parent context.Context, id Identity, token int64, takenOver bool, scope string) {
 	c.parent = parent
 	c.a = attempt{id: id, token: token, takenOver: takenOver}
-	if scope != "" && ScopeFrom(parent) != scope {
-		c.scope, c.hasScope = scopeCtx{scope: scope}, true
-	}
+	// The call's scope is answered by this context itself, whatever the
+	// parent carries: looking the parent's up would call code of the
+	// caller's (its Value) between the lease's last check and the effect.
+	c.scope, c.hasScope = scopeCtx{scope: scope}, scope != ""
 }
 
 // materialize makes the cancelCtx this context stands for.
+//
+// Making it calls code of the caller's (the parent's Done and Value, which
+// may block or call runtime.Goexit), so it is made outside the lock that
+// [effectCtx.cancelCause] takes: the lease rule's stop never waits on it. A
+// context made meanwhile by the stop (or by another goroutine) wins; this
+// one is dropped.
 func (c *effectCtx) materialize() context.Context {
 	if c.ready.Load() {
 		return c.inner
 	}
+	inner, cancel := context.WithCancelCause(c.parent)
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	if c.ready.Load() {
+		c.mu.Unlock()
+		cancel(nil)
+		return c.inner
+	}
+	c.inner, c.cancel = inner, cancel
+	c.ready.Store(true)
+	released := c.released.Load()
+	c.mu.Unlock()
+	if released {
+		cancel(nil)
+	}
+	return inner
+}
+
+// cancelCause cancels the context with cause, as a CancelCauseFunc does.
+//
+// It runs on the renewals' goroutine (the lease rule stopping the effect),
+// so it calls no code of the caller's before the context is cancelled: a
+// context not made yet is made detached from the parent's cancellation
+// (context.WithoutCancel, whose Done is nil: the parent's Done, which the
+// usual making calls and which may block or call runtime.Goexit, is never
+// called), as it is cancelled at once. Once cancelled, its Err and cause
+// never change, so the parent's own cancellation has nothing left to do.
+func (c *effectCtx) cancelCause(cause error) {
+	c.mu.Lock()
 	if !c.ready.Load() {
-		c.inner, c.cancel = context.WithCancelCause(c.parent)
+		c.inner, c.cancel = context.WithCancelCause(context.WithoutCancel(c.parent))
 		if c.released.Load() {
 			c.cancel(nil)
 		}
 		c.ready.Store(true)
 	}
-	return c.inner
-}
-
-// cancelCause cancels the context with cause, as a CancelCauseFunc does.
-func (c *effectCtx) cancelCause(cause error) {
-	c.materialize()
-	c.cancel(cause)
+	cancel := c.cancel
+	c.mu.Unlock()
+	cancel(cause)
 }
 
 // release ends the context, as the deferred cancel(nil) of a
 // WithCancelCause does.
 func (c *effectCtx) release() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.released.Store(true)
-	if c.ready.Load() {
-		c.cancel(nil)
+	ready, cancel := c.ready.Load(), c.cancel
+	c.mu.Unlock()
+	if ready {
+		cancel(nil) // may call the parent's code (its Done, its Value), outside the lock
 	}
 }
 

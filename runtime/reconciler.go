@@ -278,7 +278,7 @@ func (r *Reconciler) converge(ctx context.Context, rec Record, acquired time.Tim
 	written, returned := false, false
 	defer func() {
 		if !returned && !written {
-			r.leaveRecord(ctx, rec)
+			r.leaveRecord(ctx, rec, errConvergenceExited)
 		}
 	}()
 	st, err := r.ask(ctx, rec, q, acquired, &written)
@@ -287,13 +287,15 @@ func (r *Reconciler) converge(ctx context.Context, rec Record, acquired time.Tim
 }
 
 // leaveRecord writes what a query that cannot tell leaves, for a record
-// whose convergence did not return before its answer was written.
-func (r *Reconciler) leaveRecord(ctx context.Context, rec Record) {
+// whose query was not asked or whose answer was not written (why): its
+// attempt counted, and on the last one given up on, with a note, and
+// reported. It reports whether it gave up.
+func (r *Reconciler) leaveRecord(ctx context.Context, rec Record, why error) (gaveUp bool) {
 	rt := r.rt
 	tp := TransitionParams{ID: rec.ID, From: StateUnknown, Owner: r.cfg.owner, Version: rec.Version, To: StateUnknown,
 		Lease: r.backoff(rec.Attempts), Token: rt.newToken()}
 	if rec.Attempts >= r.cfg.maxAttempts {
-		tp.Note = fmt.Sprintf("reconcile gave up after %d attempts: the last one did not return (runtime.Goexit in code of the caller's)", rec.Attempts)
+		tp.Note = fmt.Sprintf("reconcile gave up after %d attempts: %s", rec.Attempts, errorText(why))
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.completionTimeout)
 	defer cancel()
@@ -301,8 +303,13 @@ func (r *Reconciler) leaveRecord(ctx context.Context, rec Record) {
 		_, err := rt.store.Transition(wctx, tp)
 		return err
 	}, nil)
-	rt.cfg.logger.ErrorContext(ctx, "idem: reconcile: the record's convergence did not return (runtime.Goexit in code of the caller's); left UNKNOWN as for a query that cannot tell",
-		"operation", rec.ID.Operation, "key", rec.ID.Key, "attempts", rec.Attempts, "gave_up", tp.Note != "", "err", err)
+	gaveUp = err == nil && tp.Note != ""
+	rt.cfg.logger.ErrorContext(ctx, "idem: reconcile: the record was left UNKNOWN as for a query that cannot tell",
+		"operation", rec.ID.Operation, "key", rec.ID.Key, "attempts", rec.Attempts, "gave_up", gaveUp, "why", why, "err", err)
+	if gaveUp {
+		rt.emit(ctx, Event{Kind: EventReconcileGaveUp, Operation: rec.ID.Operation, State: StateUnknown, Err: why})
+	}
+	return gaveUp
 }
 
 // ask runs one record's query and writes its answer; *written is set once
@@ -310,26 +317,47 @@ func (r *Reconciler) leaveRecord(ctx context.Context, rec Record) {
 func (r *Reconciler) ask(ctx context.Context, rec Record, q registeredQuery, acquired time.Time, written *bool) (ReconcileStats, error) {
 	st := ReconcileStats{Acquired: 1}
 	rt, op := r.rt, rec.ID.Operation
-	// The batch's records are asked one after another under one lease: a
-	// record whose turn comes late (slow queries before it) has its lease
-	// renewed first, so that its query never runs, nor its answer is
-	// written, after another reconciler could have acquired it.
-	if time.Since(acquired) > r.cfg.lease/2 && context.Cause(ctx) == nil {
+	// The batch's records are asked one after another under one lease. The
+	// query, the wait for its answer (grace) and a tenth of the lease for
+	// the answer's write must fit in what is left of the lease, counted
+	// from when the write that granted it was sent: a record whose turn
+	// comes late (slow queries before it) has its lease renewed first, so
+	// that its query never runs, nor its answer is written, after another
+	// reconciler could have acquired it.
+	grace := r.grace()
+	want := min(rt.cfg.queryTimeout, r.cfg.lease-r.cfg.lease/10-grace)
+	left := func() time.Duration { return r.cfg.lease - time.Since(acquired) - r.cfg.lease/10 - grace }
+	if left() < want/2 && context.Cause(ctx) == nil {
 		sent := time.Now()
-		if _, err := rt.store.Renew(ctx, RenewParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version, Lease: r.cfg.lease}); err != nil {
-			*written = true // nothing to leave: not this reconciler's, or left to its lease
-			if errors.Is(err, ErrLeaseLost) {
+		rctx, rcancel := context.WithTimeout(ctx, r.cfg.lease/10)
+		_, err := rt.store.Renew(rctx, RenewParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version, Lease: r.cfg.lease})
+		rcancel()
+		if err == nil {
+			acquired = sent
+			if left() < want/4 { // the renewal's reply came too late to use it
+				err = fmt.Errorf("its reply came %v after it was sent", time.Since(sent).Round(time.Millisecond))
+			}
+		}
+		if err != nil {
+			*written = true
+			if errors.Is(err, ErrLeaseLost) { // another reconciler's now
 				st.LeaseLost++
 				return st, nil
 			}
-			return st, fmt.Errorf("idem: reconciler: %s %q: renewing the lease before its query: %w", op, rec.ID.Key, err)
+			// Its query is not asked; the attempt acquiring it used is
+			// counted, and on the last one it is given up on and reported.
+			if r.leaveRecord(ctx, rec, fmt.Errorf("idem: reconciler: renewing the lease before its query: %w", err)) {
+				st.GaveUp++
+			} else {
+				st.StillUnknown++
+			}
+			return st, nil
 		}
-		acquired = sent
 	}
 	start := time.Now()
 	// The query and the wait for it end before the lease could: its
 	// answer is written under the lease the record was asked under.
-	timeout := min(rt.cfg.queryTimeout, max(r.cfg.lease-time.Since(acquired)-r.cfg.lease/10-queryGrace, r.cfg.lease/4))
+	timeout := min(want, max(left(), 0))
 	// The query runs in the record's scope, as the effect did: a
 	// tenant-scoped downstream looks the effect up by it.
 	qctx, cancel := context.WithTimeout(withAttempt(WithScope(ctx, rec.ID.Scope), rec.ID, rec.Version, true), timeout)
@@ -344,7 +372,7 @@ func (r *Reconciler) ask(ctx context.Context, rec Record, q registeredQuery, acq
 		// record is given up on, and reported, with this note.
 		outcome, qerr = OutcomeUnknown, fmt.Errorf("idem: reconciler: stopped before asking the query: %w", cerr)
 	} else {
-		resp, short, outcome, qerr = askQuery(qctx, q, rec.Request)
+		resp, short, outcome, qerr = askQuery(qctx, q, rec.Request, grace)
 	}
 	cancel()
 	rt.phase(ctx, op, PhaseReconcile, start)
@@ -385,12 +413,14 @@ func (r *Reconciler) ask(ctx context.Context, rec Record, q registeredQuery, acq
 		if release {
 			return rt.store.Release(wctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})
 		}
-		wtp := tp // each try from the answer's own record (the size rule shrinks its copy)
+		// The size rule shrinks tp in place, so a retry resends the write
+		// that may have been applied (a store knows it by its token only
+		// once it accepts its size), as a call's completion does.
 		var err error
 		if tp.To == StateSuccess && short != nil {
-			_, err = fitTransition(wctx, rt.store, &wtp, short) // the size rule, with the response's short form
+			_, err = fitTransition(wctx, rt.store, &tp, short) // the size rule, with the response's short form
 		} else {
-			_, err = rt.transitionStore(wctx, &wtp)
+			_, err = rt.transitionStore(wctx, &tp)
 		}
 		return err
 	}, nil)
@@ -401,7 +431,18 @@ func (r *Reconciler) ask(ctx context.Context, rec Record, q registeredQuery, acq
 		return st, nil
 	}
 	if err != nil {
-		return st, fmt.Errorf("idem: reconciler: %s %q: recording the outcome: %w", op, rec.ID.Key, err)
+		err = fmt.Errorf("idem: reconciler: %s %q: recording the outcome: %w", op, rec.ID.Key, err)
+		if rec.Attempts >= r.cfg.maxAttempts {
+			// Its last attempt is used and no reconciler acquires it
+			// again: it stays UNKNOWN, listed by its attempts (idemctl
+			// list -gave-up), with no note (the store refused it). It is
+			// reported here, as a record given up on.
+			st.GaveUp++
+			rt.emit(ctx, Event{Kind: EventReconcileGaveUp, Operation: op, State: StateUnknown, Err: err})
+			rt.cfg.logger.ErrorContext(ctx, "idem: giving up reconciling: the answer of the record's last attempt could not be written; it stays UNKNOWN and needs a human",
+				"operation", op, "key", rec.ID.Key, "scope", rec.ID.Scope, "attempts", rec.Attempts, "outcome", outcome, "err", err)
+		}
+		return st, err
 	}
 	switch {
 	case release:
@@ -491,10 +532,20 @@ func (r *Reconciler) resolveNoQuery(ctx context.Context, rec Record, q registere
 func (r *Reconciler) backoff(attempts int32) time.Duration {
 	d := r.cfg.baseBackoff
 	for i := int32(1); i < attempts && d < r.cfg.maxBackoff; i++ {
+		if d > r.cfg.maxBackoff/2 { // doubling would pass the maximum, or overflow
+			d = r.cfg.maxBackoff
+			break
+		}
 		d *= 2
 	}
 	d = min(d, r.cfg.maxBackoff)
-	return max(time.Duration(r.cfg.rand()*float64(d)), 10*time.Millisecond)
+	// float64(d) may round up past the largest Duration: a product that
+	// does not convert back is d itself.
+	j := time.Duration(r.cfg.rand() * float64(d))
+	if j < 0 || j > d {
+		j = d
+	}
+	return max(j, 10*time.Millisecond)
 }
 
 // askQuery runs a registered query on a goroutine of its own and waits for
@@ -505,7 +556,7 @@ func (r *Reconciler) backoff(attempts int32) time.Duration {
 // reconciler's pass, or holding the rest of its batch, acquired and
 // unqueried, past their lease. A hung query's goroutine is left to end
 // when it returns; its answer is dropped.
-func askQuery(ctx context.Context, q registeredQuery, request []byte) (resp []byte, short responseCutter, o Outcome, err error) {
+func askQuery(ctx context.Context, q registeredQuery, request []byte, grace time.Duration) (resp []byte, short responseCutter, o Outcome, err error) {
 	type answer struct {
 		resp  []byte
 		short responseCutter
@@ -530,24 +581,29 @@ func askQuery(ctx context.Context, q registeredQuery, request []byte) (resp []by
 		return a.resp, a.short, a.o, a.err
 	case <-ctx.Done():
 	}
-	grace := time.NewTimer(queryGrace)
-	defer grace.Stop()
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
 	select {
 	case a := <-done:
 		return a.resp, a.short, a.o, a.err
-	case <-grace.C:
-		return nil, nil, OutcomeUnknown, fmt.Errorf("%w: no answer %v after its context ended (%v)", errQueryHung, queryGrace, context.Cause(ctx))
+	case <-timer.C:
+		return nil, nil, OutcomeUnknown, fmt.Errorf("%w: no answer %v after its context ended (%v)", errQueryHung, grace, context.Cause(ctx))
 	}
 }
 
 // queryGrace is how long the reconciler waits for a query's answer after
-// the query's context ended: a query that honours its context answers
-// within it.
+// the query's context ended (a query that honours its context answers
+// within it): at most a quarter of the reconcile lease.
 const queryGrace = 100 * time.Millisecond
+
+func (r *Reconciler) grace() time.Duration { return min(queryGrace, r.cfg.lease/4) }
 
 var (
 	errQueryExited = errors.New("idem: reconciler: the query did not return (runtime.Goexit)")
 	errQueryHung   = errors.New("idem: reconciler: the query ignored its context")
+	// errConvergenceExited: code of the caller's called runtime.Goexit
+	// before the record's answer was written.
+	errConvergenceExited = errors.New("idem: reconciler: the record's convergence did not return (runtime.Goexit in code of the caller's)")
 )
 
 func runRegisteredQuery(ctx context.Context, q registeredQuery, request []byte) (resp []byte, short responseCutter, o Outcome, err error) {
