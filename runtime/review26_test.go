@@ -30,7 +30,6 @@ func (c r26BlockingDoneCtx) Done() <-chan struct{} {
 	return c.Context.Done()
 }
 
-
 // Row 25.37 (c): "no code of the caller's runs before the effect is
 // stopped". The stop (effectCtx.cancelCause, on the renewals' goroutine)
 // takes the effect context's mutex; making the context lazily
@@ -122,7 +121,6 @@ func TestR26StopWaitsOnCallerDoneInWatcher(t *testing.T) {
 		t.Fatalf("A's effect ran beside B's: the lease rule's stop waited on the effect context's lock, held by a goroutine blocked in the caller's Done while making the context (row 25.37 (c)); A's effect saw its context end at %v", time.Duration(aStopped.Load()))
 	}
 }
-
 
 // r26TransitionDown fails every Transition once on (a store outage longer
 // than the completion timeout).
