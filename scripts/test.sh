@@ -76,7 +76,7 @@ bg_test() {
 # timeout, prints both outputs and fails when either failed.
 pg_split='^(TestConformance.*|TestNetworkFaults.*|TestCrashProcesses|TestSimulation.*|TestSimDoors|TestH36.*)$'
 pgstore_split() {
-	local bin="$SERVICES_DIR/pgstore.test" status=0 a b
+	local bin="$SERVICES_DIR/pgstore.test" status=0 a b start=$SECONDS
 	go test -c -race -vet=off -o "$bin" ./runtime/pgstore || return
 	(cd runtime/pgstore && exec "$bin" -test.timeout 20m -test.paniconexit0 -test.run "$pg_split") >"$SERVICES_DIR/pgstore-a.log" 2>&1 &
 	a=$!
@@ -84,11 +84,11 @@ pgstore_split() {
 		exec "$bin" -test.timeout 20m -test.paniconexit0 -test.skip "$pg_split") >"$SERVICES_DIR/pgstore-b.log" 2>&1 &
 	b=$!
 	wait "$a" || status=$?
-	echo "runtime/pgstore, the tests $pg_split: exit $status"
+	echo "runtime/pgstore, the tests $pg_split: exit $status, $((SECONDS - start)) s after the build began"
 	cat "$SERVICES_DIR/pgstore-a.log"
 	local sb=0
 	wait "$b" || sb=$?
-	echo "runtime/pgstore, the other tests (database idem_b): exit $sb"
+	echo "runtime/pgstore, the other tests (database idem_b): exit $sb, $((SECONDS - start)) s after the build began"
 	cat "$SERVICES_DIR/pgstore-b.log"
 	[ "$status" -eq 0 ] && [ "$sb" -eq 0 ]
 }
