@@ -348,7 +348,10 @@ type run struct {
 	excused    []Violation
 	// stall is the run's longest measured scheduler stall, set before
 	// check.
-	stall  time.Duration
+	stall time.Duration
+	// watch measures the stalls (set before the store is used): the
+	// scheduler's lateness, and the unfaulted renewals' durations.
+	watch  *stall.Watch
 	n      atomic.Int64
 	gaveUp int
 	t0     time.Time
@@ -800,6 +803,7 @@ func (r *run) run() Report {
 	r.t0 = start
 	watch := stall.Start()
 	defer watch.Stop()
+	r.watch = watch
 	r.schedule()
 	if err := r.setup(); err != nil {
 		r.t.Fatalf("doors: setup: %v", err)
@@ -1244,7 +1248,10 @@ func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Tim
 	d := r.renewing[p.ID]
 	r.mu.Unlock()
 	if d == nil {
-		return f.Store.Renew(ctx, p)
+		// An unfaulted renewal that answers late was starved (the
+		// machine, or the server beside it): it counts as a stall, as
+		// the scheduler's own lateness does (stall.TimedRenew).
+		return stall.TimedRenew{Store: f.Store, W: r.watch}.Renew(ctx, p)
 	}
 	ident := r.ident(d.req)
 	r.mu.Lock()
