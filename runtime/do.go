@@ -460,7 +460,10 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 	// A lease this worker stopped its effect for, unconfirmed, was not
 	// taken over (yet): the outcome is recorded as UNKNOWN like any
 	// cancellation, by compare-and-set.
-	cause := context.Cause(effCtx)
+	// The lease is judged by the cause the runtime stopped the effect
+	// with, not the context's, which a caller's context can carry in (an
+	// outer call's lost lease).
+	cause := effCtx.stopCause()
 	leaseLost := cause != nil && errors.Is(cause, ErrLeaseLost) && !isUnconfirmed(cause)
 	to := ex.classify(err, panicked != nil)
 	ex.run.tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version, To: to}
@@ -1017,7 +1020,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	resp, outcome, qerr := ex.runQuery(tctx)
 	tcancel()
 	rt.phase(ctx, op, PhaseQuery, start)
-	if cause := context.Cause(qctx); errors.Is(cause, ErrLeaseLost) {
+	if cause := qctx.stopCause(); errors.Is(cause, ErrLeaseLost) { // this call's lease, not an outer call's
 		rt.emit(ctx, Event{Kind: EventLeaseLost, Operation: op, State: rec.State, Err: cause})
 		return zero, fmt.Errorf("%w: %s %q: another worker took over (version %d) while the query ran", ErrLeaseLost, op, ex.id.Key, rec.Version)
 	}

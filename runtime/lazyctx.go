@@ -21,25 +21,29 @@ import (
 type effectCtx struct {
 	parent context.Context
 	a      attempt
-	// scope, when set, is the call's [Call.Scope], which the parent does
-	// not carry.
-	scope    scopeCtx
-	hasScope bool
+	// scope, when its scope is not "", is the call's [Call.Scope].
+	scope scopeCtx
 
 	mu       sync.Mutex
 	ready    atomic.Bool // inner is made
 	released atomic.Bool // the call ended: cancelled with no cause
 	inner    context.Context
 	cancel   context.CancelCauseFunc
+	// stopped is the cause the runtime stopped the effect with
+	// ([effectCtx.cancelCause]: the lease rule), whatever the context's
+	// own cause (the caller's, when its context ended first, or one it
+	// carried in: an outer call's lost lease). A pointer: [running] keeps
+	// to its size class.
+	stopped *error
 }
 
 func (c *effectCtx) init(parent context.Context, id Identity, token int64, takenOver bool, scope string) {
-	c.parent = parent
+	c.parent, c.stopped = parent, nil
 	c.a = attempt{id: id, token: token, takenOver: takenOver}
 	// The call's scope is answered by this context itself, whatever the
 	// parent carries: looking the parent's up would call code of the
 	// caller's (its Value) between the lease's last check and the effect.
-	c.scope, c.hasScope = scopeCtx{scope: scope}, scope != ""
+	c.scope = scopeCtx{scope: scope}
 }
 
 // materialize makes the cancelCtx this context stands for.
@@ -53,7 +57,16 @@ func (c *effectCtx) materialize() context.Context {
 	if c.ready.Load() {
 		return c.inner
 	}
-	inner, cancel := context.WithCancelCause(c.parent)
+	var inner context.Context
+	var cancel context.CancelCauseFunc
+	if c.released.Load() {
+		// Made after the call ended (a goroutine the effect left behind):
+		// it ended with the call, Canceled, whatever the parent did since.
+		inner, cancel = context.WithCancelCause(context.WithoutCancel(c.parent))
+		cancel(nil)
+	} else {
+		inner, cancel = context.WithCancelCause(c.parent)
+	}
 	c.mu.Lock()
 	if c.ready.Load() {
 		c.mu.Unlock()
@@ -88,9 +101,24 @@ func (c *effectCtx) cancelCause(cause error) {
 		}
 		c.ready.Store(true)
 	}
+	if c.stopped == nil {
+		c.stopped = &cause
+	}
 	cancel := c.cancel
 	c.mu.Unlock()
 	cancel(cause)
+}
+
+// stopCause is the cause the runtime stopped the effect with (nil when it
+// did not): what the runtime judges its own lease by, never the context's
+// cause, which a caller's context can carry in.
+func (c *effectCtx) stopCause() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped == nil {
+		return nil
+	}
+	return *c.stopped
 }
 
 // release ends the context, as the deferred cancel(nil) of a
@@ -116,14 +144,20 @@ func (c *effectCtx) Err() error {
 	case c.released.Load():
 		return context.Canceled
 	}
-	return c.parent.Err()
+	if c.parent.Err() != nil {
+		// The parent ended: the context is made now, on the effect's
+		// goroutine, so that its error and cause, once seen, never change
+		// (a stop by the lease rule afterwards finds it cancelled).
+		return c.materialize().Err()
+	}
+	return nil
 }
 
 func (c *effectCtx) Value(key any) any {
 	switch {
 	case key == any(attemptKey):
 		return &c.a
-	case c.hasScope && key == any(scopeKey):
+	case c.scope.scope != "" && key == any(scopeKey):
 		return &c.scope
 	}
 	// Until it is made or cancelled, the cancelCtx would answer every

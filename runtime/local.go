@@ -197,7 +197,7 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 	// was taken over meanwhile.
 	hb.completing.Store(true)
 	hb.stop()
-	cause := context.Cause(effCtx)
+	cause := effCtx.stopCause() // this call's lease, not a cause the caller's context carried in
 	leaseLost := cause != nil && errors.Is(cause, ErrLeaseLost) && !isUnconfirmed(cause)
 
 	if panicked == nil && err == nil && !leaseLost {

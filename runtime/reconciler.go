@@ -89,7 +89,8 @@ func ReconcileMaxAttempts(n int) ReconcilerOption {
 }
 
 // ReconcileBackoff sets the backoff after an inconclusive query: base ×
-// 2^(attempts-1), capped at max, with full jitter (defaults 1s and 10m).
+// 2^(attempts-1), capped at max, with full jitter, and never under 10 ms,
+// whatever max (defaults 1s and 10m).
 func ReconcileBackoff(base, max time.Duration) ReconcilerOption {
 	return func(c *reconcilerConfig) error {
 		if base <= 0 || max < base {
@@ -303,11 +304,14 @@ func (r *Reconciler) leaveRecord(ctx context.Context, rec Record, why error) (ga
 		_, err := rt.store.Transition(wctx, tp)
 		return err
 	}, nil)
-	gaveUp = err == nil && tp.Note != ""
+	// On its last attempt the record is given up on: with its note, or,
+	// when the store would not take the write (no reconciler acquires it
+	// again either way), without, and reported all the same.
+	gaveUp = tp.Note != ""
 	rt.cfg.logger.ErrorContext(ctx, "idem: reconcile: the record was left UNKNOWN as for a query that cannot tell",
-		"operation", rec.ID.Operation, "key", rec.ID.Key, "attempts", rec.Attempts, "gave_up", gaveUp, "why", why, "err", err)
+		"operation", rec.ID.Operation, "key", rec.ID.Key, "scope", rec.ID.Scope, "attempts", rec.Attempts, "gave_up", gaveUp, "why", why, "err", err)
 	if gaveUp {
-		rt.emit(ctx, Event{Kind: EventReconcileGaveUp, Operation: rec.ID.Operation, State: StateUnknown, Err: why})
+		rt.emit(ctx, Event{Kind: EventReconcileGaveUp, Operation: rec.ID.Operation, State: StateUnknown, Err: errors.Join(why, err)})
 	}
 	return gaveUp
 }
