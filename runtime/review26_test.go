@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/stall"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/memstore"
 )
@@ -28,6 +29,19 @@ func (c r26BlockingDoneCtx) Done() <-chan struct{} {
 		<-c.release
 	}
 	return c.Context.Done()
+}
+
+// stalledPast reports whether the process stalled for margin or more while
+// w watched (a machine with every core busy): a lease kept by renewals, and
+// the lease rule's stop a tenth of a lease before expiry, hold only for a
+// process that runs on time, so such a run is not counted (logged).
+func stalledPast(t *testing.T, w *stall.Watch, margin time.Duration, what string) bool {
+	t.Helper()
+	if worst := w.Stop(); worst >= margin {
+		t.Logf("%s, while the process stalled for up to %v (margin %v; the machine's load): not counted", what, worst, margin)
+		return true
+	}
+	return false
 }
 
 // Row 25.37 (c): "no code of the caller's runs before the effect is
@@ -58,6 +72,8 @@ func TestR26StopWaitsOnCallerDoneInWatcher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	starved := stall.Start()
+	defer starved.Stop()
 	var running, overlap atomic.Int32
 	var armed atomic.Bool
 	release := make(chan struct{})
@@ -116,6 +132,9 @@ func TestR26StopWaitsOnCallerDoneInWatcher(t *testing.T) {
 	case <-doneA:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("A's call did not return 10 s after the caller's Done was released")
+	}
+	if overlap.Load() != 0 && stalledPast(t, starved, 15*time.Millisecond, "A's effect ran beside B's") {
+		return
 	}
 	if overlap.Load() != 0 {
 		t.Fatalf("A's effect ran beside B's: the lease rule's stop waited on the effect context's lock, held by a goroutine blocked in the caller's Done while making the context (row 25.37 (c)); A's effect saw its context end at %v", time.Duration(aStopped.Load()))
@@ -307,6 +326,8 @@ func r26ScopeValueCase(t *testing.T, failA bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	starved := stall.Start()
+	defer starved.Stop()
 	t0 := time.Now()
 	var bRunning, overlap atomic.Int32
 	var aLive atomic.Int32
@@ -349,6 +370,9 @@ func r26ScopeValueCase(t *testing.T, failA bool) {
 		Effect: func(ctx context.Context, _ string) (int, error) { return effect(ctx, "B") }})
 	t.Logf("B: %v", err)
 	<-doneA
+	if overlap.Load() != 0 && stalledPast(t, starved, 15*time.Millisecond, "A's effect ran beside B's") {
+		return
+	}
 	if overlap.Load() != 0 {
 		t.Fatalf("A's effect ran, with a live context, beside B's: A's lease was checked before the caller's Value blocked (effectCtx.init's ScopeFrom), and the effect started after the lease ran out and B took over")
 	}
