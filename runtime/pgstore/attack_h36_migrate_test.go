@@ -348,6 +348,7 @@ func TestH36MigrateUnmarkedBigTableStallsTraffic(t *testing.T) {
 			var modes []string
 			if err := p.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT mode || CASE WHEN granted THEN '' ELSE ' (waiting)' END), '{}')
 				FROM pg_locks WHERE locktype = 'relation' AND relation = $1::regclass
+				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 				AND mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')`,
 				s[0]+".idem_records").Scan(&modes); err != nil {
 				if ctx.Err() == nil {

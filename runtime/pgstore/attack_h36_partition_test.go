@@ -167,7 +167,7 @@ func TestH36MigratePartitionHoldsTableLock(t *testing.T) {
 		if took := time.Since(start); err != nil || took > time.Second {
 			var lock string
 			_ = direct.QueryRow(ctx, `SELECT coalesce(string_agg(a.state || ' ' || l.mode, ', '), 'none') FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-				WHERE l.relation = to_regclass('idem_records') AND l.granted`).Scan(&lock)
+				WHERE l.relation = to_regclass('idem_records') AND l.granted AND a.datname = current_database()`).Scan(&lock)
 			t.Errorf("call %d beside a Migrate whose client went silent took %v: %v (locks granted on the table: %s)", i, took, err, lock)
 		}
 	}

@@ -32,6 +32,19 @@ func r18Lock(t *testing.T, p interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, id runtime.Identity) func() {
 	t.Helper()
+	unlock, _ := r18LockHolder(t, p, id)
+	return unlock
+}
+
+// r18LockHolder is r18Lock that also returns the backend pid of the
+// transaction holding the lock, so that a test can count the statements
+// waiting behind it and no one else's (other tests, and the other test
+// process of scripts/test.sh on another database, wait on locks of their
+// own on the same server).
+func r18LockHolder(t *testing.T, p interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, id runtime.Identity) (func(), uint32) {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := p.Begin(ctx)
 	if err != nil {
@@ -45,7 +58,7 @@ func r18Lock(t *testing.T, p interface {
 	var once sync.Once
 	unlock := func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
 	t.Cleanup(unlock)
-	return unlock
+	return unlock, tx.Conn().PgConn().PID()
 }
 
 // r18StuckBatch builds, on a group-commit store, a batch that is in flight
@@ -390,7 +403,7 @@ func TestReview18GroupRetryBehindItsOwnWrite(t *testing.T) {
 		if _, err := first.Get(ctx, id); err != nil { // a proxied connection, open
 			t.Fatal(err)
 		}
-		unlock := r18Lock(t, testPool(t), id)
+		unlock, holder := r18LockHolder(t, testPool(t), id)
 		tp := runtime.TransitionParams{ID: id, From: runtime.StateProcessing, To: runtime.StateSuccess, Owner: "w",
 			Version: res.Record.Version, Response: []byte(`"ok"`), TTL: time.Hour, Token: "w#attempt"}
 		go func() {
@@ -413,7 +426,14 @@ func TestReview18GroupRetryBehindItsOwnWrite(t *testing.T) {
 		}()
 		time.Sleep(300 * time.Millisecond) // attempt 2 waits behind attempt 1
 		var waiting int
-		if err := testPool(t).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records%'`).Scan(&waiting); err != nil {
+		// The statements waiting behind the lock's holder, directly or
+		// behind another waiter (attempt 2 may wait on attempt 1's tuple
+		// lock): a count of every statement waiting on a lock would count
+		// those of the tests running beside this one.
+		if err := testPool(t).QueryRow(ctx, `WITH RECURSIVE w(pid) AS (
+				SELECT pid FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))
+				UNION SELECT a.pid FROM pg_stat_activity a JOIN w ON w.pid = ANY(pg_blocking_pids(a.pid)))
+			SELECT count(*) FROM w`, int32(holder)).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting != 2 {
