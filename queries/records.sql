@@ -159,6 +159,7 @@ upd AS (
         response_omitted = @response_omitted::boolean,
         note             = @note::text,
         token            = @token::text,
+        attempts         = CASE WHEN @to_state::text = 'PROCESSING' THEN 0 ELSE r.attempts END,
         updated_at       = clk.t,
         xact             = NULL
     FROM clk
@@ -188,6 +189,7 @@ UPDATE idem_records r SET
     response_omitted = @response_omitted::boolean,
     note             = @note::text,
     token            = @token::text,
+    attempts         = CASE WHEN @to_state::text = 'PROCESSING' THEN 0 ELSE r.attempts END,
     updated_at       = clk.t,
     xact             = NULL
 FROM (SELECT clock_timestamp() AS t) clk

@@ -88,7 +88,10 @@ type Record struct {
 	// since the record was created: when it is above zero an earlier owner
 	// may have run the effect.
 	Takeovers int32
-	// Attempts counts reconciliation attempts on an UNKNOWN record.
+	// Attempts counts reconciliation attempts on an UNKNOWN record: the
+	// reconciler's acquisitions ([Store.AcquirePending]) since the effect
+	// last ran. A Transition to PROCESSING (the effect run again, after a
+	// query found it did not happen) sets it back to 0.
 	Attempts  int32
 	CreatedAt time.Time
 	UpdatedAt time.Time

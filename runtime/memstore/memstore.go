@@ -436,6 +436,9 @@ func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int
 	_, at := s.clock()
 	r.state, r.owner, r.version, r.updatedAt = to, p.NewOwner, s.nextVersion(), at
 	r.token, r.note, r.omitted = p.Token, p.Note, p.ResponseOmitted
+	if to == stateProcessing {
+		r.attempts = 0 // a new run of the effect: its outcome gets every attempt
+	}
 	r.leaseExpiresAt, r.expiresAt = noTime, noTime
 	if p.Lease > 0 {
 		r.leaseExpiresAt = at.after(p.Lease)

@@ -198,6 +198,9 @@ if tonumber(ARGV[6]) > 0 then le = now + tonumber(ARGV[6]) end
 if final(to) then ex = now + tonumber(ARGV[7]) end
 redis.call('HSET', key, 'st', to, 'ow', ARGV[5], 'v', fmt(v), 'le', fmt(le), 'ex', fmt(ex), 'ua', fmt(now),
   'tn', ARGV[11], 'nt', ARGV[12], 'om', ARGV[13])
+if to == 'PROCESSING' then
+  redis.call('HSET', key, 'at', '0') -- a new run of the effect: its outcome gets every attempt
+end
 if final(to) then
   if ARGV[9] == '1' then
     redis.call('HSET', key, 'rs', ARGV[8])

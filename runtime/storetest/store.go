@@ -611,6 +611,32 @@ func testAcquirePendingMaxAttempts(t *testing.T, s runtime.Store) {
 	if got.State != runtime.StateUnknown || got.Version != v {
 		t.Fatalf("record after MaxAttempts = %+v", got)
 	}
+	// A duplicate's inline query takes the record (its attempts are kept:
+	// an inline ask is not one), finds that the effect did not happen, and
+	// runs it again: a Transition to PROCESSING starts a new run, whose
+	// outcome gets every attempt (review r28, F4: it inherited the used
+	// ones, and an UNKNOWN it ended in was never acquired nor reported).
+	p := claimParams(id, "w2", longLease)
+	p.AcquireUnknown = true
+	held := mustClaim(t, s, p)
+	if held.Attempts != 2 {
+		t.Fatalf("UNKNOWN acquired by a claim: attempts = %d, want 2 (kept)", held.Attempts)
+	}
+	v, err := s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateUnknown, Owner: "w2", Version: held.Version,
+		To: runtime.StateProcessing, NewOwner: "w2", Lease: longLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, id); got.State != runtime.StateProcessing || got.Attempts != 0 {
+		t.Fatalf("after a Transition to PROCESSING (the effect run again): %s, attempts %d, want PROCESSING, 0", got.State, got.Attempts)
+	}
+	if _, err := s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: "w2", Version: v, To: runtime.StateUnknown}); err != nil {
+		t.Fatal(err)
+	}
+	r := acquire()
+	if r == nil || r.Attempts != 1 {
+		t.Fatalf("the second run's UNKNOWN: acquired %+v, want it acquired with attempts 1", r)
+	}
 }
 
 func testIdentitiesDoNotCollide(t *testing.T, s runtime.Store) {

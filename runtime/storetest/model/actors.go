@@ -493,6 +493,8 @@ func (g *stepper) worker(id int8) {
 			op.NewOwner, op.Lease = c.owner(id), lease
 		case Success, Failed:
 			op.TTL = s.finalTTL()
+		case Unknown:
+			op.KeepNote = true // cannot tell either: the record keeps its note
 		}
 		g.write(id, op, true, func(ns *State, res OpResult) {
 			w := &ns.A[id]

@@ -180,6 +180,13 @@ func (r *replayer) step(ctx context.Context, t TraceStep) error {
 		if op.GaveUp {
 			tp.Note = "gave up"
 		}
+		if op.KeepNote {
+			// The runtime writes the note of the record it asked under;
+			// the store's record at the version the write checks.
+			if cur, gerr := rc.Store.Get(ctx, id); gerr == nil && cur.Version == tp.Version {
+				tp.Note = cur.Note
+			}
+		}
 		var v int64
 		v, err = rc.Store.Transition(ctx, tp)
 		err = r.casErr(err, want.Err)

@@ -150,6 +150,11 @@ type Op struct {
 	AcquireUnknown bool
 	MaxAttempts    uint8
 	GaveUp         bool
+	// KeepNote: a Transition that carries the note of the record it
+	// replaces (the runtime's inline query that cannot tell writes the
+	// Note of the record it asked under: the version it checks is the
+	// one that note came with), so GaveUp is the record's, not the op's.
+	KeepNote bool
 }
 
 // Err is a store operation's error.
@@ -310,7 +315,14 @@ func (s *State) apply(op Op, mut Mutation) OpResult {
 			}
 			return OpResult{Err: ErrLeaseLost}
 		}
-		r.St, r.Owner, r.Ver, r.Token, r.Lease, r.TTL, r.GaveUp, r.XactBy = op.To, op.NewOwner, s.newVersion(), op.Token, op.Lease, 0, op.GaveUp, 0
+		gaveUp := op.GaveUp
+		if op.KeepNote {
+			gaveUp = r.GaveUp
+		}
+		r.St, r.Owner, r.Ver, r.Token, r.Lease, r.TTL, r.GaveUp, r.XactBy = op.To, op.NewOwner, s.newVersion(), op.Token, op.Lease, 0, gaveUp, 0
+		if op.To == Processing {
+			r.Attempts = 0 // a new run of the effect: its outcome gets every attempt
+		}
 		if op.To.Final() {
 			r.TTL, r.Lease = op.TTL, 0
 		}

@@ -66,6 +66,7 @@ upd AS (
         response_omitted = a.response_omitted,
         note             = a.note,
         token            = a.token,
+        attempts         = CASE WHEN a.to_state = 'PROCESSING' THEN 0 ELSE r.attempts END,
         updated_at       = clk.t,
         xact             = NULL
     FROM targ a CROSS JOIN clk

@@ -785,6 +785,7 @@ upd AS (
         response_omitted = $6::boolean,
         note             = $7::text,
         token            = $8::text,
+        attempts         = CASE WHEN $1::text = 'PROCESSING' THEN 0 ELSE r.attempts END,
         updated_at       = clk.t,
         xact             = NULL
     FROM clk
@@ -895,6 +896,7 @@ UPDATE idem_records r SET
     response_omitted = $6::boolean,
     note             = $7::text,
     token            = $8::text,
+    attempts         = CASE WHEN $1::text = 'PROCESSING' THEN 0 ELSE r.attempts END,
     updated_at       = clk.t,
     xact             = NULL
 FROM (SELECT clock_timestamp() AS t) clk
