@@ -1054,7 +1054,13 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		ex.granted = granted
 		return ex.execute(ctx, rec)
 	}
-	// UNKNOWN leaves no lease, so the next duplicate or reconciler may ask again.
+	// UNKNOWN leaves no lease, so the next duplicate or reconciler may ask
+	// again. A query that cannot tell either keeps the record's note: a
+	// record the reconciler gave up on stays marked so (its attempts are
+	// used: no reconciler writes it again), as Resolve's hand-back keeps it.
+	if tp.To == StateUnknown {
+		tp.Note = rec.Note
+	}
 	if _, err := ex.transition(ctx, &tp); err != nil {
 		if tp.To == StateSuccess && !errors.Is(err, ErrLeaseLost) {
 			// The query found the effect done: its response is the

@@ -146,6 +146,21 @@ func errorIs(err, target error) (is bool) {
 	return is
 }
 
+// errorUncertain is [Uncertain](err), or true if one of err's methods
+// panics: an error that cannot be read tells nothing certain.
+func errorUncertain(err error) (u bool) {
+	returned := false
+	defer func() {
+		if !returned {
+			recover()
+			u = true
+		}
+	}()
+	u = Uncertain(err)
+	returned = true
+	return u
+}
+
 // errorText is err.Error(), or a note of its panic.
 func errorText(err error) (s string) {
 	returned := false

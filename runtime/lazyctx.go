@@ -123,7 +123,17 @@ func (c *effectCtx) stopCause() error {
 
 // release ends the context, as the deferred cancel(nil) of a
 // WithCancelCause does.
+//
+// A parent that ended during the call ended this context first, as it
+// would have ended a standard child when it did: a context not made yet is
+// made from it now, so that its error and cause, read later (by a
+// goroutine the effect left behind), are the parent's (a deadline's
+// DeadlineExceeded), not the call's end. It runs on the call's goroutine,
+// never on the renewals'.
 func (c *effectCtx) release() {
+	if !c.ready.Load() && c.parent.Err() != nil {
+		c.materialize()
+	}
 	c.mu.Lock()
 	c.released.Store(true)
 	ready, cancel := c.ready.Load(), c.cancel

@@ -129,8 +129,9 @@ func askLocal(ctx context.Context, local Local, id Identity) (LocalRecord, local
 // Outcomes differ from [Do]'s where the transaction makes them certain:
 // when the effect fails, panics or loses its lease, Finish discards its
 // writes first; a [Permanent] error is then recorded as FAILED (committed
-// by the store on its own, as Do records it), and any other error, a
-// timeout included, releases the claim (nothing happened), so a retry
+// by the store on its own, as Do records it) unless it is [Uncertain], and
+// any other error, a timeout included (marked Permanent or not), releases
+// the claim (nothing happened), so a retry
 // runs the effect again. A call whose lease was taken over returns
 // [ErrLeaseLost].
 func DoLocal[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], l Local) (Resp, error) {
@@ -261,7 +262,12 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		}
 		return zero, ex.localLost(rec, attempt)
 	}
-	release := panicked != nil || !errorIs(err, ErrPermanent)
+	// A failure is recorded FAILED only when marked permanent and not
+	// uncertain: a timeout or a cancellation anywhere in its tree is never
+	// a permanent failure, whatever Permanent says (the classification
+	// rule, [Runtime.Classify]). Here the effect's writes are undone, so
+	// such a failure releases the claim, as any other does.
+	release := panicked != nil || !errorIs(err, ErrPermanent) || errorUncertain(err)
 	if !release {
 		tp.To, tp.Response, tp.TTL, tp.Token = StateFailed, EncodeFailure(err), ex.ttl, ex.rt.newToken()
 	}

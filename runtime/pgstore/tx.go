@@ -103,8 +103,9 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 //
 // When the effect fails, DoTx rolls back to its savepoint (the effect's
 // writes are gone; the caller's transaction stays usable) and returns the
-// error. A [runtime.Permanent] error is then recorded as FAILED, committed
-// on its own, so it stands whether the caller commits or rolls back, and
+// error. A [runtime.Permanent] error is then recorded as FAILED (unless a
+// timeout or a cancellation is in its tree, [runtime.Uncertain]: that is
+// never a permanent failure), committed on its own, so it stands whether the caller commits or rolls back, and
 // duplicates replay it; any other error releases the claim, so a retry runs
 // the effect again. A response or failure over the store's record limit is
 // recorded shortened, as the runtime's size rule says. The runtime's
