@@ -886,8 +886,10 @@ func pins(path string) bool {
 }
 
 // matches reports whether the path of a ServeMux pattern could have
-// matched path: segment by segment, "{name}" matching any one segment,
-// "{name...}" and a trailing slash the rest, "{$}" the end.
+// matched path, an escaped path: segment by segment, "{name}" matching any
+// one segment, "{name...}" and a trailing slash the rest, "{$}" the end,
+// and a literal segment matching the path's segment unescaped, as
+// ServeMux matches it ("pay_now" matches "p%61y_now").
 func matches(pattern, path string) bool {
 	if pattern == "" {
 		return false
@@ -907,11 +909,24 @@ func matches(pattern, path string) bool {
 			if xs[i] == "" {
 				return false
 			}
-		case p != xs[i]:
+		case p != xs[i] && p != unescapeSegment(xs[i]):
 			return false
 		}
 	}
 	return len(xs) == len(ps)
+}
+
+// unescapeSegment is the path segment seg unescaped, as ServeMux matches
+// it; seg itself when it has no escape or one that does not decode.
+func unescapeSegment(seg string) string {
+	if strings.IndexByte(seg, '%') < 0 {
+		return seg
+	}
+	u, err := url.PathUnescape(seg)
+	if err != nil {
+		return seg
+	}
+	return u
 }
 
 // original returns the escaped path of r as the client sent it
