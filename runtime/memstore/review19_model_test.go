@@ -79,6 +79,9 @@ func (m *r19Model) transition(now time.Time, p runtime.TransitionParams) (int64,
 	}
 	r.rec.State, r.rec.Owner, r.rec.Version, r.rec.UpdatedAt = p.To, p.NewOwner, m.next(), now
 	r.rec.Token, r.rec.Note, r.rec.ResponseOmitted = p.Token, p.Note, p.ResponseOmitted
+	if p.To == runtime.StateProcessing {
+		r.rec.Attempts = 0 // a new run of the effect (the Store contract, Record.Attempts)
+	}
 	r.rec.LeaseExpiresAt, r.rec.ExpiresAt = time.Time{}, time.Time{}
 	if p.Lease > 0 {
 		r.rec.LeaseExpiresAt = r19Add(now, p.Lease)
