@@ -262,7 +262,7 @@ func (ex *execution[Req, Resp]) runClaimed(ctx context.Context, rec Record, star
 	// An UNKNOWN record, or one taken over, may have been acted on by an
 	// earlier attempt, unless the attempt was a local call's (its writes
 	// are undone unless its outcome is recorded).
-	ex.hold = holding{version: rec.Version, unknown: rec.State == StateUnknown,
+	ex.hold = holding{version: rec.Version, unknown: rec.State == StateUnknown, note: rec.Note,
 		mayHaveActed: ex.local == nil && (rec.State == StateUnknown || rec.Takeovers > 0)}
 	returned := false
 	defer func() {
@@ -316,6 +316,9 @@ func (ex *execution[Req, Resp]) leaveHeld(ctx context.Context) {
 	switch {
 	case h.unknown || h.mayHaveActed:
 		tp.To, tp.Token = StateUnknown, ex.rt.newToken()
+		if h.unknown {
+			tp.Note = h.note
+		}
 		what = "recorded UNKNOWN (an earlier attempt may have acted)"
 	default:
 		release = true
@@ -413,6 +416,9 @@ type holding struct {
 	unknown      bool
 	owned        bool
 	mayHaveActed bool
+	// note is the held record's: an UNKNOWN record written back UNKNOWN
+	// keeps it (a record the reconciler gave up on stays marked).
+	note string
 }
 
 // execute runs the effect on a PROCESSING record held by this owner and

@@ -146,6 +146,28 @@ func errorIs(err, target error) (is bool) {
 	return is
 }
 
+// errorPermanent reports whether err is a permanent failure: its mark, as
+// [Runtime.Classify] reads it (the first [Permanent] or [Retryable] in its
+// tree: Retryable(Permanent(x)) is retryable), is Permanent, or it has no
+// mark and matches [ErrPermanent] (a [FailedError] a nested call replayed,
+// the sentinel wrapped); false if one of err's methods panics.
+func errorPermanent(err error) (p bool) {
+	returned := false
+	defer func() {
+		if !returned {
+			recover()
+			p = false
+		}
+	}()
+	if cl := markOf(err); cl != nil {
+		p = cl.class == classPermanent
+	} else {
+		p = errors.Is(err, ErrPermanent)
+	}
+	returned = true
+	return p
+}
+
 // errorUncertain is [Uncertain](err), or true if one of err's methods
 // panics: an error that cannot be read tells nothing certain.
 func errorUncertain(err error) (u bool) {

@@ -262,12 +262,14 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		}
 		return zero, ex.localLost(rec, attempt)
 	}
-	// A failure is recorded FAILED only when marked permanent and not
-	// uncertain: a timeout or a cancellation anywhere in its tree is never
-	// a permanent failure, whatever Permanent says (the classification
-	// rule, [Runtime.Classify]). Here the effect's writes are undone, so
-	// such a failure releases the claim, as any other does.
-	release := panicked != nil || !errorIs(err, ErrPermanent) || errorUncertain(err)
+	// A failure is recorded FAILED only when its mark, as Classify reads it
+	// (the first Permanent or Retryable in its tree: Retryable(Permanent(x))
+	// is retryable), is Permanent, and it is not uncertain: a timeout or a
+	// cancellation anywhere in its tree is never a permanent failure,
+	// whatever Permanent says (the classification rule, [Runtime.Classify]).
+	// Here the effect's writes are undone, so any other failure releases
+	// the claim.
+	release := panicked != nil || !errorPermanent(err) || errorUncertain(err)
 	if !release {
 		tp.To, tp.Response, tp.TTL, tp.Token = StateFailed, EncodeFailure(err), ex.ttl, ex.rt.newToken()
 	}

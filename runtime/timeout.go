@@ -67,15 +67,7 @@ func (rt *Runtime) Classify(err error) State {
 	case Uncertain(err):
 		return StateUnknown
 	}
-	var cl *classified
-	inTree(err, func(e error) bool {
-		c, ok := e.(*classified)
-		if ok {
-			cl = c
-		}
-		return ok
-	})
-	if cl != nil {
+	if cl := markOf(err); cl != nil {
 		switch cl.class {
 		case classPermanent:
 			return StateFailed
@@ -132,6 +124,20 @@ func is(e, target error) bool {
 // errors.Is walks). It visits every error of the tree once however wide or
 // deep the tree is, and a cyclic Unwrap ends the walk instead of looping:
 // the visited set is keyed by each error's identity (see nodeKey).
+// markOf returns err's mark: the first [Permanent] or [Retryable] in its
+// tree, the one [Runtime.Classify] goes by; nil when it has none.
+func markOf(err error) *classified {
+	var cl *classified
+	inTree(err, func(e error) bool {
+		c, ok := e.(*classified)
+		if ok {
+			cl = c
+		}
+		return ok
+	})
+	return cl
+}
+
 func inTree(err error, match func(error) bool) bool {
 	if err == nil {
 		return false
