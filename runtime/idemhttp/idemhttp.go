@@ -888,8 +888,9 @@ func pins(path string) bool {
 // matches reports whether the path of a ServeMux pattern could have
 // matched path, an escaped path: segment by segment, "{name}" matching any
 // one segment, "{name...}" and a trailing slash the rest, "{$}" the end,
-// and a literal segment matching the path's segment unescaped, as
-// ServeMux matches it ("pay_now" matches "p%61y_now").
+// and a literal segment matching the path's segment, both unescaped, as
+// ServeMux matches them ("pay_now" matches "p%61y_now", and a pattern's
+// "a%2Fb" matches "a%2fb").
 func matches(pattern, path string) bool {
 	if pattern == "" {
 		return false
@@ -909,15 +910,15 @@ func matches(pattern, path string) bool {
 			if xs[i] == "" {
 				return false
 			}
-		case p != xs[i] && p != unescapeSegment(xs[i]):
+		case p != xs[i] && unescapeSegment(p) != unescapeSegment(xs[i]):
 			return false
 		}
 	}
 	return len(xs) == len(ps)
 }
 
-// unescapeSegment is the path segment seg unescaped, as ServeMux matches
-// it; seg itself when it has no escape or one that does not decode.
+// unescapeSegment is the path (or pattern) segment seg unescaped, as
+// ServeMux matches it; seg itself when it has no escape or one that does not decode.
 func unescapeSegment(seg string) string {
 	if strings.IndexByte(seg, '%') < 0 {
 		return seg
