@@ -131,9 +131,8 @@ func askLocal(ctx context.Context, local Local, id Identity) (LocalRecord, local
 // writes first; a [Permanent] error is then recorded as FAILED (committed
 // by the store on its own, as Do records it) unless it is [Uncertain], and
 // any other error, a timeout included (marked Permanent or not), releases
-// the claim (nothing happened), so a retry
-// runs the effect again. A call whose lease was taken over returns
-// [ErrLeaseLost].
+// the claim (nothing happened), so a retry runs the effect again. A call
+// whose lease was taken over returns [ErrLeaseLost].
 func DoLocal[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], l Local) (Resp, error) {
 	if l == nil {
 		var zero Resp

@@ -119,11 +119,6 @@ func is(e, target error) bool {
 	return ok && x.Is(target)
 }
 
-// inTree reports whether match holds for an error of err's tree (err, and
-// what Unwrap() error and Unwrap() []error return, depth first as
-// errors.Is walks). It visits every error of the tree once however wide or
-// deep the tree is, and a cyclic Unwrap ends the walk instead of looping:
-// the visited set is keyed by each error's identity (see nodeKey).
 // markOf returns err's mark: the first [Permanent] or [Retryable] in its
 // tree, the one [Runtime.Classify] goes by; nil when it has none.
 func markOf(err error) *classified {
@@ -138,6 +133,11 @@ func markOf(err error) *classified {
 	return cl
 }
 
+// inTree reports whether match holds for an error of err's tree (err, and
+// what Unwrap() error and Unwrap() []error return, depth first as
+// errors.Is walks). It visits every error of the tree once however wide or
+// deep the tree is, and a cyclic Unwrap ends the walk instead of looping:
+// the visited set is keyed by each error's identity (see nodeKey).
 func inTree(err error, match func(error) bool) bool {
 	if err == nil {
 		return false
