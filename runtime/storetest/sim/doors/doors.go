@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -987,6 +988,7 @@ func (r *run) check() {
 	for k, v := range r.ledger {
 		ledger[k] = slices.Clone(v)
 	}
+	declined := maps.Clone(r.declined)
 	r.mu.Unlock()
 	hasQuery := r.name != DoorTx // route 0 has a query on every door but DoTx's
 	byIdent := map[string][]*delivery{}
@@ -1082,9 +1084,11 @@ func (r *run) check() {
 			// success, or the handler's own failure answer where the door
 			// records that as a response (an HTTP 402). (A gRPC answer lost
 			// in transport on purpose is retried by grpc: the retry finds
-			// the claim in flight.)
+			// the claim in flight.) A call that took over an earlier
+			// delivery's declined request finds the decline by its query:
+			// the decline is that call's response, whatever its own plan.
 			gotResponse := a.kind == ansSuccess || a.kind == ansDeadline || a.kind == ansFailed && d.plan.mode == mPermanent ||
-				d.plan.mode == mLostReply
+				a.kind == ansFailed && declined[ident] || d.plan.mode == mLostReply
 			if d.successFailed && !gotResponse && !d.leaseLost && !strings.Contains(a.detail, runtime.ErrLeaseLost.Error()) {
 				r.violate("the response when only the SUCCESS write fails", ident, "delivery %d's SUCCESS writes failed (the store was unreachable for them), and it was told %s, not the response: %s", d.id, a.kind, short(a.detail))
 			}
