@@ -157,7 +157,7 @@ func BucketOf(s *Store, id runtime.Identity) string {
 // AcquireWithNonce runs AcquirePending with the nonces a resend of the same
 // call would carry.
 func AcquireWithNonce(ctx context.Context, s *Store, p runtime.AcquireParams, nonce string) ([]runtime.Record, error) {
-	return s.acquirePending(ctx, p, func(b int) string { return nonce + ":" + strconv.Itoa(b) })
+	return s.acquirePending(ctx, p, func(b, run int) string { return nonce + ":" + strconv.Itoa(b) + ":" + strconv.Itoa(run) })
 }
 
 // SetClaimOrder fixes the order of a claim's steps: order > 0 always reads

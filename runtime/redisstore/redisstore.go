@@ -104,6 +104,11 @@ const (
 	defaultAcquireLimit = 100
 	defaultSweepLimit   = 1000
 	inspectBudget       = 2000
+	// maxAcquireRuns bounds the runs of the acquire script in one bucket
+	// per AcquirePending call (2 million inspected entries): the runs end
+	// by themselves (each inspected entry is skipped or leaves the due
+	// entries), and this keeps a call finite should they not.
+	maxAcquireRuns = 1000
 )
 
 // Store is a [runtime.Store] on Redis. It is safe for concurrent use.
@@ -570,16 +575,22 @@ func (s *Store) Release(ctx context.Context, p runtime.ReleaseParams) error {
 // acquire the same record; within a bucket records come oldest lease first,
 // across buckets there is no global order.
 //
-// Each bucket's script carries a nonce, so that a resent script (go-redis
+// One run of a bucket's script inspects at most 2000 index entries; entries
+// it skips (records at or above MaxAttempts, records of other operations)
+// stay where they are, and the next run starts after them, until the limit
+// is reached or the bucket's due entries end: however many skipped entries
+// lie ahead of a due record, the call reaches it.
+//
+// Each run of a script carries a nonce, so that a resent script (go-redis
 // resends a command whose reply it did not get) answers with the records its
 // first run acquired instead of acquiring others.
 func (s *Store) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]runtime.Record, error) {
-	return s.acquirePending(ctx, p, func(int) string { return s.newNonce() })
+	return s.acquirePending(ctx, p, func(int, int) string { return s.newNonce() })
 }
 
-// acquirePending is AcquirePending with the nonce of each bucket's script
-// given by nonce.
-func (s *Store) acquirePending(ctx context.Context, p runtime.AcquireParams, nonce func(bucket int) string) ([]runtime.Record, error) {
+// acquirePending is AcquirePending with the nonce of each run of a bucket's
+// script given by nonce (the bucket, and the run's number in it from 0).
+func (s *Store) acquirePending(ctx context.Context, p runtime.AcquireParams, nonce func(bucket, run int) string) ([]runtime.Record, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = defaultAcquireLimit
@@ -594,32 +605,40 @@ func (s *Store) acquirePending(ctx context.Context, p runtime.AcquireParams, non
 	}
 	var out []runtime.Record
 	for _, b := range due {
-		if len(out) >= limit {
-			break
-		}
-		args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget, nonce(b)}, ops...)
-		vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending, s.tags[b].ver}, args...).Slice()
-		if notNow(err) {
-			continue // the bucket's slot is migrating: its records wait for the next call
-		}
-		if err != nil {
-			// Records acquired from earlier buckets are held by p.Owner now:
-			// return them with the error so that they are not stranded.
-			return out, fmt.Errorf("redisstore: acquire pending: %w", err)
-		}
-		if len(vals) < 1 || (len(vals)-1)%nFields != 0 {
-			return out, fmt.Errorf("redisstore: acquire pending: unexpected reply of %d values", len(vals))
-		}
-		now, err := timeVal(vals[0])
-		if err != nil {
-			return out, fmt.Errorf("redisstore: acquire pending: %w", err)
-		}
-		for i := 1; i < len(vals); i += nFields {
-			rec, err := parseRecord(vals[i:i+nFields], now)
+		for run, start := 0, int64(0); len(out) < limit && start >= 0 && run < maxAcquireRuns; run++ {
+			args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget, nonce(b, run), start}, ops...)
+			vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending, s.tags[b].ver}, args...).Slice()
+			if notNow(err) {
+				break // the bucket's slot is migrating: its records wait for the next call
+			}
+			if err != nil {
+				// Records acquired before are held by p.Owner now: return
+				// them with the error so that they are not stranded.
+				return out, fmt.Errorf("redisstore: acquire pending: %w", err)
+			}
+			if len(vals) < 2 || (len(vals)-2)%nFields != 0 {
+				return out, fmt.Errorf("redisstore: acquire pending: unexpected reply of %d values", len(vals))
+			}
+			now, err := timeVal(vals[0])
 			if err != nil {
 				return out, fmt.Errorf("redisstore: acquire pending: %w", err)
 			}
-			out = append(out, rec)
+			// Where the next run starts: -1 when this one reached the end
+			// of the due entries (or the limit). Each inspected entry is
+			// either skipped (the start moves past it) or leaves the due
+			// entries, so the runs end.
+			from := start
+			next, ok := vals[1].(string)
+			if start, err = strconv.ParseInt(next, 10, 64); !ok || err != nil || start != -1 && start < from {
+				return out, fmt.Errorf("redisstore: acquire pending: unexpected place to go on from: %v", vals[1])
+			}
+			for i := 2; i < len(vals); i += nFields {
+				rec, err := parseRecord(vals[i:i+nFields], now)
+				if err != nil {
+					return out, fmt.Errorf("redisstore: acquire pending: %w", err)
+				}
+				out = append(out, rec)
+			}
 		}
 	}
 	return out, nil

@@ -68,13 +68,20 @@ local function look(k, anchor, ...)
   if type(e) ~= 'number' then return nil end
   return false
 end
--- due returns up to 64 entries of index idx due by now, from offset; none
--- when the index is gone (a script emptied it, and on a migrating slot
--- reading a missing key raises).
+-- due returns up to 64 entries of index idx due by now, from offset (a
+-- rank: the due entries are the index's first ones); none when the index
+-- is gone (a script emptied it, and on a migrating slot reading a missing
+-- key raises). ZRANGE by rank costs O(log n) whatever the offset, where
+-- ZRANGEBYSCORE's LIMIT walks past offset entries.
 local function due(idx, now, offset)
-  local r = redis.pcall('ZRANGEBYSCORE', idx, '-inf', fmt(now), 'LIMIT', offset, 64)
+  local r = redis.pcall('ZRANGE', idx, offset, offset + 63, 'WITHSCORES')
   if type(r) ~= 'table' or r.err ~= nil then return {} end
-  return r
+  local out = {}
+  for i = 1, #r, 2 do
+    if tonumber(r[i + 1]) > now then break end
+    out[#out + 1] = r[i]
+  end
+  return out
 end
 -- unindex removes key from idx; an index that is gone holds nothing.
 local function unindex(idx, key)
@@ -247,12 +254,17 @@ return 1
 `)
 
 // acquireScript: KEYS pending index and version counter of one bucket; ARGV owner, lease (us),
-// limit, max attempts, inspection budget, nonce, then the operations to keep to
-// (none: all). It walks the index from the oldest lease, acquires due
-// records (PROCESSING with an expired lease, UNKNOWN with a free lease below
-// max attempts) as UNKNOWN for the owner, drops stale entries, and skips
-// records over max attempts or of other operations. Reply: store now, then
-// the fields of each acquired record.
+// limit, max attempts, inspection budget, nonce, start, then the operations
+// to keep to (none: all). It walks the index from the oldest lease, from the
+// start'th due entry, acquires due records (PROCESSING with an expired
+// lease, UNKNOWN with a free lease below max attempts) as UNKNOWN for the
+// owner, drops stale entries, and skips records over max attempts or of
+// other operations, which stay where they are. Reply: store now, where a
+// next run should start (the skipped entries' count from start on, when the
+// budget ran out first; else -1), then the fields of each acquired record.
+// The caller runs the script again from there until it has its limit or
+// the due entries end, so that skipped entries, however many, never hide
+// the due records behind them.
 //
 // The nonce names the call. A run that acquires records leaves a receipt
 // (<bucket>acq:<nonce>, a hash of record key to version, expiring with the
@@ -265,7 +277,7 @@ return 1
 var acquireScript = redis.NewScript(prelude + `
 local pend = KEYS[1]
 local now = now_us()
-local out = {fmt(now)}
+local out = {fmt(now), '-1'}
 local rcpt = string.sub(pend, 1, #pend - #'pending') .. 'acq:' .. ARGV[6]
 local prev = redis.pcall('HGETALL', rcpt)
 if type(prev) == 'table' and prev.err == nil and #prev > 0 then
@@ -279,16 +291,17 @@ if type(prev) == 'table' and prev.err == nil and #prev > 0 then
 end
 local lease = now + tonumber(ARGV[2])
 local limit, maxa, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local ops = nil -- ARGV[7..]: only records of these operations, when given
-if #ARGV > 6 then
+local ops = nil -- ARGV[8..]: only records of these operations, when given
+if #ARGV > 7 then
   ops = {}
-  for i = 7, #ARGV do ops[ARGV[i]] = true end
+  for i = 8, #ARGV do ops[ARGV[i]] = true end
 end
 local receipt = {}
-local n, offset, seen = 0, 0, {}
+local n, offset, seen = 0, tonumber(ARGV[7]), {}
+local ended = false -- the due entries ended before the budget
 while n < limit and budget > 0 do
   local batch = due(pend, now, offset)
-  if #batch == 0 then break end
+  if #batch == 0 then ended = true break end
   for _, key in ipairs(batch) do
     if n >= limit or budget <= 0 then break end
     budget = budget - 1
@@ -321,6 +334,7 @@ while n < limit and budget > 0 do
     end
   end
 end
+if n < limit and not ended then out[2] = fmt(offset) end
 if #receipt > 0 and type(redis.pcall('HSET', rcpt, unpack(receipt))) == 'number' then
   redis.call('PEXPIRE', rcpt, fmt(math.max(1, math.floor(tonumber(ARGV[2]) / 1000))))
 end
