@@ -39,6 +39,12 @@ func (w *Watch) run() {
 		t.Reset(tick)
 		select {
 		case <-w.stop:
+			// A tick that was due before Stop counts: when the process
+			// ran neither this goroutine nor its caller for a while, the
+			// two channels are ready at once and select may take either.
+			if late := time.Since(due); late > 0 {
+				w.Note(late)
+			}
 			return
 		case <-t.C:
 		}
