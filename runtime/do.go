@@ -646,7 +646,7 @@ func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (p *PanicError, e
 	}()
 	ex.resp, err = ex.c.Effect(ctx, ex.c.Request)
 	returned = true
-	return nil, err
+	return nil, acyclic(err)
 }
 
 // The lease rule. A worker holds its lease from the moment it sent the
@@ -1111,5 +1111,5 @@ func (ex *execution[Req, Resp]) runQuery(ctx context.Context) (resp Resp, o Outc
 	}()
 	resp, o, err = ex.c.Query(ctx, ex.c.Request)
 	returned = true
-	return resp, o, err
+	return resp, o, acyclic(err)
 }

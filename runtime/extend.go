@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"time"
 
 	"github.com/idemkit/idem/runtime/internal/canon"
+	"github.com/idemkit/idem/runtime/internal/errtree"
 )
 
 // This file is the runtime's surface for code that runs calls its own way:
@@ -116,12 +116,10 @@ func EncodeFailure(err error) []byte {
 					f.Code, f.Detail = "", nil
 				}
 			}()
-			var c Coder
-			if errors.As(err, &c) {
+			if c, ok := errtree.As[Coder](err); ok {
 				f.Code = c.ErrorCode()
 			}
-			var d Detailer
-			if errors.As(err, &d) {
+			if d, ok := errtree.As[Detailer](err); ok {
 				f.Detail = d.FailureDetail()
 			}
 			returned = true
@@ -141,16 +139,31 @@ func errorIs(err, target error) (is bool) {
 			is = false
 		}
 	}()
-	is = errors.Is(err, target)
+	is = errtree.Is(err, target)
 	returned = true
 	return is
 }
 
-// errorPermanent reports whether err is a permanent failure: its mark, as
-// [Runtime.Classify] reads it (the first [Permanent] or [Retryable] in its
-// tree: Retryable(Permanent(x)) is retryable), is Permanent, or it has no
-// mark and matches [ErrPermanent] (a [FailedError] a nested call replayed,
-// the sentinel wrapped); false if one of err's methods panics.
+// acyclic is [errtree.Acyclic](err) for an error of the caller's code (an
+// effect's, a query's): err itself, or when its Unwrap methods run in a
+// cycle an error that errors.Is and errors.As can walk, so that nothing the
+// runtime, an adapter or the caller does with it loops. Err itself if one
+// of its methods panics (the runtime reads such errors under recover).
+func acyclic(err error) (out error) {
+	if err == nil {
+		return nil
+	}
+	defer func() {
+		if recover() != nil {
+			out = err
+		}
+	}()
+	return errtree.Acyclic(err)
+}
+
+// errorPermanent reports whether err is a permanent failure as
+// [Runtime.Classify] reads it (see classOf); false if one of err's methods
+// panics.
 func errorPermanent(err error) (p bool) {
 	returned := false
 	defer func() {
@@ -159,11 +172,7 @@ func errorPermanent(err error) (p bool) {
 			p = false
 		}
 	}()
-	if cl := markOf(err); cl != nil {
-		p = cl.class == classPermanent
-	} else {
-		p = errors.Is(err, ErrPermanent)
-	}
+	p = classOf(err) == classPermanent
 	returned = true
 	return p
 }

@@ -620,7 +620,7 @@ func runRegisteredQuery(ctx context.Context, q registeredQuery, request []byte) 
 	}()
 	resp, short, o, err = q.run(ctx, request)
 	returned = true
-	return resp, short, o, err
+	return resp, short, o, acyclic(err)
 }
 
 func ignoreLeaseLost(err error) error {

@@ -2,9 +2,10 @@ package runtime
 
 import (
 	"context"
-	"encoding/binary"
 	"os"
 	"reflect"
+
+	"github.com/idemkit/idem/runtime/internal/errtree"
 )
 
 // IsTimeout reports whether err says that an operation timed out, so that
@@ -57,9 +58,11 @@ func Uncertain(err error) bool {
 // [StateSuccess] for nil; [StateUnknown] for an [Uncertain] error, whatever
 // [Permanent] or [Retryable] says and whatever the error policy;
 // [StateFailed] for a [Permanent] error; "" (the record is released) for a
-// [Retryable] one; otherwise what the runtime's [ErrorPolicy] says. It is
-// the one place that decides: [Do], the adapters and generated wrappers all
-// follow it.
+// [Retryable] one (the first of the two in the tree decides); [StateFailed]
+// for an unmarked error that matches [ErrPermanent] (the sentinel wrapped,
+// a nested call's [FailedError]); otherwise what the runtime's
+// [ErrorPolicy] says. It is the one place that decides: [Do], the adapters,
+// generated wrappers and pgstore's DoTx all follow it.
 func (rt *Runtime) Classify(err error) State {
 	switch {
 	case err == nil:
@@ -67,13 +70,11 @@ func (rt *Runtime) Classify(err error) State {
 	case Uncertain(err):
 		return StateUnknown
 	}
-	if cl := markOf(err); cl != nil {
-		switch cl.class {
-		case classPermanent:
-			return StateFailed
-		case classRetryable:
-			return ""
-		}
+	switch classOf(err) {
+	case classPermanent:
+		return StateFailed
+	case classRetryable:
+		return ""
 	}
 	switch rt.cfg.errorPolicy {
 	case RecordFailed:
@@ -82,6 +83,23 @@ func (rt *Runtime) Classify(err error) State {
 		return ""
 	}
 	return StateUnknown
+}
+
+// Marked reports what err's marks ask for, as [Runtime.Classify] reads
+// them: [StateFailed] for a [Permanent] error or an unmarked one matching
+// [ErrPermanent], "" (release) for a [Retryable] one (the first of the two
+// in the tree decides), and ok false when err says neither, so that the
+// error policy would decide. It does not ask [Uncertain], which Classify
+// asks first. Adapters that map errors of their own kind (a gRPC status, an
+// HTTP status) use it to let a mark the handler set win over that mapping.
+func Marked(err error) (state State, ok bool) {
+	switch classOf(err) {
+	case classPermanent:
+		return StateFailed, true
+	case classRetryable:
+		return "", true
+	}
+	return "", false
 }
 
 // gRPC status codes the runtime recognises (google.golang.org/grpc/codes).
@@ -111,12 +129,22 @@ func grpcCode(e error, want uint64) bool {
 
 // is reports whether e itself matches target as errors.Is matches one
 // node of a tree: equal, or its Is method says so.
-func is(e, target error) bool {
-	if reflect.TypeOf(e).Comparable() && e == target {
-		return true
+func is(e, target error) bool { return errtree.IsNode(e, target) }
+
+// classOf returns how err is marked: its mark (the first [Permanent] or
+// [Retryable] in its tree: Retryable(Permanent(x)) is retryable), else
+// classPermanent when an error of its tree matches [ErrPermanent] (the
+// sentinel wrapped, a [FailedError] a nested call replayed), else
+// classDefault (the error policy decides). Every door reads it: Classify,
+// so runtime.Do, the adapters and generated wrappers, and DoTx.
+func classOf(err error) errorClass {
+	if cl := markOf(err); cl != nil {
+		return cl.class
 	}
-	x, ok := e.(interface{ Is(error) bool })
-	return ok && x.Is(target)
+	if inTree(err, func(e error) bool { return is(e, ErrPermanent) }) {
+		return classPermanent
+	}
+	return classDefault
 }
 
 // markOf returns err's mark: the first [Permanent] or [Retryable] in its
@@ -135,87 +163,8 @@ func markOf(err error) *classified {
 
 // inTree reports whether match holds for an error of err's tree (err, and
 // what Unwrap() error and Unwrap() []error return, depth first as
-// errors.Is walks). It visits every error of the tree once however wide or
-// deep the tree is, and a cyclic Unwrap ends the walk instead of looping:
-// the visited set is keyed by each error's identity (see nodeKey).
+// errors.Is walks), visiting each error once: a cyclic Unwrap ends the walk
+// (see [errtree.Walk]).
 func inTree(err error, match func(error) bool) bool {
-	if err == nil {
-		return false
-	}
-	stack := []error{err}
-	seen := map[any]struct{}{}
-	for len(stack) > 0 {
-		e := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if e == nil {
-			continue
-		}
-		if k := nodeKey(e); k != nil {
-			if _, ok := seen[k]; ok {
-				continue
-			}
-			seen[k] = struct{}{}
-		}
-		if match(e) {
-			return true
-		}
-		switch u := e.(type) {
-		case interface{ Unwrap() error }:
-			stack = append(stack, u.Unwrap())
-		case interface{ Unwrap() []error }:
-			errs := u.Unwrap()
-			for i := len(errs) - 1; i >= 0; i-- { // the first child is visited first
-				stack = append(stack, errs[i])
-			}
-		}
-	}
-	return false
-}
-
-// refKey is the identity of an error that is a reference (a pointer, a
-// map, a slice...) or holds references: its type and their addresses.
-type refKey struct {
-	t    reflect.Type
-	refs string
-}
-
-// nodeKey returns a map key that is the same for an error met twice in a
-// tree: the error itself when it is comparable, else its type and the
-// addresses it holds (a cycle can only run through references). Nil for
-// a value that holds none, which cannot be part of a cycle.
-func nodeKey(e error) any {
-	v := reflect.ValueOf(e)
-	if v.Comparable() {
-		return e
-	}
-	var refs []byte
-	collectRefs(v, &refs)
-	if len(refs) == 0 {
-		return nil
-	}
-	return refKey{v.Type(), string(refs)}
-}
-
-// collectRefs appends the addresses (and slice lengths) that v holds at
-// its top level and in its nested structs, arrays and interfaces.
-func collectRefs(v reflect.Value, out *[]byte) {
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer:
-		*out = binary.LittleEndian.AppendUint64(*out, uint64(v.Pointer()))
-	case reflect.Slice:
-		*out = binary.LittleEndian.AppendUint64(*out, uint64(v.Pointer()))
-		*out = binary.LittleEndian.AppendUint64(*out, uint64(v.Len()))
-	case reflect.Interface:
-		if !v.IsNil() {
-			collectRefs(v.Elem(), out)
-		}
-	case reflect.Struct:
-		for i := range v.NumField() {
-			collectRefs(v.Field(i), out)
-		}
-	case reflect.Array:
-		for i := range v.Len() {
-			collectRefs(v.Index(i), out)
-		}
-	}
+	return errtree.Walk(err, match)
 }
