@@ -26,6 +26,11 @@
 //     status: runtime.Uncertain) is handed to the runtime as it is and
 //     records UNKNOWN, whatever its code and the error policy (register a
 //     [Query] or a runtime.NoQueryPolicy to converge it);
+//   - an error the handler marked runtime.Permanent or runtime.Retryable
+//     (the first mark in its tree decides; an unmarked error matching
+//     runtime.ErrPermanent counts as Permanent: runtime.Marked) follows its
+//     mark, whatever its code: Permanent stores it as a permanent failure
+//     (a status with its code and details), Retryable releases the key;
 //   - a plain error (no status: grpc sends it as Unknown), and an Unknown or
 //     Internal status, are no code the handler chose: they are handed to the
 //     runtime as they are, which honours runtime.Retryable and
@@ -95,6 +100,7 @@ import (
 	"github.com/idemkit/idem/internal/idname"
 	"github.com/idemkit/idem/internal/rawvalue"
 	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/internal/errtree"
 )
 
 // DefaultMetadata is the metadata key carrying the idempotency key.
@@ -335,6 +341,12 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	}
 	scope := runtime.ScopeFrom(handlerCtx)
 	idScope := idname.Fit(scope, runtime.MaxKeyLen)
+	if a, ok := runtime.AttemptFrom(ctx); ok && a.ID == (runtime.Identity{Scope: idScope, Operation: operation(info.FullMethod), Key: key}) {
+		// This call's own runtime call is running: the interceptor is
+		// chained twice. The outer one holds the claim and records what
+		// the handler returns; claiming again would wait on itself.
+		return handler(handlerCtx, req)
+	}
 	ctx = runtime.WithScope(handlerCtx, idScope)
 	sum := sha256.Sum256(append([]byte(info.FullMethod+"\x00"), b...))
 	rq := request{Method: info.FullMethod, MessageSz: len(b), SHA256: hex.EncodeToString(sum[:])}
@@ -514,6 +526,11 @@ func parseCode(s string) (codes.Code, bool) {
 //   - an error that leaves the outcome unknown (runtime.Uncertain: a timeout
 //     or a cancellation anywhere in its tree) as it is, whatever its code:
 //     UNKNOWN;
+//   - an error the handler marked (runtime.Marked: runtime.Permanent or
+//     runtime.Retryable, the first in its tree, or an unmarked error
+//     matching runtime.ErrPermanent) by its mark, whatever its code: a
+//     permanent status is stored as one, anything else marked is handed to
+//     the runtime as it is;
 //   - a plain error (not a status) and an Unknown or Internal status not
 //     listed in [RetryableCodes] as it is: they are no code the handler
 //     chose, so the runtime's classification decides (runtime.Retryable and
@@ -524,10 +541,16 @@ func parseCode(s string) (codes.Code, bool) {
 //   - any other status: stored as a permanent failure.
 func (cfg *config) outcome(ctx context.Context, out any, herr error) (record, error) {
 	if herr != nil {
+		herr = acyclic(herr) // status.FromError's errors.As would loop on a cycle
 		st, isStatus := status.FromError(herr)
+		mark, marked := runtime.Marked(herr)
 		switch c := st.Code(); {
 		case runtime.Uncertain(herr):
 			return record{}, herr
+		case marked && mark == runtime.StateFailed && isStatus:
+			return record{}, runtime.Permanent(&statusFailure{st})
+		case marked:
+			return record{}, herr // the handler's mark decides, not the code
 		case !isStatus, (c == codes.Unknown || c == codes.Internal) && !cfg.retryable(c):
 			return record{}, herr
 		case cfg.retryable(c) && ctx.Err() != nil:
@@ -679,4 +702,16 @@ func callRecovering(ctx context.Context, h grpc.UnaryHandler, req any) (out any,
 	out, err = h(ctx, req)
 	returned = true
 	return out, nil, err
+}
+
+// acyclic is errtree.Acyclic(err): the handler's error itself, or, when its
+// Unwrap methods run in a cycle, one that errors.As (status.FromError's
+// walk) can walk. Err itself if one of its methods panics.
+func acyclic(err error) (out error) {
+	defer func() {
+		if recover() != nil {
+			out = err
+		}
+	}()
+	return errtree.Acyclic(err)
 }
