@@ -86,6 +86,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"path"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -351,20 +352,6 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.problem(w, probKeyInvalid, fmt.Sprintf("The %s header must be 1 to 255 bytes of visible ASCII, bare or as a quoted string.", cfg.header))
 		return
 	}
-	// x lives until ServeHTTP returns, and so do the pooled buffers of the
-	// request's body and of the handler's response (see exchange.release).
-	x := &exchange{m: m, w: w, r: r}
-	defer x.release()
-	body, err := x.readBody(cfg.maxBody)
-	tooLarge := err != nil && isMaxBytes(err) // an outer http.MaxBytesReader's limit
-	if err != nil && !tooLarge {
-		m.problem(w, probBodyUnreadable, "The request body could not be read.")
-		return
-	}
-	if tooLarge || int64(len(body)) > cfg.maxBody {
-		m.problem(w, probBodyTooLarge, fmt.Sprintf("The request body is over %d bytes.", cfg.maxBody))
-		return
-	}
 	// The handler sees the scope as it is; the identity gets a fixed-size
 	// name for a scope over 255 bytes (a long SPIFFE ID), which is the
 	// server's business, not the client's error. The context gains a value
@@ -381,13 +368,35 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx = runtime.WithScope(ctx, idScope)
 	}
 	origPath, target := original(r)
+	op := m.operationOf(r, origPath)
+	if a, ok := runtime.AttemptFrom(ctx); ok && a.ID == (runtime.Identity{Scope: idScope, Operation: op, Key: key}) {
+		// This request's own call is running: a second placement of the
+		// middleware on its way to the handler (around the mux and around
+		// the route). The outer one holds the claim and records what the
+		// handler answers; claiming again would wait on itself.
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	// x lives until ServeHTTP returns, and so do the pooled buffers of the
+	// request's body and of the handler's response (see exchange.release).
+	x := &exchange{m: m, w: w, r: r}
+	defer x.release()
+	body, err := x.readBody(cfg.maxBody)
+	tooLarge := err != nil && isMaxBytes(err) // an outer http.MaxBytesReader's limit
+	if err != nil && !tooLarge {
+		m.problem(w, probBodyUnreadable, "The request body could not be read.")
+		return
+	}
+	if tooLarge || int64(len(body)) > cfg.maxBody {
+		m.problem(w, probBodyTooLarge, fmt.Sprintf("The request body is over %d bytes.", cfg.maxBody))
+		return
+	}
 	sum := sha256.Sum256(body)
 	var sumHex [2 * sha256.Size]byte
 	hex.Encode(sumHex[:], sum[:])
 	// The target as one spelling (see canonicalTarget); the query sees
 	// it as sent (URL, below).
 	rq := request{Method: r.Method, Target: idname.Fit(canonicalTarget(target), 1024), BodyLen: len(body), BodySHA256: string(sumHex[:])}
-	op := m.operationOf(r, origPath)
 	if idScope != scope {
 		x.scope, x.rescope = scope, true
 	}
@@ -468,7 +477,52 @@ func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
 	if x.panic != nil {
 		return Response{}, runtime.Retryable(handlerPanicked{})
 	}
-	return cfg.outcome(ctx, x.rw.response(cfg))
+	resp := x.rw.response(cfg)
+	if cleanPathRedirect(r2, resp) {
+		// The router sent the client to the clean spelling of its path
+		// (ServeMux does, for dot-segments and empty segments): no handler
+		// ran. Recorded, the redirect would be replayed to the redirected
+		// request, the same request to the middleware, and to itself.
+		return resp, runtime.Retryable(&statusError{resp.Status})
+	}
+	return cfg.outcome(ctx, resp)
+}
+
+// cleanPathRedirect reports whether resp redirects r to the clean form of
+// its own path (as http.ServeMux does for a path with dot-segments or empty
+// segments, with the same query): a redirect (301, 302, 307 or 308) whose
+// Location's path is that clean form, where r's path is not clean.
+func cleanPathRedirect(r *http.Request, resp Response) bool {
+	switch resp.Status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+	default:
+		return false
+	}
+	clean := muxCleanPath(r.URL.Path)
+	if clean == r.URL.Path {
+		return false
+	}
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	return err == nil && loc.Path == clean && (loc.Host == "" || strings.EqualFold(loc.Host, r.Host))
+}
+
+// muxCleanPath is the path http.ServeMux redirects p to: path.Clean's, with
+// a leading slash and p's trailing slash kept.
+func muxCleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		if len(p) == len(np)+1 && strings.HasPrefix(p, np) {
+			return p
+		}
+		np += "/"
+	}
+	return np
 }
 
 // release gives the buffers of the request's body and of the response
