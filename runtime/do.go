@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/runtime/internal/errtree"
 )
 
 // Call is one idempotent call: the effect of Request, identified by
@@ -646,7 +648,7 @@ func (ex *execution[Req, Resp]) runEffect(ctx context.Context) (p *PanicError, e
 	}()
 	ex.resp, err = ex.c.Effect(ctx, ex.c.Request)
 	returned = true
-	return nil, acyclic(err)
+	return nil, errtree.Acyclic(err)
 }
 
 // The lease rule. A worker holds its lease from the moment it sent the
@@ -1111,5 +1113,5 @@ func (ex *execution[Req, Resp]) runQuery(ctx context.Context) (resp Resp, o Outc
 	}()
 	resp, o, err = ex.c.Query(ctx, ex.c.Request)
 	returned = true
-	return resp, o, acyclic(err)
+	return resp, o, errtree.Acyclic(err)
 }

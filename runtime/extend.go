@@ -144,23 +144,6 @@ func errorIs(err, target error) (is bool) {
 	return is
 }
 
-// acyclic is [errtree.Acyclic](err) for an error of the caller's code (an
-// effect's, a query's): err itself, or when its Unwrap methods run in a
-// cycle an error that errors.Is and errors.As can walk, so that nothing the
-// runtime, an adapter or the caller does with it loops. Err itself if one
-// of its methods panics (the runtime reads such errors under recover).
-func acyclic(err error) (out error) {
-	if err == nil {
-		return nil
-	}
-	defer func() {
-		if recover() != nil {
-			out = err
-		}
-	}()
-	return errtree.Acyclic(err)
-}
-
 // errorPermanent reports whether err is a permanent failure as
 // [Runtime.Classify] reads it (see classOf); false if one of err's methods
 // panics.

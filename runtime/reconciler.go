@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"time"
+
+	"github.com/idemkit/idem/runtime/internal/errtree"
 )
 
 // Reconciler converges records whose outcome is unknown: UNKNOWN records,
@@ -620,7 +622,7 @@ func runRegisteredQuery(ctx context.Context, q registeredQuery, request []byte) 
 	}()
 	resp, short, o, err = q.run(ctx, request)
 	returned = true
-	return resp, short, o, acyclic(err)
+	return resp, short, o, errtree.Acyclic(err)
 }
 
 func ignoreLeaseLost(err error) error {

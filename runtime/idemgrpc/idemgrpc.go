@@ -541,7 +541,7 @@ func parseCode(s string) (codes.Code, bool) {
 //   - any other status: stored as a permanent failure.
 func (cfg *config) outcome(ctx context.Context, out any, herr error) (record, error) {
 	if herr != nil {
-		herr = acyclic(herr) // status.FromError's errors.As would loop on a cycle
+		herr = errtree.Acyclic(herr) // status.FromError's errors.As would loop on a cycle
 		st, isStatus := status.FromError(herr)
 		mark, marked := runtime.Marked(herr)
 		switch c := st.Code(); {
@@ -702,16 +702,4 @@ func callRecovering(ctx context.Context, h grpc.UnaryHandler, req any) (out any,
 	out, err = h(ctx, req)
 	returned = true
 	return out, nil, err
-}
-
-// acyclic is errtree.Acyclic(err): the handler's error itself, or, when its
-// Unwrap methods run in a cycle, one that errors.As (status.FromError's
-// walk) can walk. Err itself if one of its methods panics.
-func acyclic(err error) (out error) {
-	defer func() {
-		if recover() != nil {
-			out = err
-		}
-	}()
-	return errtree.Acyclic(err)
 }

@@ -155,9 +155,19 @@ func Cyclic(err error) bool {
 // it is for errors.As; its Unwrap dropped). errors.Is, errors.As and Walk
 // answer for it as they would for err, and end. A cyclic error is a bug in
 // the code that made it; the runtime flattens the errors its callers' code
-// returns (an effect's, a query's) before anything walks them.
-func Acyclic(err error) error {
-	if err == nil || !Cyclic(err) {
+// returns (an effect's, a query's) before anything walks them. Err itself
+// when one of its methods panics: whoever reads it next does so under
+// recover.
+func Acyclic(err error) (out error) {
+	if err == nil {
+		return nil
+	}
+	defer func() {
+		if recover() != nil {
+			out = err
+		}
+	}()
+	if !Cyclic(err) {
 		return err
 	}
 	f := &flat{err: err}
