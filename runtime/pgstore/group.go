@@ -82,7 +82,7 @@ func WithGroupCommit(maxBatch int) Option {
 		if maxBatch <= 0 {
 			maxBatch = DefaultGroupCommitBatch
 		}
-		s.group = &groupCommit{maxBatch: maxBatch, q: db.New(s.pool)}
+		s.group = &groupCommit{maxBatch: maxBatch, q: db.New(s.pool), lockWait: batchLockWait}
 	}
 }
 
@@ -114,6 +114,9 @@ const batchLockWait = 200 * time.Millisecond
 type groupCommit struct {
 	maxBatch int
 	q        *db.Queries
+	// lockWait is GroupSet's lock_timeout: batchLockWait, which tests
+	// that hold a row on purpose while they watch the batch wait raise.
+	lockWait time.Duration
 
 	mu   sync.Mutex
 	busy bool // a batch (or a lone caller's statement) is in flight
@@ -417,7 +420,7 @@ func (g *groupCommit) send(ctx context.Context, claims []*batchItem[db.ClaimPara
 		TToStates: make([]string, nt), TNewOwners: make([]string, nt), TLeases: make([]pgtype.Interval, nt),
 		TTtls: make([]pgtype.Interval, nt), TResponses: make([][]byte, nt), TResponsesOmitted: make([]bool, nt),
 		TNotes: make([]string, nt), TTokens: make([]string, nt),
-		LockTimeout: strconv.FormatInt(batchLockWait.Milliseconds(), 10) + "ms",
+		LockTimeout: strconv.FormatInt(g.lockWait.Milliseconds(), 10) + "ms",
 	}
 	for i, it := range claims {
 		a := &it.arg

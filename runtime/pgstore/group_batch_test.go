@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/internal/testenv"
@@ -177,22 +178,40 @@ func TestGroupClaimBatches(t *testing.T) {
 	}
 }
 
-// TestGroupClaimBatchBesideConcurrentClaim: a claim committed by another
-// transaction after the batch's snapshot, while the batch waited for it
-// (ON CONFLICT): its caller gets no row and runs the claim again, which
-// returns that record; the batch's other rows are claimed.
-func TestGroupClaimBatchBesideConcurrentClaim(t *testing.T) {
-	s, scope := groupStore(t)
+// claimInOpenTx claims key for owner in a transaction it leaves open (and
+// rolls back when the test ends): an insert other claims of the identity
+// wait on.
+func claimInOpenTx(t *testing.T, s *Store, scope, key, owner string) (pgx.Tx, runtime.Identity) {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	id, other := claimArg(scope, "k", "other")
-	if _, err := s.q.WithTx(tx).Claim(ctx, other); err != nil {
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	id, arg := claimArg(scope, key, owner)
+	if _, err := s.q.WithTx(tx).Claim(ctx, arg); err != nil {
 		t.Fatal(err)
 	}
+	return tx, id
+}
+
+// TestGroupClaimBatchBesideConcurrentClaim: a claim committed by another
+// transaction after the batch's snapshot, while the batch waited for it
+// (ON CONFLICT): its caller gets no row and runs the claim again, which
+// returns that record; the batch's other rows are claimed.
+//
+// The batch's lock wait is raised from batchLockWait (200 ms) for this
+// test: the test watches the batch wait, then commits, and on a loaded
+// machine that took longer than 200 ms, so the batch gave up on the lock
+// first and failed as a whole (retry), or had already given up when the
+// test looked (TestGroupClaimBatchGivesUpOnConcurrentInsert covers what a batch
+// does past its wait).
+func TestGroupClaimBatchBesideConcurrentClaim(t *testing.T) {
+	s, scope := groupStore(t)
+	s.group.lockWait = 30 * time.Second
+	ctx := context.Background()
+	tx, id := claimInOpenTx(t, s, scope, "k", "other")
 	var holder int32 // the open transaction's backend
 	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
 		t.Fatal(err)
@@ -234,6 +253,47 @@ func TestGroupClaimBatchBesideConcurrentClaim(t *testing.T) {
 	res, err := s.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Owner: "mine", Lease: time.Minute})
 	if err != nil || res.Claimed || res.Record.Owner != "other" {
 		t.Fatalf("claim again: claimed %v, owner %q, %v; want the other's record", res.Claimed, res.Record.Owner, err)
+	}
+}
+
+// TestGroupClaimBatchGivesUpOnConcurrentInsert: a batch whose claim waits
+// on another transaction's insert of its identity, and that transaction
+// stays open past the batch's lock wait (a DoTx's transaction, say), fails
+// as a whole: nothing of it commits, and each caller runs its own
+// statement. The batch's other claims wait no longer than the lock wait.
+func TestGroupClaimBatchGivesUpOnConcurrentInsert(t *testing.T) {
+	s, scope := groupStore(t)
+	ctx := context.Background()
+	_, id := claimInOpenTx(t, s, scope, "k", "other")
+	id2, arg2 := claimArg(scope, "k2", "mine")
+	_, arg := claimArg(scope, "k", "mine")
+	got := make(chan []*batchItem[db.ClaimParams, []db.ClaimRow], 1)
+	start := time.Now()
+	go func() { got <- s.queueClaims([]runtime.Identity{id, id2}, []db.ClaimParams{arg, arg2}) }()
+	var items []*batchItem[db.ClaimParams, []db.ClaimRow]
+	select {
+	case items = <-got:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the batch still waits on the open transaction after 15 s")
+	}
+	waited := time.Since(start)
+	for i, it := range items {
+		if it.err != nil || !it.retry {
+			t.Errorf("caller %d: %d rows, retry %v, %v; want the batch failed as a whole (retry)", i, len(it.res), it.retry, it.err)
+		}
+	}
+	if waited < batchLockWait {
+		t.Errorf("the batch answered after %v, before its lock wait (%v)", waited, batchLockWait)
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM idem_records WHERE scope = $1", scope).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d records committed outside the open transaction, want 0", n)
+	}
+	if _, _, failed := s.GroupCommitStats(); failed != 1 {
+		t.Errorf("%d batches failed, want 1", failed)
 	}
 }
 
