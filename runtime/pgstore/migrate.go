@@ -71,7 +71,9 @@ var schemaMark = func() string {
 //     that touched the table, a [DoTx] caller's among them, and every
 //     statement on the table queues behind it meanwhile); past that it
 //     tries again after a pause, until ctx ends, and then returns the lock
-//     timeout's error (SQLSTATE 55P03). Give ctx a deadline;
+//     timeout's error (SQLSTATE 55P03). Concurrent calls take turns (an
+//     advisory lock), and a call waits at most 250 ms for its turn too,
+//     then tries again the same way. Give ctx a deadline;
 //   - its transaction ends on the server when its client goes silent for a
 //     second in the middle of it, so a replica partitioned mid-way holds
 //     neither the table nor the other starts for longer.
@@ -93,7 +95,7 @@ func Migrate(ctx context.Context, conn Beginner) error {
 			}
 		}
 		if err != nil && held != nil && ctx.Err() != nil {
-			return fmt.Errorf("pgstore: migrate: the record table stayed in use by other transactions through %d tries (each waits at most %v for its lock), until the context ended: %w (%w)",
+			return fmt.Errorf("pgstore: migrate: the record table stayed in use by other transactions (or other Migrate calls held their turn) through %d tries (each waits at most %v for a lock), until the context ended: %w (%w)",
 				try, migrateLockTimeout, held, err)
 		}
 		return err
@@ -122,7 +124,13 @@ func migrateOnce(ctx context.Context, conn Beginner) error {
 		current_setting('idle_in_transaction_session_timeout')`).Scan(&path, &lockTimeout, &idleTimeout); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
-	if err := setLocal(ctx, tx, "idle_in_transaction_session_timeout", fmt.Sprintf("%dms", migrateIdleTimeout.Milliseconds())); err != nil {
+	// The lock timeout bounds the wait for the advisory lock too: a call
+	// queued behind other Migrate calls (replicas starting at once, each
+	// waiting for the table in its turn) tries again after a pause like a
+	// call that waited for the table, and so ends, when ctx does, with
+	// the lock timeout's error rather than the context's alone.
+	if err := setLocal(ctx, tx, "idle_in_transaction_session_timeout", fmt.Sprintf("%dms", migrateIdleTimeout.Milliseconds()),
+		"lock_timeout", fmt.Sprintf("%dms", migrateLockTimeout.Milliseconds())); err != nil {
 		return err
 	}
 	commit := func() error {
@@ -166,14 +174,12 @@ func migrateOnce(ctx context.Context, conn Beginner) error {
 		return fmt.Errorf("pgstore: migrate: %s.idem_records lacks %s, and this role does not own the table: run Migrate as its owner, or apply queries.Schema (idemgen schema) with your migration tool",
 			*schema, strings.Join(missing, ", "))
 	}
-	settings := []string{"lock_timeout", fmt.Sprintf("%dms", migrateLockTimeout.Milliseconds())}
 	if schema != nil {
 		// CREATE ... IF NOT EXISTS looks in the first schema of the path
 		// only: on the table's own, not a new empty table before it.
-		settings = append(settings, "search_path", quoteIdent(*schema))
-	}
-	if err := setLocal(ctx, tx, settings...); err != nil {
-		return err
+		if err := setLocal(ctx, tx, "search_path", quoteIdent(*schema)); err != nil {
+			return err
+		}
 	}
 	if _, err := tx.Exec(ctx, queries.Schema); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)

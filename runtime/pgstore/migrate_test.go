@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/runtime"
@@ -158,5 +160,55 @@ func TestMigrateChecksEveryColumn(t *testing.T) {
 	}
 	if !slices.Equal(got, pgstore.SchemaColumns) {
 		t.Errorf("the schema creates the columns\n%v\nMigrate checks for\n%v", got, pgstore.SchemaColumns)
+	}
+}
+
+// Promise (Migrate): when the schema must change and the table stays in
+// use, each try waits at most 250 ms for a lock, "until ctx ends, and
+// then returns the lock timeout's error (SQLSTATE 55P03)". Schedule:
+// more replicas start at once than can each take a 250 ms turn before
+// their deadline, beside a transaction that keeps the table in use. The
+// calls are serialized by an advisory lock: one queued behind the others
+// for its whole deadline never tried the table, and it too must end with
+// the lock timeout's error, not the context's alone (found in a CI run at
+// load 16 with 8 replicas and 4 s deadlines).
+func TestMigrateQueuedReplicasEndWithLockTimeout(t *testing.T) {
+	p := advSchemaPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := p.Exec(ctx, "DROP INDEX idem_records_pending_idx"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := p.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "LOCK TABLE idem_records IN ROW EXCLUSIVE MODE"); err != nil { // as a write would
+		t.Fatal(err)
+	}
+	const replicas = 16
+	const deadline = 2 * time.Second // 8 turns of 250 ms
+	warmPool(t, p, replicas+1)
+	errs := make([]error, replicas)
+	tooks := make([]time.Duration, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Go(func() {
+			mctx, stop := context.WithTimeout(ctx, deadline)
+			defer stop()
+			start := time.Now()
+			errs[i] = pgstore.Migrate(mctx, p)
+			tooks[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+			t.Errorf("replica %d (returned after %v): %v; want the lock timeout's error", i, tooks[i], err)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("replica %d: %v; want it to say its context ended", i, err)
+		}
 	}
 }
