@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"reflect"
 	"sync"
 )
 
@@ -68,10 +69,12 @@ type Attempt struct {
 // attempt is what the runtime puts in an effect's context; the downstream
 // key is derived on first use only.
 type attempt struct {
-	id        Identity
-	token     int64
-	takenOver bool
+	id    Identity
+	token int64
+	// rt is the runtime whose call it is (nil for [WithAttempt]'s).
+	rt        *Runtime
 	once      sync.Once
+	takenOver bool // after once: in its padding
 	dk        string
 }
 
@@ -80,8 +83,34 @@ func (a *attempt) downstreamKey() string {
 	return a.dk
 }
 
-func withAttempt(ctx context.Context, id Identity, token int64, takenOver bool) context.Context {
-	return context.WithValue(ctx, attemptKey, &attempt{id: id, token: token, takenOver: takenOver})
+func withAttempt(ctx context.Context, rt *Runtime, id Identity, token int64, takenOver bool) context.Context {
+	return context.WithValue(ctx, attemptKey, &attempt{id: id, token: token, takenOver: takenOver, rt: rt})
+}
+
+// Running returns the identity of the call whose effect (or query) runs
+// with ctx when that call's record is in rt's store: a call of rt's, or of
+// another runtime on the same store (the same pointer). An adapter placed
+// twice on the way to one handler (idemhttp's middleware around a mux and
+// around a route, idemgrpc's interceptor chained twice) uses it to tell
+// its own call, whose claim the outer placement holds, from a call on
+// another store, in which the request is not claimed yet.
+func (rt *Runtime) Running(ctx context.Context) (Identity, bool) {
+	a, ok := ctx.Value(attemptKey).(*attempt)
+	if !ok || a.rt == nil || !sameStore(a.rt, rt) {
+		return Identity{}, false
+	}
+	return a.id, true
+}
+
+// sameStore reports whether a and b keep their records in one store: they
+// are one runtime, or their stores are one pointer.
+func sameStore(a, b *Runtime) bool {
+	if a == b {
+		return true
+	}
+	t := reflect.TypeOf(a.store)
+	return t != nil && t.Kind() == reflect.Pointer && t == reflect.TypeOf(b.store) &&
+		reflect.ValueOf(a.store).Pointer() == reflect.ValueOf(b.store).Pointer()
 }
 
 // AttemptFrom returns the attempt of the effect (or query) running with

@@ -304,7 +304,7 @@ func (ex *execution[Req, Resp]) runClaimed(ctx context.Context, rec Record, star
 // released. Each by compare-and-set on the version held.
 func (ex *execution[Req, Resp]) leaveHeld(ctx context.Context) {
 	run, h := ex.run, ex.hold
-	if run.hb.rt != nil {
+	if run.hb.eff != nil { // started
 		run.hb.completing.Store(true)
 		run.hb.stop()
 	}
@@ -439,7 +439,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		return zero, err
 	}
 	effCtx := &ex.run.eff
-	effCtx.init(ctx, ex.id, rec.Version, rec.Takeovers > 0, ex.c.Scope)
+	effCtx.init(ctx, ex.rt, ex.id, rec.Version, rec.Takeovers > 0, ex.c.Scope)
 	defer effCtx.release()
 	// The lease is renewed until the outcome is recorded: a completion that
 	// retries through a store outage must not lose the record to a takeover.
@@ -677,7 +677,6 @@ const (
 // heartbeat renews the lease of one call until stop is called. Its rounds
 // are scheduled by the runtime's [renewals].
 type heartbeat struct {
-	rt *Runtime
 	// ctx is the call's context: the renewals' values, and the logs'.
 	ctx context.Context
 	// id is the call's identity (its execution's, which outlives the
@@ -713,13 +712,17 @@ type heartbeat struct {
 	stopUnconfirmed bool
 }
 
+// runtime is the runtime whose call the heartbeat renews the lease of (its
+// effect's or query's context's: one pointer fewer in [running]).
+func (h *heartbeat) runtime() *Runtime { return h.eff.a.rt }
+
 // stop ends the renewals, waiting for one in progress (which it cancels).
 func (h *heartbeat) stop() {
 	h.stopped.Store(true)
 	if c := h.cancel.Load(); c != nil {
 		(*c)()
 	}
-	h.rt.renewals.unschedule(h)
+	h.runtime().renewals.unschedule(h)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 }
@@ -765,7 +768,7 @@ func (e *errLeaseUnconfirmed) Unwrap() error { return ErrLeaseLost }
 // pays for no timer and no goroutine.
 func (ex *execution[Req, Resp]) startHeartbeat(h *heartbeat, ctx context.Context, rec Record, granted time.Time, stopUnconfirmed bool, eff *effectCtx) {
 	*h = heartbeat{
-		rt: ex.rt, ctx: ctx, id: &ex.id, state: rec.State, version: rec.Version, lease: ex.lease,
+		ctx: ctx, id: &ex.id, state: rec.State, version: rec.Version, lease: ex.lease,
 		eff: eff, stopUnconfirmed: stopUnconfirmed, confirmed: granted, index: -1,
 	}
 	ex.rt.renewals.schedule(h, granted.Add(ex.lease/renewEvery))
@@ -789,14 +792,14 @@ func (h *heartbeat) stopEffect(cause error) {
 // not delay the effect's stop past the lease, nor end the round before it.
 func (h *heartbeat) round() {
 	var log roundLog
-	defer log.write(h.rt)
+	defer log.write(h.runtime())
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	hctx := h.renewCtx()
 	if hctx == nil || hctx.Err() != nil {
 		return // stopped
 	}
-	ctx, rt, id := h.ctx, h.rt, *h.id
+	ctx, rt, id := h.ctx, h.runtime(), *h.id
 	log.ctx, log.id, log.version = ctx, id, h.version
 	every := h.lease / renewEvery
 	margin := h.lease / leaseMargin
@@ -1015,7 +1018,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	rt, op := ex.rt, ex.id.Operation
 	start := time.Now()
 	qctx := new(effectCtx)
-	qctx.init(ctx, ex.id, rec.Version, rec.Takeovers > 0, ex.c.Scope)
+	qctx.init(ctx, ex.rt, ex.id, rec.Version, rec.Takeovers > 0, ex.c.Scope)
 	defer qctx.release()
 	// A query has no effect to stop when the lease cannot be confirmed:
 	// what it learns is recorded by CAS on the version, which fails if

@@ -81,7 +81,7 @@ func (rt *Runtime) RetryWrite(ctx context.Context, write func(context.Context) e
 // WithAttempt returns a context carrying a, for an effect run outside [Do].
 // Its DownstreamKey field is ignored: the key is always derived from a.ID.
 func WithAttempt(ctx context.Context, a Attempt) context.Context {
-	return withAttempt(ctx, a.ID, a.FencingToken, a.TakenOver)
+	return withAttempt(ctx, nil, a.ID, a.FencingToken, a.TakenOver)
 }
 
 // maxFailureMessage bounds the message kept in a FAILED record, so that a

@@ -45,7 +45,7 @@ func TestEffectCtxActsAsWithCancelCause(t *testing.T) {
 			parent, cancel := context.WithCancel(context.WithValue(context.Background(), valueKey{}, "v"))
 			defer cancel()
 			c := new(effectCtx)
-			c.init(parent, Identity{Operation: "op", Key: "k"}, 7, true, "")
+			c.init(parent, nil, Identity{Operation: "op", Key: "k"}, 7, true, "")
 			var child context.Context
 			if tc.early {
 				_ = c.Done()
@@ -87,12 +87,12 @@ func TestEffectCtxActsAsWithCancelCause(t *testing.T) {
 // TestEffectCtxScope: a call's Scope is in its effect's context.
 func TestEffectCtxScope(t *testing.T) {
 	c := new(effectCtx)
-	c.init(context.Background(), Identity{}, 1, false, "tenant")
+	c.init(context.Background(), nil, Identity{}, 1, false, "tenant")
 	if got := ScopeFrom(c); got != "tenant" {
 		t.Errorf("ScopeFrom = %q, want tenant", got)
 	}
 	c = new(effectCtx)
-	c.init(WithScope(context.Background(), "outer"), Identity{}, 1, false, "")
+	c.init(WithScope(context.Background(), "outer"), nil, Identity{}, 1, false, "")
 	if got := ScopeFrom(c); got != "outer" {
 		t.Errorf("ScopeFrom = %q, want outer", got)
 	}

@@ -366,7 +366,7 @@ func (r *Reconciler) ask(ctx context.Context, rec Record, q registeredQuery, acq
 	timeout := min(want, max(left(), 0))
 	// The query runs in the record's scope, as the effect did: a
 	// tenant-scoped downstream looks the effect up by it.
-	qctx, cancel := context.WithTimeout(withAttempt(WithScope(ctx, rec.ID.Scope), rec.ID, rec.Version, true), timeout)
+	qctx, cancel := context.WithTimeout(withAttempt(WithScope(ctx, rec.ID.Scope), rt, rec.ID, rec.Version, true), timeout)
 	var resp []byte
 	var short responseCutter
 	var outcome Outcome

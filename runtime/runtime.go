@@ -270,6 +270,25 @@ type registeredQuery struct {
 	// (its [Cutter] form) for the size rule.
 	run          func(ctx context.Context, request []byte) (response []byte, short responseCutter, o Outcome, err error)
 	noQueryAfter time.Duration
+	// query is the QueryFunc registered, as given (see [RegisteredQuery]).
+	query any
+}
+
+// RegisteredQuery returns the query registered on rt for operation with
+// [Register], when its request and response types are Req and Resp. An
+// adapter placed twice on the way to one handler (idemhttp's middleware
+// around a mux and around a route) uses it: the placement that claims
+// runs the call with the query another placement gave for the operation,
+// so that a duplicate asks it and the request is stored for it.
+func RegisteredQuery[Req, Resp any](rt *Runtime, operation string) (QueryFunc[Req, Resp], bool) {
+	rt.mu.RLock()
+	rq, ok := rt.queries[operation]
+	rt.mu.RUnlock()
+	if !ok {
+		return nil, false
+	}
+	q, ok := rq.query.(QueryFunc[Req, Resp])
+	return q, ok
 }
 
 // Register makes query the operation's "did it happen?" function, so that a
@@ -284,7 +303,7 @@ func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req,
 		return fmt.Errorf("idem: register %s: query is nil", operation)
 	}
 	codec := rt.cfg.codec
-	rq := registeredQuery{opts: opts, run: func(ctx context.Context, request []byte) ([]byte, responseCutter, Outcome, error) {
+	rq := registeredQuery{opts: opts, query: query, run: func(ctx context.Context, request []byte) ([]byte, responseCutter, Outcome, error) {
 		// The stored request, and the encoded answer, may be a store's own
 		// record (memstore keeps one copy) and a Codec may share slices
 		// with them: each side gets its own copy (see [Codec]).

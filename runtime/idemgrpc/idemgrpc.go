@@ -341,10 +341,12 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	}
 	scope := runtime.ScopeFrom(handlerCtx)
 	idScope := idname.Fit(scope, runtime.MaxKeyLen)
-	if a, ok := runtime.AttemptFrom(ctx); ok && a.ID == (runtime.Identity{Scope: idScope, Operation: operation(info.FullMethod), Key: key}) {
-		// This call's own runtime call is running: the interceptor is
-		// chained twice. The outer one holds the claim and records what
-		// the handler returns; claiming again would wait on itself.
+	if id, ok := rt.Running(ctx); ok && id == (runtime.Identity{Scope: idScope, Operation: operation(info.FullMethod), Key: key}) {
+		// This call's own runtime call is running, its record in this
+		// interceptor's store: the interceptor is chained twice. The outer
+		// one holds the claim and records what the handler returns;
+		// claiming again would wait on itself. (An outer interceptor on
+		// another store claimed nothing here: this one claims.)
 		return handler(handlerCtx, req)
 	}
 	ctx = runtime.WithScope(handlerCtx, idScope)
@@ -358,6 +360,11 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	}
 	op := operation(info.FullMethod)
 	query := cfg.queries[op]
+	if query == nil {
+		// The interceptor chained twice on this runtime: the inner one may
+		// have the method's query, and the call that claims runs with it.
+		query, _ = runtime.RegisteredQuery[request, record](rt, op)
+	}
 	if query != nil {
 		rq.Type, rq.Message = string(msg.ProtoReflect().Descriptor().FullName()), b
 		if idScope != scope {
@@ -539,26 +546,14 @@ func parseCode(s string) (codes.Code, bool) {
 //     policy (the handler gave up waiting on something that may have acted);
 //   - another retryable code: released;
 //   - any other status: stored as a permanent failure.
+//
+// Reading the error calls its methods (GRPCStatus, Timeout, Is, As): when
+// one panics, the error goes to the runtime as it is, which classifies it
+// under recover (UNKNOWN, with a note saying so, by default), as for
+// runtime.Do.
 func (cfg *config) outcome(ctx context.Context, out any, herr error) (record, error) {
 	if herr != nil {
-		herr = errtree.Acyclic(herr) // status.FromError's errors.As would loop on a cycle
-		st, isStatus := status.FromError(herr)
-		mark, marked := runtime.Marked(herr)
-		switch c := st.Code(); {
-		case runtime.Uncertain(herr):
-			return record{}, herr
-		case marked && mark == runtime.StateFailed && isStatus:
-			return record{}, runtime.Permanent(&statusFailure{st})
-		case marked:
-			return record{}, herr // the handler's mark decides, not the code
-		case !isStatus, (c == codes.Unknown || c == codes.Internal) && !cfg.retryable(c):
-			return record{}, herr
-		case cfg.retryable(c) && ctx.Err() != nil:
-			return record{}, &uncertainCode{c, herr, []error{ctx.Err(), context.Cause(ctx)}}
-		case cfg.retryable(c):
-			return record{}, runtime.Retryable(&codeError{c, herr})
-		}
-		return record{}, runtime.Permanent(&statusFailure{st})
+		return record{}, cfg.errorOutcome(ctx, errtree.Acyclic(herr)) // status.FromError's errors.As would loop on a cycle
 	}
 	m, ok := out.(proto.Message)
 	if !ok || m == nil {
@@ -571,6 +566,33 @@ func (cfg *config) outcome(ctx context.Context, out any, herr error) (record, er
 		return record{}, nil
 	}
 	return record{Type: string(m.ProtoReflect().Descriptor().FullName()), Message: b}, nil
+}
+
+// errorOutcome is what outcome hands the runtime for the handler's error
+// herr (see outcome).
+func (cfg *config) errorOutcome(ctx context.Context, herr error) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = herr
+		}
+	}()
+	st, isStatus := status.FromError(herr)
+	mark, marked := runtime.Marked(herr)
+	switch c := st.Code(); {
+	case runtime.Uncertain(herr):
+		return herr
+	case marked && mark == runtime.StateFailed && isStatus:
+		return runtime.Permanent(&statusFailure{st})
+	case marked:
+		return herr // the handler's mark decides, not the code
+	case !isStatus, (c == codes.Unknown || c == codes.Internal) && !cfg.retryable(c):
+		return herr
+	case cfg.retryable(c) && ctx.Err() != nil:
+		return &uncertainCode{c, herr, []error{ctx.Err(), context.Cause(ctx)}}
+	case cfg.retryable(c):
+		return runtime.Retryable(&codeError{c, herr})
+	}
+	return runtime.Permanent(&statusFailure{st})
 }
 
 // statusFailure is a handler's error status stored as a permanent failure:

@@ -86,7 +86,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"path"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -368,12 +368,25 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx = runtime.WithScope(ctx, idScope)
 	}
 	origPath, target := original(r)
-	op := m.operationOf(r, origPath)
-	if a, ok := runtime.AttemptFrom(ctx); ok && a.ID == (runtime.Identity{Scope: idScope, Operation: op, Key: key}) {
-		// This request's own call is running: a second placement of the
-		// middleware on its way to the handler (around the mux and around
-		// the route). The outer one holds the claim and records what the
-		// handler answers; claiming again would wait on itself.
+	pattern, redirect := routePattern(m.next, r)
+	if redirect {
+		// The wrapped mux answers this request with a redirect of its own
+		// (ServeMux's, to the clean spelling of a path with dot-segments
+		// or empty segments, or /tree to /tree/): no handler runs.
+		// Recorded, the redirect would be replayed to the redirected
+		// request, the same request to the middleware when it is the
+		// clean spelling, and to itself.
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	op := m.operationOf(r, origPath, pattern)
+	if id, ok := m.rt.Running(ctx); ok && id == (runtime.Identity{Scope: idScope, Operation: op, Key: key}) {
+		// This request's own call is running, its record in this
+		// middleware's store: a second placement of the middleware on its
+		// way to the handler (around the mux and around the route). The
+		// outer one holds the claim and records what the handler answers;
+		// claiming again would wait on itself. (An outer placement on
+		// another store claimed nothing here: this one claims.)
 		m.next.ServeHTTP(w, r)
 		return
 	}
@@ -404,7 +417,14 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The fingerprint covers the digests only, whether or not the request
 	// is stored for a query. Without a query the request is those digests,
 	// and the runtime takes the same SHA-256 of the same encoding itself.
-	if query := cfg.queries[op]; query != nil {
+	query := cfg.queries[op]
+	if query == nil {
+		// Another placement of the middleware on this runtime (around a
+		// route, inside this one) may have the route's query: the call
+		// that claims runs with it.
+		query, _ = runtime.RegisteredQuery[request, Response](m.rt, op)
+	}
+	if query != nil {
 		fpBytes, err := m.rt.Codec().Marshal(rq)
 		if err != nil {
 			m.answer(w, r, err)
@@ -477,52 +497,7 @@ func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
 	if x.panic != nil {
 		return Response{}, runtime.Retryable(handlerPanicked{})
 	}
-	resp := x.rw.response(cfg)
-	if cleanPathRedirect(r2, resp) {
-		// The router sent the client to the clean spelling of its path
-		// (ServeMux does, for dot-segments and empty segments): no handler
-		// ran. Recorded, the redirect would be replayed to the redirected
-		// request, the same request to the middleware, and to itself.
-		return resp, runtime.Retryable(&statusError{resp.Status})
-	}
-	return cfg.outcome(ctx, resp)
-}
-
-// cleanPathRedirect reports whether resp redirects r to the clean form of
-// its own path (as http.ServeMux does for a path with dot-segments or empty
-// segments, with the same query): a redirect (301, 302, 307 or 308) whose
-// Location's path is that clean form, where r's path is not clean.
-func cleanPathRedirect(r *http.Request, resp Response) bool {
-	switch resp.Status {
-	case http.StatusMovedPermanently, http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-	default:
-		return false
-	}
-	clean := muxCleanPath(r.URL.Path)
-	if clean == r.URL.Path {
-		return false
-	}
-	loc, err := url.Parse(resp.Header.Get("Location"))
-	return err == nil && loc.Path == clean && (loc.Host == "" || strings.EqualFold(loc.Host, r.Host))
-}
-
-// muxCleanPath is the path http.ServeMux redirects p to: path.Clean's, with
-// a leading slash and p's trailing slash kept.
-func muxCleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		if len(p) == len(np)+1 && strings.HasPrefix(p, np) {
-			return p
-		}
-		np += "/"
-	}
-	return np
+	return cfg.outcome(ctx, x.rw.response(cfg))
 }
 
 // release gives the buffers of the request's body and of the response
@@ -774,14 +749,14 @@ func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (p 
 
 // operationOf names the operation of r (see the package documentation).
 // origPath is the escaped path as the client sent it.
-func (m *middleware) operationOf(r *http.Request, origPath string) string {
+func (m *middleware) operationOf(r *http.Request, origPath, pattern string) string {
 	if m.cfg.operation != nil {
 		return idname.Fit(m.cfg.operation(r), runtime.MaxKeyLen)
 	}
-	// The wrapped mux's pattern, when there is one, is matched against the
-	// path the middleware sees; r.Pattern was set by a mux outside, which
-	// saw either the same path or, through http.StripPrefix, a longer one.
-	pattern := routePattern(m.next, r)
+	// The wrapped mux's pattern (routePattern), when there is one, is
+	// matched against the path the middleware sees; r.Pattern was set by a
+	// mux outside, which saw either the same path or, through
+	// http.StripPrefix, a longer one.
 	if pattern == "" {
 		pattern = r.Pattern
 	} else {
@@ -878,9 +853,12 @@ const maxMuxDepth = 8
 // one when the handler it routes to is a mux in turn (an API mux mounted
 // on an outer mux's "/api/", a host-routing mux behind "/"), so that the
 // pattern names the route itself, not the mount. It is "" when h is no
-// mux or routes r nowhere.
-func routePattern(h http.Handler, r *http.Request) string {
-	pattern := ""
+// mux or routes r nowhere. redirect reports that a mux answers r with a
+// redirect and runs no handler: [http.ServeMux] does for a path that is
+// not clean (dot-segments, empty segments: to its clean spelling) and for
+// /tree when only /tree/ is registered; so does a route registered with
+// [http.RedirectHandler], which has no effect to record either.
+func routePattern(h http.Handler, r *http.Request) (pattern string, redirect bool) {
 	for range maxMuxDepth {
 		mux, ok := h.(interface {
 			Handler(*http.Request) (http.Handler, string)
@@ -889,13 +867,21 @@ func routePattern(h http.Handler, r *http.Request) string {
 			break
 		}
 		next, p := mux.Handler(r)
+		if next != nil && reflect.TypeOf(next) == redirectHandler {
+			return "", true
+		}
 		if p == "" {
 			break // an inner mux routes r nowhere (404): the mount it is
 		}
 		pattern, h = withHostOf(p, pattern), next
 	}
-	return pattern
+	return pattern, false
 }
+
+// redirectHandler is the type of the handlers [http.RedirectHandler]
+// returns, which ServeMux.Handler returns for the redirects it makes
+// itself.
+var redirectHandler = reflect.TypeOf(http.RedirectHandler("/", http.StatusTemporaryRedirect))
 
 // withHostOf returns pattern with the host of outer, the pattern of a mux
 // that routed to pattern's (a host mount, "a.example/"), in front when

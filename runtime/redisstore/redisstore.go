@@ -578,8 +578,10 @@ func (s *Store) Release(ctx context.Context, p runtime.ReleaseParams) error {
 // One run of a bucket's script inspects at most 2000 index entries; entries
 // it skips (records at or above MaxAttempts, records of other operations)
 // stay where they are, and the next run starts after them, until the limit
-// is reached or the bucket's due entries end: however many skipped entries
-// lie ahead of a due record, the call reaches it.
+// is reached or the bucket's due entries end: up to 2 million skipped
+// entries (1000 runs) in a bucket ahead of a due record, the call reaches
+// it; past that it stops in that bucket, and the next call starts over from
+// the bucket's oldest entry.
 //
 // Each run of a script carries a nonce, so that a resent script (go-redis
 // resends a command whose reply it did not get) answers with the records its
