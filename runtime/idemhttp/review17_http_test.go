@@ -25,7 +25,7 @@ import (
 
 // Promise: each request's client, and each of its replays, gets the response
 // its own handler wrote from its own body, however many requests share the
-// pooled buffers at once. Schedule: 12 clients x 20 keys, bodies of sizes
+// pooled buffers at once. Schedule: 6 clients x 10 keys, bodies of sizes
 // around the pool's 512-byte start and 64 KiB limit, half of them sent
 // chunked (no Content-Length), every key sent twice at once and once more
 // after; the handler echoes a digest and the tail of its body, with a
@@ -77,11 +77,12 @@ func TestReview17PooledBuffersConcurrent(t *testing.T) {
 			}
 			var wg sync.WaitGroup
 			errs := make(chan error, 1000)
-			for c := range 12 {
+			const clients, keys = 6, 10
+			for c := range clients {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for k := range 20 {
+					for k := range keys {
 						key := fmt.Sprintf("%s-c%d-k%d", tenant, c, k)
 						size := sizes[(c+k)%len(sizes)]
 						body := strings.Repeat(fmt.Sprintf("<%s>", key), size/len(key)+1)[:size]
@@ -121,8 +122,8 @@ func TestReview17PooledBuffersConcurrent(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			if r := runs.Load(); r != 12*20 {
-				t.Errorf("handlers ran %d times for %d keys", r, 12*20)
+			if r := runs.Load(); r != clients*keys {
+				t.Errorf("handlers ran %d times for %d keys", r, clients*keys)
 			}
 		})
 	}
