@@ -20,8 +20,10 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// migrateLock is the advisory lock key that serializes concurrent Migrate
-// calls (CREATE ... IF NOT EXISTS alone races on the catalog).
+// migrateLock seeds the advisory lock key that serializes the Migrate calls
+// that change one record table (CREATE ... IF NOT EXISTS alone races on the
+// catalog): the key is a hash of the table's schema with this seed, so
+// calls on tables in other schemas never wait for each other.
 const migrateLock = 0x1de3_5c4e_3a11_0001
 
 // migrateLockTimeout bounds each wait of the schema's statements for a lock
@@ -53,7 +55,8 @@ var schemaMark = func() string {
 }()
 
 // Migrate creates the record table, its sequence, function and indexes if
-// they do not exist, in one transaction under an advisory lock, so
+// they do not exist, in one transaction under an advisory lock (the
+// table's: calls on tables in other schemas never wait for each other), so
 // concurrent starts are safe. It works on the table the store's queries
 // use: the first idem_records on the connection's search_path, or a new
 // one where CREATE TABLE puts it (the first schema of the path that
@@ -62,7 +65,8 @@ var schemaMark = func() string {
 // It is safe to run on every start, beside traffic:
 //   - once it has applied this release's schema it marks the table (a
 //     comment); a later call that finds the mark, and every object the
-//     queries use, takes no lock on the table;
+//     queries use, takes no lock on the table, nor a turn (the advisory
+//     lock): it never waits for other calls;
 //   - a table it may not change (another role owns it: a migration tool
 //     applied the schema) is left alone when it has every column, index,
 //     sequence and function the queries use, and is an error otherwise;
@@ -79,7 +83,10 @@ var schemaMark = func() string {
 //     neither the table nor the other starts for longer.
 //
 // On a transaction (conn a [pgx.Tx]) it runs in a savepoint and leaves the
-// transaction's settings as it found them. To manage the schema with a
+// transaction's settings as it found them; when it changed the schema, the
+// turn and the table's locks its statements took are held until that
+// transaction ends (as any DDL in it), so other replicas' calls that must
+// change the schema wait for it, 250 ms at a time. To manage the schema with a
 // migration tool instead, use [queries.Schema] (or `idemgen schema`).
 func Migrate(ctx context.Context, conn Beginner) error {
 	pause := 50 * time.Millisecond
@@ -142,38 +149,34 @@ func migrateOnce(ctx context.Context, conn Beginner) error {
 		}
 		return nil
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
+	// The catalog is read first, with no lock: a table that is current (or
+	// another role's, complete) needs no turn, so a start never waits for
+	// one, nor for a caller's transaction that holds one (on a pgx.Tx the
+	// turn lasts until that transaction ends).
+	cat, err := readCatalog(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if done, err := cat.settled(); err != nil {
+		return err
+	} else if done {
+		return commit()
+	}
+	// A change: take the table's turn (Migrate calls on other tables, in
+	// other schemas, never wait for it), then read the catalog again:
+	// another Migrate may just have committed.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended(coalesce($2, current_schema(), '') || '.idem_records', $1))", int64(migrateLock), cat.schema); err != nil {
 		return fmt.Errorf("pgstore: migrate: lock: %w", err)
 	}
-	// The catalog, read after the lock (another Migrate may just have
-	// committed), resolved as the queries resolve it: no lock on the table.
-	var (
-		schema, mark *string
-		owned        bool
-		missing      []string
-	)
-	if err := tx.QueryRow(ctx, `
-		SELECT n.nspname, obj_description(c.oid, 'pg_class'), coalesce(pg_has_role(c.relowner, 'USAGE'), false),
-			array_remove(ARRAY(SELECT col FROM unnest($1::text[]) col
-					WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped))
-				|| CASE WHEN to_regclass('idem_records_version_seq') IS NULL THEN ARRAY['sequence idem_records_version_seq'] END
-				|| CASE WHEN to_regprocedure('idem_xact_ended(xid8)') IS NULL THEN ARRAY['function idem_xact_ended(xid8)'] END
-				|| CASE WHEN to_regclass('idem_records_expires_at_idx') IS NULL THEN ARRAY['index idem_records_expires_at_idx'] END
-				|| CASE WHEN to_regclass('idem_records_pending_idx') IS NULL THEN ARRAY['index idem_records_pending_idx'] END, NULL)
-		FROM (SELECT to_regclass('idem_records') AS oid) r
-		LEFT JOIN pg_class c ON c.oid = r.oid
-		LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`, schemaColumns).Scan(&schema, &mark, &owned, &missing); err != nil {
-		return fmt.Errorf("pgstore: migrate: reading the catalog: %w", err)
+	if cat, err = readCatalog(ctx, tx); err != nil {
+		return err
 	}
-	switch {
-	case schema != nil && len(missing) == 0 && mark != nil && *mark == schemaMark:
-		return commit() // current
-	case schema != nil && !owned && len(missing) == 0:
-		return commit() // another role's, with all the queries use
-	case schema != nil && !owned:
-		return fmt.Errorf("pgstore: migrate: %s.idem_records lacks %s, and this role does not own the table: run Migrate as its owner, or apply queries.Schema (idemgen schema) with your migration tool",
-			*schema, strings.Join(missing, ", "))
+	if done, err := cat.settled(); err != nil {
+		return err
+	} else if done {
+		return commit()
 	}
+	schema := cat.schema
 	if schema != nil {
 		// CREATE ... IF NOT EXISTS looks in the first schema of the path
 		// only: on the table's own, not a new empty table before it.
@@ -188,6 +191,48 @@ func migrateOnce(ctx context.Context, conn Beginner) error {
 		return fmt.Errorf("pgstore: migrate: marking the table: %w", err)
 	}
 	return commit()
+}
+
+// catalog is what Migrate reads of the record table the queries resolve
+// to (no lock on the table).
+type catalog struct {
+	schema, mark *string // the table's schema (nil: no table) and comment
+	owned        bool    // this role may change it
+	missing      []string
+}
+
+func readCatalog(ctx context.Context, tx pgx.Tx) (catalog, error) {
+	var c catalog
+	if err := tx.QueryRow(ctx, `
+		SELECT n.nspname, obj_description(c.oid, 'pg_class'), coalesce(pg_has_role(c.relowner, 'USAGE'), false),
+			array_remove(ARRAY(SELECT col FROM unnest($1::text[]) col
+					WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped))
+				|| CASE WHEN to_regclass('idem_records_version_seq') IS NULL THEN ARRAY['sequence idem_records_version_seq'] END
+				|| CASE WHEN to_regprocedure('idem_xact_ended(xid8)') IS NULL THEN ARRAY['function idem_xact_ended(xid8)'] END
+				|| CASE WHEN to_regclass('idem_records_expires_at_idx') IS NULL THEN ARRAY['index idem_records_expires_at_idx'] END
+				|| CASE WHEN to_regclass('idem_records_pending_idx') IS NULL THEN ARRAY['index idem_records_pending_idx'] END, NULL)
+		FROM (SELECT to_regclass('idem_records') AS oid) r
+		LEFT JOIN pg_class c ON c.oid = r.oid
+		LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`, schemaColumns).Scan(&c.schema, &c.mark, &c.owned, &c.missing); err != nil {
+		return c, fmt.Errorf("pgstore: migrate: reading the catalog: %w", err)
+	}
+	return c, nil
+}
+
+// settled reports whether the table needs no change: it is current, or
+// another role's with all the queries use; err when another role's table
+// lacks something.
+func (c catalog) settled() (bool, error) {
+	switch {
+	case c.schema != nil && len(c.missing) == 0 && c.mark != nil && *c.mark == schemaMark:
+		return true, nil // current
+	case c.schema != nil && !c.owned && len(c.missing) == 0:
+		return true, nil // another role's, with all the queries use
+	case c.schema != nil && !c.owned:
+		return false, fmt.Errorf("pgstore: migrate: %s.idem_records lacks %s, and this role does not own the table: run Migrate as its owner, or apply queries.Schema (idemgen schema) with your migration tool",
+			*c.schema, strings.Join(c.missing, ", "))
+	}
+	return false, nil
 }
 
 // setLocal sets each name, value pair for the rest of tx.
