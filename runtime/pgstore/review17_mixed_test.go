@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,7 +31,15 @@ import (
 // transaction that holds the record's row for 0-30ms after DoTx returned
 // and then commits, or (one time in three) rolls back; half through
 // runtime.Do, whose effect writes the same ledger on its own. MaxWait is
-// 100ms, the lease 300ms.
+// 100ms, the lease 1s.
+//
+// On a loaded machine (seen at load 12 to 16, with the lease at 300ms) a
+// round trip to the server can take longer than the lease rule allows: the
+// runtime then stops the effect and records UNKNOWN, as documented, and
+// with no query the key stays UNKNOWN (every caller is told so); or it
+// does not start the effect ("the effect did not run"), which its caller
+// retries. A key left UNKNOWN is checked for at most one effect and at most
+// that effect's answer; at most half the keys may end so.
 func TestReview17MixedDoorsOneEffect(t *testing.T) {
 	for _, group := range []bool{false, true} {
 		t.Run(fmt.Sprint("group=", group), func(t *testing.T) {
@@ -44,7 +53,7 @@ func TestReview17MixedDoorsOneEffect(t *testing.T) {
 			if group {
 				opts = append(opts, pgstore.WithGroupCommit(0))
 			}
-			rt, err := runtime.New(pgstore.New(p, opts...), runtime.WithMaxWait(100*time.Millisecond), runtime.WithLease(300*time.Millisecond))
+			rt, err := runtime.New(pgstore.New(p, opts...), runtime.WithMaxWait(100*time.Millisecond), runtime.WithLease(time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,6 +63,7 @@ func TestReview17MixedDoorsOneEffect(t *testing.T) {
 			var rollbacks atomic.Int32
 			errs := make(chan error, keys*callers)
 			answers := make([]sync.Map, keys)
+			unknown := make([]atomic.Bool, keys)
 			for k := range keys {
 				key := fmt.Sprint("k", k)
 				req := plainTxReq{Order: key, Cents: 5}
@@ -99,10 +109,15 @@ func TestReview17MixedDoorsOneEffect(t *testing.T) {
 								answers[k].Store(got, true)
 								return
 							}
+							if errors.Is(err, runtime.ErrOutcomeUnknown) {
+								unknown[k].Store(true) // see above
+								return
+							}
 							// In flight elsewhere, or taken over before this attempt
 							// recorded (its writes rolled back), or rolled back by
 							// its caller: try again.
-							if !errors.Is(err, runtime.ErrInProgress) && !errors.Is(err, runtime.ErrLeaseLost) && err.Error() != "rolled back" {
+							if !errors.Is(err, runtime.ErrInProgress) && !errors.Is(err, runtime.ErrLeaseLost) && err.Error() != "rolled back" &&
+								!strings.Contains(err.Error(), "the effect did not run") {
 								errs <- fmt.Errorf("%s caller %d: %v", key, c, err)
 								return
 							}
@@ -117,6 +132,7 @@ func TestReview17MixedDoorsOneEffect(t *testing.T) {
 			for err := range errs {
 				t.Error(err)
 			}
+			unknowns := 0
 			for k := range keys {
 				key := fmt.Sprint("k", k)
 				var n int
@@ -125,9 +141,18 @@ func TestReview17MixedDoorsOneEffect(t *testing.T) {
 				}
 				var told []string
 				answers[k].Range(func(a, _ any) bool { told = append(told, a.(string)); return true })
-				if n != 1 || len(told) != 1 {
+				switch {
+				case unknown[k].Load() && (n > 1 || len(told) > 1 || len(told) == 1 && n != 1):
+					t.Errorf("%s (UNKNOWN): %d committed effects; callers told %v; want at most one effect, and an answer only for it", key, n, told)
+				case unknown[k].Load():
+					unknowns++
+					t.Logf("%s: UNKNOWN (%d effects, callers told %v)", key, n, told)
+				case n != 1 || len(told) != 1:
 					t.Errorf("%s: %d committed effects; callers told %v; want one effect, one answer", key, n, told)
 				}
+			}
+			if unknowns > keys/2 {
+				t.Errorf("%d of %d keys ended UNKNOWN", unknowns, keys)
 			}
 			t.Logf("rollbacks after DoTx succeeded: %d", rollbacks.Load())
 		})
