@@ -39,9 +39,20 @@ func (x *txDoor) setup(r *run) error {
 	if _, ok := r.cfg.Store.(*pgstore.Store); !ok {
 		return fmt.Errorf("DoorTx needs a *pgstore.Store, not %T", r.cfg.Store)
 	}
-	if _, err := r.cfg.Pool.Exec(context.Background(), `CREATE TABLE IF NOT EXISTS `+txTable+` (
-		scope text NOT NULL, ident text NOT NULL, receipt text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL,
-		PRIMARY KEY (scope, receipt))`); err != nil {
+	// Runs of the door in parallel (TestSimDoors' dotx and groupcommit-dotx)
+	// create the table at once, and CREATE TABLE IF NOT EXISTS is not safe
+	// beside itself (a unique violation on pg_type, seen in CI): one at a
+	// time, under an advisory lock.
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", txTable); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+txTable+` (
+			scope text NOT NULL, ident text NOT NULL, receipt text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL,
+			PRIMARY KEY (scope, receipt))`)
+		return err
+	}); err != nil {
 		return err
 	}
 	policies := []runtime.ErrorPolicy{runtime.RecordUnknown, runtime.RecordFailed, runtime.ReleaseRecord}
