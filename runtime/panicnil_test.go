@@ -3,34 +3,19 @@ package runtime_test
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/memstore"
 )
-
-// setPanicNil turns GODEBUG=panicnil=1 on for the rest of t (the default
-// of a main module whose go.mod says go 1.20 or older): recover returns
-// nil for panic(nil), and stops it. It checks that the setting took.
-func setPanicNil(t *testing.T) {
-	t.Helper()
-	t.Setenv("GODEBUG", "panicnil=1")
-	v := func() (v any) {
-		defer func() { v = recover() }()
-		panic(nil)
-	}()
-	if v != nil {
-		t.Fatalf("GODEBUG=panicnil=1 did not take (recover returned %v); GODEBUG=%q", v, os.Getenv("GODEBUG"))
-	}
-}
 
 // TestPanicNilIsAPanic: an effect that panics with nil under
 // GODEBUG=panicnil=1 panicked, as any other: its record is UNKNOWN, never
 // SUCCESS with the zero response (a recover that reads nil as "no panic"
 // took it for a return).
 func TestPanicNilIsAPanic(t *testing.T) {
-	setPanicNil(t)
+	testenv.SetPanicNil(t)
 	for _, recoverPanics := range []bool{true, false} {
 		s := memstore.New()
 		rt, err := runtime.New(s, runtime.WithRecoverPanics(recoverPanics))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Variables read by the helpers.
@@ -88,4 +89,39 @@ func ChildGoFlags(flags ...string) string {
 	}
 	flags = append(flags, strings.Fields(os.Getenv(ChildFlagsVar))...)
 	return strings.Join(flags, " ")
+}
+
+// Within runs fn on a goroutine of its own and fails the test when fn has
+// not returned after d: a test of a promise that something ends (a call, a
+// wait, a walk) fails on a hang instead of running into go test's timeout.
+// fn reports with t.Error, not t.Fatal (it is not the test's goroutine).
+func Within(t testing.TB, d time.Duration, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		t.Fatalf("did not return within %v", d)
+	}
+}
+
+// SetPanicNil sets GODEBUG=panicnil=1 for the test (the default of a main
+// module whose go.mod says go 1.20 or older: recover returns nil for
+// panic(nil), and stops it) and fails it when the setting did not take.
+func SetPanicNil(t testing.TB) {
+	t.Helper()
+	t.Setenv("GODEBUG", "panicnil=1")
+	v := func() (v any) {
+		defer func() { v = recover() }()
+		panic(nil)
+	}()
+	if v != nil {
+		t.Fatalf("GODEBUG=panicnil=1 did not take (recover returned %v); GODEBUG=%q", v, os.Getenv("GODEBUG"))
+	}
 }

@@ -569,13 +569,27 @@ func (cfg *config) outcome(ctx context.Context, out any, herr error) (record, er
 }
 
 // errorOutcome is what outcome hands the runtime for the handler's error
-// herr (see outcome).
+// herr (see outcome). Reading herr calls its methods (GRPCStatus, Timeout,
+// Is, As): code of the handler's. One that panics hands herr itself to the
+// runtime, which classifies it under recover. A panic is told by the
+// reading not returning, not by recover's value: a method that panics with
+// nil under GODEBUG=panicnil=1 recovers as nil, and must not turn herr into
+// no error at all (a failed call recorded as a success).
 func (cfg *config) errorOutcome(ctx context.Context, herr error) (err error) {
+	returned := false
 	defer func() {
-		if recover() != nil {
+		if !returned {
+			recover()
 			err = herr
 		}
 	}()
+	err = cfg.readError(ctx, herr)
+	returned = true
+	return err
+}
+
+// readError is errorOutcome without its recover.
+func (cfg *config) readError(ctx context.Context, herr error) error {
 	st, isStatus := status.FromError(herr)
 	mark, marked := runtime.Marked(herr)
 	switch c := st.Code(); {

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/runtime/memstore"
 )
 
@@ -15,13 +16,7 @@ import (
 // nil panicked: the key is released and the retry runs the handler again,
 // never replayed a nil response as a success.
 func TestPanicNilHandler(t *testing.T) {
-	t.Setenv("GODEBUG", "panicnil=1")
-	if v := func() (v any) {
-		defer func() { v = recover() }()
-		panic(nil)
-	}(); v != nil {
-		t.Fatalf("GODEBUG=panicnil=1 did not take (recover returned %v)", v)
-	}
+	testenv.SetPanicNil(t)
 	f := start(t, setup{store: memstore.New()})
 	ctx := context.Background()
 	a := f.call(t, ctx, call{tenant: "acme", keys: []string{"k1"}, mode: "panic-nil-once"})

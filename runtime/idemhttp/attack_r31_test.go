@@ -10,23 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/internal/teststores"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/idemhttp"
 	"github.com/idemkit/idem/runtime/memstore"
 )
-
-// r31guard fails the test when fn does not return within 15 s.
-func r31guard(t *testing.T, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); fn() }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		t.Fatal("hung for 15 s")
-	}
-}
 
 // docs/http.md:124-129: "A router that answers such a spelling with a
 // redirect to the clean path (http.ServeMux does, for dot-segments and
@@ -54,7 +43,7 @@ func TestR31EscapedSlashDotSegmentRedirectPoisonsKey(t *testing.T) {
 			h, runs := r31PayMux(t, st, withMiddleware)
 			srv := httptest.NewServer(h)
 			defer srv.Close()
-			r31guard(t, func() {
+			testenv.Within(t, 15*time.Second, func() {
 				req, err := http.NewRequest("POST", srv.URL+"/pay/a%2Fb/../x", strings.NewReader(`{"amount":100}`))
 				if err != nil {
 					t.Error(err)
@@ -91,7 +80,7 @@ func TestR31EscapedDotSegmentRedirectRecorded(t *testing.T) {
 			h, runs := r31PayMux(t, st, withMiddleware)
 			var codes []int
 			var replayed []string
-			r31guard(t, func() {
+			testenv.Within(t, 15*time.Second, func() {
 				for _, target := range []string{"/pay/./caf%C3%A9", "/pay/caf%C3%A9"} {
 					r := httptest.NewRequest("POST", target, strings.NewReader(`{"amount":100}`))
 					r.Header.Set("Idempotency-Key", "k-r31-esc-dot2")
@@ -164,7 +153,7 @@ func TestR31HandlerRedirectToCleanPathRunsTwice(t *testing.T) {
 				h := idemhttp.Middleware(rt)(tc.handler(&runs))
 				var codes []int
 				var replayed []string
-				r31guard(t, func() {
+				testenv.Within(t, 15*time.Second, func() {
 					for i := 0; i < 2; i++ {
 						r := httptest.NewRequest("POST", tc.target, strings.NewReader(`{"content":"x"}`))
 						r.Header.Set("Idempotency-Key", "k-r31-handler-redirect")
@@ -232,7 +221,7 @@ func TestR31NestedPlacementLosesRouteQuery(t *testing.T) {
 					h = idemhttp.Middleware(rt)(mux)
 				}
 				var codes []int
-				r31guard(t, func() {
+				testenv.Within(t, 15*time.Second, func() {
 					for range 2 {
 						r := httptest.NewRequest("POST", "/pay/ch_1", strings.NewReader(`{"cents":100}`))
 						r.Header.Set("Idempotency-Key", "k-r31-nested-query")
@@ -246,7 +235,7 @@ func TestR31NestedPlacementLosesRouteQuery(t *testing.T) {
 					t.Fatal(err)
 				}
 				var stats runtime.ReconcileStats
-				r31guard(t, func() { stats, err = rec.RunOnce(context.Background()) })
+				testenv.Within(t, 15*time.Second, func() { stats, err = rec.RunOnce(context.Background()) })
 				t.Logf("answers %v, handler runs %d, query asked %d, reconcile pass %+v %v", codes, runs.Load(), asked.Load(), stats, err)
 				if asked.Load() == 0 || codes[1] != http.StatusCreated {
 					t.Fatalf("the route's query was asked %d times (answers %v, reconcile pass %+v): want the duplicate of the 504 to ask it and get its 201", asked.Load(), codes, stats)
@@ -298,7 +287,7 @@ func TestR31NestedPlacementOtherRuntimeRunsTwice(t *testing.T) {
 				instances := []http.Handler{instance(), instance()}
 				key := "k-r31-other-rt-" + teststores.Unique()
 				var codes []int
-				r31guard(t, func() {
+				testenv.Within(t, 15*time.Second, func() {
 					for _, h := range instances { // the retry reaches the other instance
 						r := httptest.NewRequest("POST", "/pay/ch_1", strings.NewReader(`{"cents":100}`))
 						r.Header.Set("Idempotency-Key", key)

@@ -174,6 +174,45 @@ func canonicalEscapes(s string) string {
 	return b.String()
 }
 
+// escapeRaw returns the raw path p with each byte that may not appear raw
+// in a path escaped as "%XX"; its escapes ('%' and two hex digits) and the
+// bytes url.URL keeps raw in a path (unreserved, sub-delims, ':', '@', '/',
+// '[', ']') stay as written. A '%' that starts no escape is escaped too
+// ("%25"). p itself when nothing needs escaping.
+func escapeRaw(p string) string {
+	i := 0
+	for ; i < len(p) && rawPathByte(p, i); i++ {
+	}
+	if i == len(p) {
+		return p
+	}
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(p) + 16)
+	b.WriteString(p[:i])
+	for ; i < len(p); i++ {
+		if c := p[i]; rawPathByte(p, i) {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&15])
+		}
+	}
+	return b.String()
+}
+
+// rawPathByte reports whether p[i] may stay as it is in an escaped path.
+func rawPathByte(p string, i int) bool {
+	switch c := p[i]; {
+	case unreserved(c), strings.IndexByte("!$&'()*+,;=:@/[]", c) >= 0:
+		return true
+	case c == '%':
+		return i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2])
+	}
+	return false
+}
+
 func unreserved(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }

@@ -1,6 +1,9 @@
 package idemhttp
 
-import "testing"
+import (
+	"net/url"
+	"testing"
+)
 
 func TestCanonicalHost(t *testing.T) {
 	tests := []struct {
@@ -93,4 +96,63 @@ func TestCanonicalPath(t *testing.T) {
 			t.Errorf("canonicalTarget(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
+}
+
+// escapeRaw keeps a raw path's escapes as written and escapes each byte
+// that may not appear raw on its own: an escaped reserved character stays
+// escaped beside a raw byte (review r33: url.URL.EscapedPath escaped the
+// decoded path instead, and "/a%2Fb/{x}" became "/a/b/%7Bx%7D").
+func TestEscapeRaw(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"", ""},
+		{"/pay/ch_1", "/pay/ch_1"},
+		{"/a:b;c=d,e@f$g&h+i~j!k*l'(m)[n]", "/a:b;c=d,e@f$g&h+i~j!k*l'(m)[n]"},
+		{"/a%2Fb", "/a%2Fb"},
+		{"/a%2fb/{x}", "/a%2fb/%7Bx%7D"},
+		{"/files/a%2Fb/caf\u00e9", "/files/a%2Fb/caf%C3%A9"},
+		{"/a b|c^d\"e<f>g\\h`i", "/a%20b%7Cc%5Ed%22e%3Cf%3Eg%5Ch%60i"},
+		{"/100%", "/100%25"},
+		{"/a%zz", "/a%25zz"},
+		{"/a%2", "/a%252"},
+		{"/a#b", "/a%23b"},
+		{"/a\x00b\x7f", "/a%00b%7F"},
+	} {
+		if got := escapeRaw(tt.in); got != tt.want {
+			t.Errorf("escapeRaw(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { escapeRaw("/charges/ch_1") }); n != 0 {
+		t.Errorf("a path with nothing to escape: %v allocations, want 0", n)
+	}
+	// Two resources never share a spelling: an escaped '/' beside a raw
+	// byte is not the '/' it stands for.
+	for _, pair := range [][2]string{
+		{"/a%2Fb/{x}", "/a/b/{x}"},
+		{"/a%2Fb/caf\u00e9", "/a/b/caf\u00e9"},
+		{"/a%3Fb|", "/a?b|"},
+	} {
+		a, b := escapedPath(mustParse(t, pair[0])), escapedPath(mustParse(t, pair[1]))
+		if canonicalPath(a) == canonicalPath(b) {
+			t.Errorf("%q and %q have one spelling: %q", pair[0], pair[1], canonicalPath(a))
+		}
+	}
+	// One resource keeps one spelling: a raw byte and its escape.
+	for _, pair := range [][2]string{
+		{"/caf\u00e9/{x}", "/caf%C3%A9/%7bx%7D"},
+		{"/a%2Fb/{x}", "/a%2fb/%7Bx}"},
+	} {
+		a, b := escapedPath(mustParse(t, pair[0])), escapedPath(mustParse(t, pair[1]))
+		if canonicalPath(a) != canonicalPath(b) {
+			t.Errorf("%q and %q: %q and %q, want one spelling", pair[0], pair[1], canonicalPath(a), canonicalPath(b))
+		}
+	}
+}
+
+func mustParse(t *testing.T, uri string) *url.URL {
+	t.Helper()
+	u, err := url.ParseRequestURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

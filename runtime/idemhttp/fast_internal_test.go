@@ -12,14 +12,14 @@ import (
 	"testing/iotest"
 )
 
-// parsed is what original gave before its fast path: the target parsed by
-// url.ParseRequestURI.
+// parsed is what original gives without its fast path: the target parsed
+// by url.ParseRequestURI, its path escaped as sent (escapedPath).
 func parsed(uri string) (path, target string, ok bool) {
 	u, err := url.ParseRequestURI(uri)
 	if err != nil {
 		return "", "", false
 	}
-	return u.EscapedPath(), withQuery(u.EscapedPath(), u.RawQuery), true
+	return escapedPath(u), withQuery(escapedPath(u), u.RawQuery), true
 }
 
 var targets = []string{
@@ -27,6 +27,7 @@ var targets = []string{
 	"/charges?", "/charges?a=1&b=2", "/charges??", "/c?q=%zz#frag", "/c#frag",
 	"/a%2Fb", "/a%zz", "/a b", "/a(b)!*'", "/caf\u00e9", "/a\x00b", "/a?b\x7f",
 	"/a[1]", "/a|b", "/a\"b", "/a<b>", "/a\\b", "/a^b`c{d}", "*", "http://h.example/x?y",
+	"/a%2Fb/{x}", "/a%2fb/caf\u00e9", "http://h.example/a%2Fb/|?q=1",
 }
 
 // The fast path gives, for every target it takes, what parsing gives.

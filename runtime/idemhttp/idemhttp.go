@@ -790,7 +790,7 @@ func (m *middleware) operationOf(r *http.Request, origPath, pattern string) stri
 		}
 		return idname.Fit(op, runtime.MaxKeyLen)
 	}
-	cur := r.URL.EscapedPath()
+	cur := escapedPath(r.URL)
 	switch {
 	case cur == origPath || matches(path, origPath):
 		// No prefix was stripped, or the pattern is an outer mux's.
@@ -984,10 +984,27 @@ func original(r *http.Request) (path, target string) {
 			return p, uri
 		}
 		if u, err := url.ParseRequestURI(uri); err == nil {
-			return u.EscapedPath(), withQuery(u.EscapedPath(), u.RawQuery)
+			p := escapedPath(u)
+			return p, withQuery(p, u.RawQuery)
 		}
 	}
-	return r.URL.EscapedPath(), withQuery(r.URL.EscapedPath(), r.URL.RawQuery)
+	p := escapedPath(r.URL)
+	return p, withQuery(p, r.URL.RawQuery)
+}
+
+// escapedPath is u's path escaped as the client sent it: its escapes as
+// written, and each byte that may not appear raw in a path (a space, '{',
+// '|', a byte of UTF-8...) escaped on its own. url.URL.EscapedPath is not
+// that: when the raw path holds such a byte it escapes the decoded path
+// instead, and "/a%2Fb/{x}" comes back as "/a/b/%7Bx%7D", the spelling of
+// another resource.
+func escapedPath(u *url.URL) string {
+	if u.RawPath == "" {
+		// The path as sent is EscapedPath's own spelling of it (url.URL
+		// keeps a RawPath whenever the two differ).
+		return u.EscapedPath()
+	}
+	return escapeRaw(u.RawPath)
 }
 
 func withQuery(path, query string) string {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/memstore"
 )
@@ -14,13 +15,7 @@ import (
 // and the retry runs the handler again, never replayed the half response
 // as a success.
 func TestPanicNilHandler(t *testing.T) {
-	t.Setenv("GODEBUG", "panicnil=1")
-	if v := func() (v any) {
-		defer func() { v = recover() }()
-		panic(nil)
-	}(); v != nil {
-		t.Fatalf("GODEBUG=panicnil=1 did not take (recover returned %v)", v)
-	}
+	testenv.SetPanicNil(t)
 	hs := newHarness(t, memstore.New(), []runtime.Option{runtime.WithRecoverPanics(true)}, func(hs *harness) http.Handler {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/charges", func(w http.ResponseWriter, r *http.Request) {

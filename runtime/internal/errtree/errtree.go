@@ -158,15 +158,29 @@ func Cyclic(err error) bool {
 // returns (an effect's, a query's) before anything walks them. Err itself
 // when one of its methods panics: whoever reads it next does so under
 // recover.
+//
+// A panic is told by the walk not returning, not by recover's value: an
+// Unwrap that panics with nil under GODEBUG=panicnil=1 recovers as nil, and
+// must not turn err into no error at all (a failed effect recorded as a
+// success).
 func Acyclic(err error) (out error) {
 	if err == nil {
 		return nil
 	}
+	returned := false
 	defer func() {
-		if recover() != nil {
+		if !returned {
+			recover()
 			out = err
 		}
 	}()
+	out = acyclic(err)
+	returned = true
+	return out
+}
+
+// acyclic is Acyclic without its recover.
+func acyclic(err error) error {
 	if !Cyclic(err) {
 		return err
 	}

@@ -119,3 +119,31 @@ func TestWalkOrder(t *testing.T) {
 		t.Fatalf("walk order of the flattened error: %v", order)
 	}
 }
+
+// panicky is an error whose Unwrap panics with v.
+type panicky struct{ v any }
+
+func (e panicky) Error() string { return "panicky" }
+func (e panicky) Unwrap() error { panic(e.v) }
+
+// TestAcyclicUnwrapPanics: an error whose Unwrap panics is returned as it
+// is, whatever the panic's value, nil under GODEBUG=panicnil=1 included
+// (recover then returns nil, and a recover that looked at its value took
+// the panic for a return and answered no error at all).
+func TestAcyclicUnwrapPanics(t *testing.T) {
+	t.Setenv("GODEBUG", "panicnil=1")
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"value", panicky{"boom"}},
+		{"nil", panicky{nil}},
+		{"wrapped nil", fmt.Errorf("outer: %w", panicky{nil})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if out := Acyclic(tc.err); out != tc.err {
+				t.Fatalf("Acyclic = %#v, want the error itself", out)
+			}
+		})
+	}
+}
