@@ -445,9 +445,9 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 	case errors.Is(err, runtime.ErrInProgress), errors.Is(err, runtime.ErrLeaseLost):
 		// ErrLeaseLost: another worker took the call over while this one
 		// asked the query; it is in progress there.
-		return errStatus(ctx, codes.Aborted, ReasonInProgress, "a call with this idempotency key is still in progress; retry later", time.Second)
+		return pendingError{errStatus(ctx, codes.Aborted, ReasonInProgress, "a call with this idempotency key is still in progress; retry later", time.Second)}
 	case errors.Is(err, runtime.ErrOutcomeUnknown):
-		return errStatus(ctx, codes.Aborted, ReasonOutcomeUnknown, "an earlier call with this idempotency key may or may not have taken effect; it is being reconciled", 5*time.Second)
+		return pendingError{errStatus(ctx, codes.Aborted, ReasonOutcomeUnknown, "an earlier call with this idempotency key may or may not have taken effect; it is being reconciled", 5*time.Second)}
 	case errors.As(err, &fe):
 		return cfg.failed(ctx, fe)
 	case errors.Is(err, runtime.ErrPermanent):
@@ -461,11 +461,29 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 		// The caller's own deadline passed, or it cancelled, while the
 		// runtime waited or read: its own status, and nothing to log.
 		cfg.logger.DebugContext(ctx, "idemgrpc: the call ended before its outcome was known", "method", fullMethod, "err", err)
-		return callerStatus(ctx)
+		return pendingError{callerStatus(ctx)}
 	}
 	cfg.logger.ErrorContext(ctx, "idemgrpc: the idempotency store failed; answered Unavailable", "method", fullMethod, "err", err)
-	return errStatus(ctx, codes.Unavailable, ReasonStoreUnavailable, "the idempotency store is unavailable; retry later", 2*time.Second)
+	return pendingError{errStatus(ctx, codes.Unavailable, ReasonStoreUnavailable, "the idempotency store is unavailable; retry later", 2*time.Second)}
 }
+
+// pendingError is an answer of the interceptor that says nothing final: a
+// call with the key in progress, an outcome being reconciled, a store
+// outage, the caller's context ended. Its caller gets the status as it is.
+// The interceptor chained outside this one on another store (a per-process
+// one around a shared one) releases its key for it instead of classifying
+// it by its code: recorded (Aborted, where RetryableCodes leaves it out,
+// or after the call's context ended), it would be replayed long after the
+// call in progress ended.
+type pendingError struct{ err error }
+
+// errNestedPending releases the key of a call whose handler's answer was
+// an inner interceptor's pendingError.
+var errNestedPending = errors.New("idemgrpc: an inner interceptor answered without a final outcome")
+
+func (e pendingError) Error() string              { return e.err.Error() }
+func (e pendingError) Unwrap() error              { return e.err }
+func (e pendingError) GRPCStatus() *status.Status { return status.Convert(e.err) }
 
 // deadlineSlack is how close to its deadline a cancelled call counts as
 // past it: a client's expired deadline reaches the server as a
@@ -590,6 +608,12 @@ func (cfg *config) errorOutcome(ctx context.Context, herr error) (err error) {
 
 // readError is errorOutcome without its recover.
 func (cfg *config) readError(ctx context.Context, herr error) error {
+	if _, ok := herr.(pendingError); ok {
+		// An inner interceptor's answer: the handler did not run. Its
+		// status is not handed on: a DeadlineExceeded in it would make the
+		// outcome unknown.
+		return runtime.Retryable(errNestedPending)
+	}
 	st, isStatus := status.FromError(herr)
 	mark, marked := runtime.Marked(herr)
 	switch c := st.Code(); {

@@ -479,7 +479,34 @@ type exchange struct {
 	panic  *panicked
 	rw     writer
 	reader bodyReader
+	// pending is set by a placement of the middleware inside this one's
+	// handler (on another store: see nestedPending) that answered without
+	// a final outcome.
+	pending atomic.Bool
 }
+
+// outerKey is the context key under which a running exchange is known to
+// the placements of the middleware inside its handler.
+type outerKey struct{}
+
+// nestedPending tells the placement of the middleware whose handler is
+// running r, if any, that the answer being written is this inner
+// placement's and says nothing final: a request with the key in progress
+// (in the inner placement's store, on another instance), an outcome being
+// reconciled, a store outage, the request's context ended. The outer
+// placement then releases its key instead of recording the answer: a
+// recorded 409 would be replayed (Idempotent-Replayed: true, which clients
+// never retry) until the outer store's TTL, long after the request in
+// progress ended.
+func nestedPending(r *http.Request) {
+	if x, ok := r.Context().Value(outerKey{}).(*exchange); ok {
+		x.pending.Store(true)
+	}
+}
+
+// errNestedPending releases the key of a request whose handler's answer
+// was an inner placement's pending one (see nestedPending).
+var errNestedPending = errors.New("idemhttp: an inner placement of the middleware answered without a final outcome")
 
 // effect runs the handler for runtime.Do.
 func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
@@ -489,13 +516,16 @@ func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
 	if x.rescope {
 		ctx = runtime.WithScope(ctx, x.scope)
 	}
-	r2 := x.r.WithContext(ctx)
+	r2 := x.r.WithContext(context.WithValue(ctx, outerKey{}, x))
 	x.reader.rewind(x.body)
 	r2.Body = &x.reader
 	x.panic = serveRecovering(x.m.next, &x.rw, r2)
 	x.rw.finish() // the handler returned: its writer changes nothing more
 	if x.panic != nil {
 		return Response{}, runtime.Retryable(handlerPanicked{})
+	}
+	if x.pending.Load() {
+		return x.rw.response(cfg), runtime.Retryable(errNestedPending)
 	}
 	return cfg.outcome(ctx, x.rw.response(cfg))
 }
@@ -651,8 +681,10 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, runtime.ErrInProgress), errors.Is(err, runtime.ErrLeaseLost):
 		// ErrLeaseLost: another worker took the request over while this
 		// one asked the query; it is in progress there.
+		nestedPending(r)
 		m.problem(w, probInProgress, "A request with this key is still being processed; retry later.")
 	case errors.Is(err, runtime.ErrOutcomeUnknown):
+		nestedPending(r)
 		m.problem(w, probOutcomeUnknown, "An earlier request with this key may or may not have taken effect; it is being reconciled. Retry later.")
 	case errors.As(err, &fe):
 		m.failed(w, fe.Code, fe.Message)
@@ -666,6 +698,7 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 	case ctx.Err() != nil:
 		// The request's own deadline passed, or it was cancelled, while
 		// the runtime waited or read: nothing to log.
+		nestedPending(r)
 		m.cfg.logger.DebugContext(ctx, "idemhttp: the request ended before its outcome was known", "method", r.Method, "err", err)
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 			m.problem(w, probTimeout, "The request's deadline passed before its outcome was known: while it waited for the request in flight with this key, or for the idempotency store.")
@@ -673,6 +706,7 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		m.problem(w, probCanceled, "The request was canceled before its outcome was known: while it waited for the request in flight with this key, or for the idempotency store.")
 	default:
+		nestedPending(r)
 		m.cfg.logger.ErrorContext(ctx, "idemhttp: the idempotency store failed; answered 503", "method", r.Method, "target", r.URL.RequestURI(), "err", err)
 		m.problem(w, probStoreUnavailable, "The idempotency store is unavailable; retry later.")
 	}

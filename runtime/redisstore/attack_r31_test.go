@@ -56,12 +56,15 @@ func TestR31AcquireRunsUnderConcurrentShifts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
+			// The setup (4,680 round trips, one after another) has a bound of
+			// its own: under CI's load it took more than the 15 s the
+			// concurrent calls below get.
+			setup, cancelSetup := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancelSetup()
 			fp := runtime.Fingerprint([]byte(`"r"`))
 			const nOther, nMine = 2300, 40
 			pipeClaim := func(op, key string, lease time.Duration) runtime.Record {
-				cr, err := st.Claim(ctx, runtime.ClaimParams{ID: runtime.Identity{Operation: op, Key: key}, Fingerprint: fp, Request: []byte(`"r"`), Owner: "w", Lease: lease})
+				cr, err := st.Claim(setup, runtime.ClaimParams{ID: runtime.Identity{Operation: op, Key: key}, Fingerprint: fp, Request: []byte(`"r"`), Owner: "w", Lease: lease})
 				if err != nil || !cr.Claimed {
 					t.Fatalf("claim %s %s: %v %+v", op, key, err, cr)
 				}
@@ -70,7 +73,7 @@ func TestR31AcquireRunsUnderConcurrentShifts(t *testing.T) {
 			for i := range nOther {
 				id := runtime.Identity{Operation: "r31.other", Key: fmt.Sprintf("o%d", i)}
 				rec := pipeClaim(id.Operation, id.Key, time.Minute)
-				if _, err := st.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: "w", Version: rec.Version,
+				if _, err := st.Transition(setup, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: "w", Version: rec.Version,
 					To: runtime.StateUnknown, Token: "t" + id.Key}); err != nil {
 					t.Fatal(err)
 				}
@@ -79,6 +82,8 @@ func TestR31AcquireRunsUnderConcurrentShifts(t *testing.T) {
 				pipeClaim("r31.mine", fmt.Sprintf("m%d", i), 50*time.Millisecond)
 			}
 			time.Sleep(100 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
 
 			var mu sync.Mutex
 			got := map[string]int{}

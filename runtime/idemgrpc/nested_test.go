@@ -1,0 +1,102 @@
+package idemgrpc_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/teststores"
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/idemgrpc"
+	"github.com/idemkit/idem/runtime/memstore"
+)
+
+// TestNestedInterceptorInFlightAnswerNotRecorded: the interceptor chained
+// twice, a per-process one (memory store) outside one on the method's
+// shared store. A retry that reaches the other instance while the first
+// call still runs gets Aborted IN_PROGRESS from the inner interceptor. The
+// outer one must not record that answer: not where its RetryableCodes
+// leave Aborted out, not when the retry's own deadline ends while it
+// waits. The retry after the first call ended gets its response.
+func TestNestedInterceptorInFlightAnswerNotRecorded(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		outer    []idemgrpc.Option
+		deadline bool // the in-flight retry's deadline ends while it waits
+	}{
+		{"retryable-codes-without-aborted", []idemgrpc.Option{idemgrpc.RetryableCodes(codes.Unavailable)}, false},
+		{"deadline-ends-while-waiting", nil, true},
+	} {
+		for _, st := range teststores.All()[1:] { // the shared stores
+			t.Run(tc.name+"/"+st.Name, func(t *testing.T) {
+				shared, err := runtime.New(st.New(t), runtime.WithMaxWait(300*time.Millisecond))
+				if err != nil {
+					t.Fatal(err)
+				}
+				info := &grpc.UnaryServerInfo{FullMethod: "/nested.S/Charge"}
+				inner := idemgrpc.UnaryServerInterceptor(shared)
+				var runs atomic.Int32
+				started, release := make(chan struct{}), make(chan struct{})
+				handler := func(ctx context.Context, req any) (any, error) {
+					if runs.Add(1) == 1 {
+						close(started)
+						<-release
+					}
+					return structpb.NewStruct(map[string]any{"charge": "ch_1"})
+				}
+				instance := func() grpc.UnaryHandler { // one process of the service
+					local, err := runtime.New(memstore.New(), runtime.WithMaxWait(300*time.Millisecond))
+					if err != nil {
+						t.Fatal(err)
+					}
+					outer := idemgrpc.UnaryServerInterceptor(local, tc.outer...)
+					return func(ctx context.Context, req any) (any, error) {
+						return outer(ctx, req, info, func(ctx context.Context, req any) (any, error) { return inner(ctx, req, info, handler) })
+					}
+				}
+				one, two := instance(), instance()
+				key := "k-nested-inflight-" + teststores.Unique()
+				req, _ := structpb.NewStruct(map[string]any{"order": "o1"})
+				call := func(h grpc.UnaryHandler, timeout time.Duration) (any, error) {
+					ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("idempotency-key", key))
+					ctx, cancel := context.WithTimeout(ctx, timeout)
+					defer cancel()
+					return h(ctx, req)
+				}
+				testenv.Within(t, 15*time.Second, func() {
+					first := make(chan error, 1)
+					go func() { _, err := call(one, 10*time.Second); first <- err }()
+					<-started
+					timeout := 10 * time.Second
+					if tc.deadline {
+						timeout = 100 * time.Millisecond
+					}
+					if _, err := call(two, timeout); err == nil {
+						t.Errorf("a retry while the first runs succeeded, want an error")
+					} else {
+						t.Logf("a retry while the first runs: %v", err)
+					}
+					close(release)
+					if err := <-first; err != nil {
+						t.Errorf("the first call: %v", err)
+					}
+					out, err := call(two, 10*time.Second) // the next retry, after the first ended
+					if s, ok := out.(*structpb.Struct); err != nil || !ok || s.Fields["charge"].GetStringValue() != "ch_1" {
+						t.Errorf("a retry after the first ended: %v, %v (%v), want its response", out, err, status.Code(err))
+					}
+				})
+				if n := runs.Load(); n != 1 {
+					t.Errorf("the handler ran %d times, want 1", n)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package idemhttp_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/teststores"
+	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/idemhttp"
+	"github.com/idemkit/idem/runtime/memstore"
+)
+
+// TestNestedPlacementInFlightAnswerNotRecorded: a route on a shared store
+// behind a per-process outer middleware (docs/http.md: the inner placement
+// "claims the request in its own store as if it were alone"). A retry that
+// reaches the other instance while the first request still runs gets 409
+// in-progress from the inner placement. That answer is the middleware's,
+// not the handler's: the outer placement must not record it (it would be
+// replayed, Idempotent-Replayed: true, which clients never retry, for the
+// outer store's TTL), and the retry after the first request ended gets its
+// response.
+func TestNestedPlacementInFlightAnswerNotRecorded(t *testing.T) {
+	for _, deadline := range []bool{false, true} {
+		for _, st := range teststores.All()[1:] { // the shared stores
+			name := "in-progress/" + st.Name
+			if deadline {
+				name = "deadline-ends-while-waiting/" + st.Name
+			}
+			t.Run(name, func(t *testing.T) {
+				shared, err := runtime.New(st.New(t), runtime.WithMaxWait(100*time.Millisecond))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var runs atomic.Int32
+				started, release := make(chan struct{}), make(chan struct{})
+				route := idemhttp.Middleware(shared)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if runs.Add(1) == 1 {
+						close(started)
+						<-release
+					}
+					w.WriteHeader(http.StatusCreated)
+					w.Write([]byte("charged"))
+				}))
+				instance := func() http.Handler { // one process of the service
+					mux := http.NewServeMux()
+					mux.Handle("POST /pay/{id}", route)
+					local, err := runtime.New(memstore.New(), runtime.WithMaxWait(100*time.Millisecond))
+					if err != nil {
+						t.Fatal(err)
+					}
+					return idemhttp.Middleware(local)(mux)
+				}
+				one, two := instance(), instance()
+				key := "k-nested-inflight-" + teststores.Unique()
+				send := func(h http.Handler, timeout time.Duration) *httptest.ResponseRecorder {
+					r := httptest.NewRequest("POST", "/pay/ch_1", strings.NewReader(`{"cents":100}`))
+					ctx, cancel := context.WithTimeout(r.Context(), timeout)
+					defer cancel()
+					r = r.WithContext(ctx)
+					r.Header.Set("Idempotency-Key", key)
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					return w
+				}
+				testenv.Within(t, 15*time.Second, func() {
+					first := make(chan *httptest.ResponseRecorder, 1)
+					go func() { first <- send(one, 10*time.Second) }()
+					<-started
+					timeout := 10 * time.Second
+					if deadline {
+						timeout = 50 * time.Millisecond // under MaxWait
+					}
+					w := send(two, timeout) // the retry, on the other instance
+					if w.Code < 400 || w.Header().Get("Idempotent-Replayed") != "" {
+						t.Errorf("a retry while the first runs: %d %q (Idempotent-Replayed %q), want an error not replayed",
+							w.Code, w.Body.String(), w.Header().Get("Idempotent-Replayed"))
+					}
+					close(release)
+					if w := <-first; w.Code != http.StatusCreated {
+						t.Errorf("the first request: %d %q, want 201", w.Code, w.Body.String())
+					}
+					w = send(two, 10*time.Second) // the next retry, after the first ended
+					if w.Code != http.StatusCreated || w.Body.String() != "charged" || w.Header().Get("Idempotent-Replayed") != "true" {
+						t.Errorf("a retry after the first ended: %d %q (Idempotent-Replayed %q), want its 201 replayed",
+							w.Code, w.Body.String(), w.Header().Get("Idempotent-Replayed"))
+					}
+				})
+				if n := runs.Load(); n != 1 {
+					t.Errorf("the handler ran %d times, want 1", n)
+				}
+			})
+		}
+	}
+}
