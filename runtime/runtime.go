@@ -224,8 +224,11 @@ type QueryOptions struct {
 // person may resolve it by hand (idemctl); then the reconciler resolves it
 // as Resolve says.
 type NoQueryPolicy struct {
-	// After is how long after the claim a record is resolved; it must be
-	// positive. Choose it longer than any downstream's own retry window.
+	// After is how long after the record was created (its first claim) it
+	// is resolved; it must be positive. A takeover that runs the effect
+	// again does not restart it (the stores keep no time of the last run).
+	// Choose it longer than any downstream's own retry window plus the
+	// time a client's retry may take to arrive.
 	After time.Duration
 	// Resolve is what the reconciler does then. [NotHappenedRelease]
 	// deletes the record, so the client's retry runs the effect again: an

@@ -82,6 +82,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
@@ -349,6 +350,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		// another store claimed nothing here: this one claims.)
 		return handler(handlerCtx, req)
 	}
+	deferToInner(ctx)
 	ctx = runtime.WithScope(handlerCtx, idScope)
 	sum := sha256.Sum256(append([]byte(info.FullMethod+"\x00"), b...))
 	rq := request{Method: info.FullMethod, MessageSz: len(b), SHA256: hex.EncodeToString(sum[:])}
@@ -372,11 +374,12 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		}
 	}
 	var (
-		ran  bool
-		out  any
-		herr error
-		pnc  *panicked
-		hs   *headerStream
+		ran      bool
+		out      any
+		herr     error
+		pnc      *panicked
+		hs       *headerStream
+		deferred atomic.Bool // see deferToInner
 	)
 	rec, err := runtime.Do(ctx, rt, runtime.Call[request, record]{
 		Operation:   op,
@@ -387,6 +390,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		Effect: func(ectx context.Context, _ request) (record, error) {
 			ran = true
 			ectx = runtime.WithScope(ectx, scope)
+			ectx = context.WithValue(ectx, outerKey{}, &deferred)
 			if ts := grpc.ServerTransportStreamFromContext(ectx); ts != nil {
 				hs = &headerStream{ServerTransportStream: ts}
 				ectx = grpc.NewContextWithServerTransportStream(ectx, hs)
@@ -394,6 +398,9 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 			out, pnc, herr = callRecovering(ectx, handler, req)
 			if pnc != nil {
 				return record{}, runtime.Retryable(handlerPanicked{})
+			}
+			if deferred.Load() {
+				return record{}, runtime.Retryable(errDeferred)
 			}
 			rec, err := cfg.outcome(ectx, out, herr)
 			if err == nil && hs != nil {
@@ -445,9 +452,9 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 	case errors.Is(err, runtime.ErrInProgress), errors.Is(err, runtime.ErrLeaseLost):
 		// ErrLeaseLost: another worker took the call over while this one
 		// asked the query; it is in progress there.
-		return pendingError{errStatus(ctx, codes.Aborted, ReasonInProgress, "a call with this idempotency key is still in progress; retry later", time.Second)}
+		return errStatus(ctx, codes.Aborted, ReasonInProgress, "a call with this idempotency key is still in progress; retry later", time.Second)
 	case errors.Is(err, runtime.ErrOutcomeUnknown):
-		return pendingError{errStatus(ctx, codes.Aborted, ReasonOutcomeUnknown, "an earlier call with this idempotency key may or may not have taken effect; it is being reconciled", 5*time.Second)}
+		return errStatus(ctx, codes.Aborted, ReasonOutcomeUnknown, "an earlier call with this idempotency key may or may not have taken effect; it is being reconciled", 5*time.Second)
 	case errors.As(err, &fe):
 		return cfg.failed(ctx, fe)
 	case errors.Is(err, runtime.ErrPermanent):
@@ -461,29 +468,35 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 		// The caller's own deadline passed, or it cancelled, while the
 		// runtime waited or read: its own status, and nothing to log.
 		cfg.logger.DebugContext(ctx, "idemgrpc: the call ended before its outcome was known", "method", fullMethod, "err", err)
-		return pendingError{callerStatus(ctx)}
+		return callerStatus(ctx)
 	}
 	cfg.logger.ErrorContext(ctx, "idemgrpc: the idempotency store failed; answered Unavailable", "method", fullMethod, "err", err)
-	return pendingError{errStatus(ctx, codes.Unavailable, ReasonStoreUnavailable, "the idempotency store is unavailable; retry later", 2*time.Second)}
+	return errStatus(ctx, codes.Unavailable, ReasonStoreUnavailable, "the idempotency store is unavailable; retry later", 2*time.Second)
 }
 
-// pendingError is an answer of the interceptor that says nothing final: a
-// call with the key in progress, an outcome being reconciled, a store
-// outage, the caller's context ended. Its caller gets the status as it is.
-// The interceptor chained outside this one on another store (a per-process
-// one around a shared one) releases its key for it instead of classifying
-// it by its code: recorded (Aborted, where RetryableCodes leaves it out,
-// or after the call's context ended), it would be replayed long after the
-// call in progress ended.
-type pendingError struct{ err error }
+// outerKey is the context key under which a running call of the
+// interceptor is known to an interceptor chained inside it: the value is
+// its *atomic.Bool, which the inner one sets when it claims the call in a
+// store of its own (see deferToInner).
+type outerKey struct{}
 
-// errNestedPending releases the key of a call whose handler's answer was
-// an inner interceptor's pendingError.
-var errNestedPending = errors.New("idemgrpc: an inner interceptor answered without a final outcome")
+// deferToInner tells the interceptor chained outside this one, if any and
+// if it is running the call, that this one claims the call in another
+// store (a per-process interceptor around one on the method's shared
+// store): the outer one then records nothing for the call and releases its
+// key, whatever the handler returns. The inner one's record is the call's
+// (its reconciler converges it; its in-progress and outcome-unknown
+// answers are not final): recorded in the outer store too, an answer would
+// be replayed there long after it stopped being true.
+func deferToInner(ctx context.Context) {
+	if d, ok := ctx.Value(outerKey{}).(*atomic.Bool); ok {
+		d.Store(true)
+	}
+}
 
-func (e pendingError) Error() string              { return e.err.Error() }
-func (e pendingError) Unwrap() error              { return e.err }
-func (e pendingError) GRPCStatus() *status.Status { return status.Convert(e.err) }
+// errDeferred releases the key of a call an inner interceptor claimed in
+// its own store (see deferToInner).
+var errDeferred = errors.New("idemgrpc: an interceptor chained inside this one, on another store, holds the call's record")
 
 // deadlineSlack is how close to its deadline a cancelled call counts as
 // past it: a client's expired deadline reaches the server as a
@@ -608,12 +621,6 @@ func (cfg *config) errorOutcome(ctx context.Context, herr error) (err error) {
 
 // readError is errorOutcome without its recover.
 func (cfg *config) readError(ctx context.Context, herr error) error {
-	if _, ok := herr.(pendingError); ok {
-		// An inner interceptor's answer: the handler did not run. Its
-		// status is not handed on: a DeadlineExceeded in it would make the
-		// outcome unknown.
-		return runtime.Retryable(errNestedPending)
-	}
 	st, isStatus := status.FromError(herr)
 	mark, marked := runtime.Marked(herr)
 	switch c := st.Code(); {

@@ -390,6 +390,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
+	deferToInner(r)
 	// x lives until ServeHTTP returns, and so do the pooled buffers of the
 	// request's body and of the handler's response (see exchange.release).
 	x := &exchange{m: m, w: w, r: r}
@@ -479,34 +480,35 @@ type exchange struct {
 	panic  *panicked
 	rw     writer
 	reader bodyReader
-	// pending is set by a placement of the middleware inside this one's
-	// handler (on another store: see nestedPending) that answered without
-	// a final outcome.
-	pending atomic.Bool
+	// deferred is set by a placement of the middleware inside this one's
+	// handler that claims the request in a store of its own (see
+	// deferToInner).
+	deferred atomic.Bool
 }
 
 // outerKey is the context key under which a running exchange is known to
 // the placements of the middleware inside its handler.
 type outerKey struct{}
 
-// nestedPending tells the placement of the middleware whose handler is
-// running r, if any, that the answer being written is this inner
-// placement's and says nothing final: a request with the key in progress
-// (in the inner placement's store, on another instance), an outcome being
-// reconciled, a store outage, the request's context ended. The outer
-// placement then releases its key instead of recording the answer: a
-// recorded 409 would be replayed (Idempotent-Replayed: true, which clients
-// never retry) until the outer store's TTL, long after the request in
-// progress ended.
-func nestedPending(r *http.Request) {
+// deferToInner tells the placement of the middleware whose handler is
+// running r, if any, that this placement claims the request in another
+// store (a per-process middleware around the mux, this one around the
+// route on its shared store): the outer one then records nothing for the
+// request and releases its key, whatever the handler answers. This one's
+// record is the request's (its reconciler converges it; its in-progress
+// and outcome-unknown answers are not final): recorded in the outer store
+// too, an answer would be replayed there long after it stopped being true
+// (a 409 in-progress, Idempotent-Replayed, which clients never retry; an
+// UNKNOWN no reconciler of the outer store converges).
+func deferToInner(r *http.Request) {
 	if x, ok := r.Context().Value(outerKey{}).(*exchange); ok {
-		x.pending.Store(true)
+		x.deferred.Store(true)
 	}
 }
 
-// errNestedPending releases the key of a request whose handler's answer
-// was an inner placement's pending one (see nestedPending).
-var errNestedPending = errors.New("idemhttp: an inner placement of the middleware answered without a final outcome")
+// errDeferred releases the key of a request an inner placement claimed in
+// its own store (see deferToInner).
+var errDeferred = errors.New("idemhttp: a placement of the middleware inside this one, on another store, holds the request's record")
 
 // effect runs the handler for runtime.Do.
 func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
@@ -524,8 +526,8 @@ func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
 	if x.panic != nil {
 		return Response{}, runtime.Retryable(handlerPanicked{})
 	}
-	if x.pending.Load() {
-		return x.rw.response(cfg), runtime.Retryable(errNestedPending)
+	if x.deferred.Load() {
+		return Response{}, runtime.Retryable(errDeferred)
 	}
 	return cfg.outcome(ctx, x.rw.response(cfg))
 }
@@ -681,10 +683,8 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, runtime.ErrInProgress), errors.Is(err, runtime.ErrLeaseLost):
 		// ErrLeaseLost: another worker took the request over while this
 		// one asked the query; it is in progress there.
-		nestedPending(r)
 		m.problem(w, probInProgress, "A request with this key is still being processed; retry later.")
 	case errors.Is(err, runtime.ErrOutcomeUnknown):
-		nestedPending(r)
 		m.problem(w, probOutcomeUnknown, "An earlier request with this key may or may not have taken effect; it is being reconciled. Retry later.")
 	case errors.As(err, &fe):
 		m.failed(w, fe.Code, fe.Message)
@@ -698,7 +698,6 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 	case ctx.Err() != nil:
 		// The request's own deadline passed, or it was cancelled, while
 		// the runtime waited or read: nothing to log.
-		nestedPending(r)
 		m.cfg.logger.DebugContext(ctx, "idemhttp: the request ended before its outcome was known", "method", r.Method, "err", err)
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 			m.problem(w, probTimeout, "The request's deadline passed before its outcome was known: while it waited for the request in flight with this key, or for the idempotency store.")
@@ -706,7 +705,6 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		m.problem(w, probCanceled, "The request was canceled before its outcome was known: while it waited for the request in flight with this key, or for the idempotency store.")
 	default:
-		nestedPending(r)
 		m.cfg.logger.ErrorContext(ctx, "idemhttp: the idempotency store failed; answered 503", "method", r.Method, "target", r.URL.RequestURI(), "err", err)
 		m.problem(w, probStoreUnavailable, "The idempotency store is unavailable; retry later.")
 	}

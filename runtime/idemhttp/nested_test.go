@@ -98,3 +98,67 @@ func TestNestedPlacementInFlightAnswerNotRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestNestedPlacementUnknownConvergesForOuter: the same placements (a
+// per-process outer middleware, the route's on the shared store, with the
+// route's query). The handler answers 504: the outcome is unknown, and the
+// shared record is UNKNOWN until the reconciler (on the shared store, the
+// only one with the query) converges it. The retry on the instance that
+// served the 504 must then get the converged answer: an outer placement
+// that recorded the 504 as UNKNOWN in its own store, where nothing
+// converges it, answered 409 outcome-unknown until that store's TTL.
+func TestNestedPlacementUnknownConvergesForOuter(t *testing.T) {
+	for _, st := range teststores.All()[1:] { // the shared stores
+		t.Run(st.Name, func(t *testing.T) {
+			shared, err := runtime.New(st.New(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs, asked atomic.Int32
+			q := func(ctx context.Context, req idemhttp.StoredRequest) (idemhttp.Response, runtime.Outcome, error) {
+				asked.Add(1)
+				return idemhttp.Response{Status: http.StatusCreated, Body: []byte("charged")}, runtime.OutcomeSucceeded, nil
+			}
+			route := idemhttp.Middleware(shared, idemhttp.Query("POST /pay/{id}", q, runtime.QueryOptions{}))(
+				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					runs.Add(1) // the charge went out; the gateway's answer timed out
+					w.WriteHeader(http.StatusGatewayTimeout)
+				}))
+			mux := http.NewServeMux()
+			mux.Handle("POST /pay/{id}", route)
+			local, err := runtime.New(memstore.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			instance := idemhttp.Middleware(local)(mux)
+			key := "k-nested-unknown-" + teststores.Unique()
+			send := func() *httptest.ResponseRecorder {
+				r := httptest.NewRequest("POST", "/pay/ch_1", strings.NewReader(`{"cents":100}`))
+				r.Header.Set("Idempotency-Key", key)
+				w := httptest.NewRecorder()
+				instance.ServeHTTP(w, r)
+				return w
+			}
+			testenv.Within(t, 15*time.Second, func() {
+				if w := send(); w.Code != http.StatusGatewayTimeout {
+					t.Errorf("the first request: %d, want the handler's 504", w.Code)
+				}
+				rec, err := runtime.NewReconciler(shared)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := rec.RunOnce(context.Background()); err != nil {
+					t.Errorf("reconcile: %v", err)
+				}
+				w := send()
+				if w.Code != http.StatusCreated || w.Body.String() != "charged" {
+					t.Errorf("a retry after the record converged: %d %q (query asked %d times), want the converged 201", w.Code, w.Body.String(), asked.Load())
+				}
+			})
+			if n := runs.Load(); n != 1 {
+				t.Errorf("the handler ran %d times, want 1", n)
+			}
+		})
+	}
+}
