@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idemkit/idem/internal/testenv"
@@ -98,5 +99,65 @@ func TestNestedInterceptorInFlightAnswerNotRecorded(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestNestedInterceptorUnknownConvergesForOuter: a per-process interceptor
+// outside the method's on the shared store, which has the method's query.
+// The handler times out downstream (DeadlineExceeded): the shared record is
+// UNKNOWN until the shared store's reconciler converges it. The retry must
+// then get the converged response: an outer interceptor that recorded the
+// call UNKNOWN in its own store, where nothing converges it, answered
+// OUTCOME_UNKNOWN until that store's TTL.
+func TestNestedInterceptorUnknownConvergesForOuter(t *testing.T) {
+	for _, st := range teststores.All()[1:] { // the shared stores
+		t.Run(st.Name, func(t *testing.T) {
+			shared, err := runtime.New(st.New(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info := &grpc.UnaryServerInfo{FullMethod: "/nested.S/Charge"}
+			var runs, asked atomic.Int32
+			q := func(ctx context.Context, req proto.Message) (proto.Message, runtime.Outcome, error) {
+				asked.Add(1)
+				out, _ := structpb.NewStruct(map[string]any{"charge": "ch_1"})
+				return out, runtime.OutcomeSucceeded, nil
+			}
+			inner := idemgrpc.UnaryServerInterceptor(shared, idemgrpc.Query(info.FullMethod, q, runtime.QueryOptions{}))
+			handler := func(ctx context.Context, req any) (any, error) {
+				runs.Add(1) // the charge went out; its answer timed out
+				return nil, status.Error(codes.DeadlineExceeded, "gateway: charge timed out")
+			}
+			local, err := runtime.New(memstore.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			outer := idemgrpc.UnaryServerInterceptor(local)
+			call := func() (any, error) {
+				ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("idempotency-key", "k-nested-unknown-"+t.Name()))
+				req, _ := structpb.NewStruct(map[string]any{"order": "o1"})
+				return outer(ctx, req, info, func(ctx context.Context, req any) (any, error) { return inner(ctx, req, info, handler) })
+			}
+			testenv.Within(t, 15*time.Second, func() {
+				if _, err := call(); status.Code(err) != codes.DeadlineExceeded {
+					t.Errorf("the first call: %v, want the handler's DeadlineExceeded", err)
+				}
+				rec, err := runtime.NewReconciler(shared)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := rec.RunOnce(context.Background()); err != nil {
+					t.Errorf("reconcile: %v", err)
+				}
+				out, err := call()
+				if s, ok := out.(*structpb.Struct); err != nil || !ok || s.Fields["charge"].GetStringValue() != "ch_1" {
+					t.Errorf("a retry after the record converged: %v, %v (query asked %d times), want the converged response", out, err, asked.Load())
+				}
+			})
+			if n := runs.Load(); n != 1 {
+				t.Errorf("the handler ran %d times, want 1", n)
+			}
+		})
 	}
 }
