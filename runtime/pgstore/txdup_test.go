@@ -345,6 +345,13 @@ func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 				fe = nil
 			case errors.Is(a.err, runtime.ErrInProgress), errors.Is(a.err, runtime.ErrLeaseLost), errors.Is(a.err, errAgain):
 				// No outcome claimed.
+			case errors.Is(a.err, runtime.ErrOutcomeUnknown) && rec.State == runtime.StateUnknown && len(rows) == 0:
+				// No outcome claimed either: an attempt's lease ran out
+				// under it (renewals late on a loaded machine: a 200 ms
+				// lease), the lease rule stopped its effect, its writes
+				// were rolled back, and the record is UNKNOWN, which every
+				// caller after it is told (the operation has no query).
+				// Seen in a load series (run 2 of series 23, load 17).
 			case errors.Is(a.err, pgstore.ErrRollbackRequired) && a.txErr != nil:
 				// No outcome claimed, and nothing of the caller's transaction
 				// committed: what DoTx's doc says of a statement of the
