@@ -120,8 +120,9 @@ type ResolveResult struct {
 // [ErrNotResolvable], when it is absent (also [ErrNotFound]), final, or
 // held by a live lease (also [ErrInProgress]; the error says by whom and
 // until when). Otherwise it takes the record with [Store.Claim]
-// (AcquireUnknown, the record's own fingerprint), which succeeds only if
-// the lease is still free, and moves it by compare-and-set from the taken
+// (AcquireUnknown, the record's own fingerprint, IfVersion the version
+// read), which succeeds only if the lease is still free and the record
+// unchanged since the read, and moves it by compare-and-set from the taken
 // (state, owner, version) to SUCCESS, to FAILED, or releases it. An UNKNOWN
 // record that no one owns but whose lease is held off (the reconciler's
 // backoff, or a [NoQueryPolicy] window) is moved by compare-and-set from
@@ -162,9 +163,12 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 		// and an acquisition changes the version, so the compare-and-set
 		// from the version read is exact.
 	} else {
+		// The take names the version read: a worker that took the record
+		// over, ran the effect and left it UNKNOWN in between leaves the
+		// fields Resolve could check as they were, but not the version.
 		cr, err := store.Claim(ctx, ClaimParams{
 			ID: r.ID, Fingerprint: rec.Fingerprint, Request: rec.Request, Owner: r.Owner,
-			Lease: resolveLease, AcquireUnknown: true,
+			Lease: resolveLease, AcquireUnknown: true, IfVersion: rec.Version,
 		})
 		if err != nil {
 			return res, fmt.Errorf("idem: resolve %s: taking the record: %w", idText(r.ID), err)

@@ -442,10 +442,12 @@ func TestResolveRacesBetweenReadAndClaim(t *testing.T) {
 			f.clock.add(time.Second)
 			f.processing("worker-3", time.Second)
 			f.clock.add(2 * time.Second)
-		}, nil, "replaced while it was being taken", func(f *resolveFixture, before runtime.Record) {
+		}, nil, "changed while it was being taken", func(f *resolveFixture, before runtime.Record) {
+			// The take names the version read (ClaimParams.IfVersion): the
+			// new life is left as it was, never taken.
 			rec := f.get()
-			if rec.State != runtime.StateProcessing || rec.Owner == "idemctl:alice@ops" || rec.CreatedAt.Equal(before.CreatedAt) {
-				f.t.Fatalf("record = %+v, want the new life handed back", rec)
+			if rec.State != runtime.StateProcessing || rec.Owner != "worker-3" || rec.CreatedAt.Equal(before.CreatedAt) {
+				f.t.Fatalf("record = %+v, want the new life left as it was", rec)
 			}
 			f.clock.add(time.Second)
 			if rec := f.get(); rec.LeaseLive() {
@@ -571,4 +573,49 @@ func ExampleResolve() {
 	// UNKNOWN -> SUCCESS <nil>
 	// ch_3QxY <nil>
 	// true
+}
+
+// resolveOldStore is a store of one's own that predates
+// ClaimParams.IfVersion: it takes a record at any version.
+type resolveOldStore struct {
+	*resolveHookStore
+}
+
+func (s resolveOldStore) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+	p.IfVersion = 0
+	return s.resolveHookStore.Claim(ctx, p)
+}
+
+// TestResolveOnStoreWithoutIfVersion: on a store that ignores the version a
+// take names, Resolve still refuses a record replaced by another life
+// between its read and its take (by the record's creation time), and hands
+// the new life back untouched but for a lease that ends at once.
+func TestResolveOnStoreWithoutIfVersion(t *testing.T) {
+	f := newResolveFixture(t)
+	f.unknown()
+	before := f.get()
+	hs := resolveOldStore{&resolveHookStore{Store: f.store, hook: func() {
+		recs, err := f.store.AcquirePending(context.Background(), runtime.AcquireParams{Owner: "rec", Lease: time.Minute, Limit: 1})
+		if err != nil || len(recs) != 1 {
+			f.t.Fatalf("acquire: %v, %v", recs, err)
+		}
+		if err := f.store.Release(context.Background(), runtime.ReleaseParams{ID: f.id, State: runtime.StateUnknown, Owner: "rec", Version: recs[0].Version}); err != nil {
+			f.t.Fatal(err)
+		}
+		f.clock.add(time.Second)
+		f.processing("worker-3", time.Second)
+		f.clock.add(2 * time.Second)
+	}}}
+	_, err := runtime.Resolve(context.Background(), hs, f.resolution(runtime.ResolveSuccess))
+	if !errors.Is(err, runtime.ErrNotResolvable) || !strings.Contains(err.Error(), "replaced while it was being taken") {
+		t.Fatalf("error = %v, want ErrNotResolvable saying %q", err, "replaced while it was being taken")
+	}
+	rec := f.get()
+	if rec.State != runtime.StateProcessing || rec.Owner == "idemctl:alice@ops" || rec.CreatedAt.Equal(before.CreatedAt) {
+		t.Fatalf("record = %+v, want the new life handed back", rec)
+	}
+	f.clock.add(time.Second)
+	if rec := f.get(); rec.LeaseLive() {
+		t.Fatalf("handed back with a live lease: %+v", rec)
+	}
 }

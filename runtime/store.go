@@ -119,6 +119,14 @@ type ClaimParams struct {
 	// the reconciler's acquisitions only, is unchanged. Callers set it when
 	// they can ask the operation's query function.
 	AcquireUnknown bool
+	// IfVersion, when not 0, makes the claim take an existing record (over
+	// an expired lease, with AcquireUnknown, or replacing a finished record
+	// past its TTL) only while it is at this version: a record changed
+	// since the caller read it (another worker took it over, ran the effect
+	// and left it UNKNOWN) is returned untouched, Claimed false. With no
+	// record the claim creates one, as without it. [Resolve] sets it to the
+	// version it decided on.
+	IfVersion int64
 }
 
 // ClaimResult is what a claim found or did.

@@ -531,8 +531,8 @@ func TestResolveRacesOnRealStores(t *testing.T) {
 				t.Fatalf("the record the claim created is still there: %v", err)
 			}
 
-			// Another life whose worker died: handed back with a free lease,
-			// and a retry takes it over.
+			// Another life whose worker died: never taken (the take names
+			// the version read), and a retry takes it over.
 			id = unknown("replaced")
 			err = resolve(id, func() {
 				r := acquire()
@@ -545,12 +545,12 @@ func TestResolveRacesOnRealStores(t *testing.T) {
 				}
 				time.Sleep(80 * time.Millisecond)
 			})
-			if !errors.Is(err, runtime.ErrNotResolvable) || !strings.Contains(err.Error(), "replaced while it was being taken") {
+			if !errors.Is(err, runtime.ErrNotResolvable) || !strings.Contains(err.Error(), "changed while it was being taken") {
 				t.Fatalf("replaced in between: %v", err)
 			}
-			waitFor(t, "the handed-back lease to end", func() bool {
+			waitFor(t, "the dead worker's lease to end", func() bool {
 				rec, err := store.Get(ctx, id)
-				return err == nil && rec.State == runtime.StateProcessing && rec.Owner == "" && !rec.LeaseLive()
+				return err == nil && rec.State == runtime.StateProcessing && rec.Owner == "w2-"+sfx && !rec.LeaseLive()
 			})
 			rt, err := runtime.New(store)
 			if err != nil {

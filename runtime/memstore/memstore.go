@@ -365,7 +365,11 @@ func (s *Store) Claim(ctx context.Context, p runtime.ClaimParams) (res runtime.C
 	defer s.mu.Unlock()
 	now, at := s.clock()
 	_, r, c := s.find(p.ID)
+	atVersion := r == nil || p.IfVersion == 0 || r.version == p.IfVersion // see ClaimParams.IfVersion
 	switch {
+	case !atVersion:
+		s.read(&res.Record, r, now)
+		return res, nil
 	case r == nil || (r.state.final() && r.expiresAt.expired(at)):
 		if r == nil {
 			r = s.insert(p.ID, c)

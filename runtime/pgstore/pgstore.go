@@ -204,7 +204,10 @@ func (s *Store) claim(ctx context.Context, q *db.Queries, p runtime.ClaimParams)
 			rec = res.Record // the batched statement returned the existing record
 		}
 		s.order.Found()
-		if !takeable(&rec, p) {
+		if !takeable(&rec, p) || (p.IfVersion != 0 && rec.Version != p.IfVersion) {
+			// Not to be taken; or not at the version the caller decided
+			// on (ClaimParams.IfVersion): ClaimExisting's compare-and-set on
+			// the version read makes the check exact.
 			return runtime.ClaimResult{Record: rec}, nil
 		}
 		if s.beforeTakeover != nil {

@@ -359,6 +359,10 @@ func takeable(f map[string]string, p runtime.ClaimParams, nonce string, now int6
 	if !ok {
 		return true
 	}
+	if p.IfVersion != 0 && f["v"] != strconv.FormatInt(p.IfVersion, 10) {
+		// Not at the version the caller decided on (ClaimParams.IfVersion).
+		return nonce != "" && f["cn"] == nonce && f["ow"] == p.Owner
+	}
 	le, _ := strconv.ParseInt(f["le"], 10, 64)
 	ex, _ := strconv.ParseInt(f["ex"], 10, 64)
 	sameFP := f["fp"] == string(p.Fingerprint)
@@ -389,7 +393,8 @@ func (s *Store) runClaim(ctx context.Context, k keys, p runtime.ClaimParams, non
 		acq = "1"
 	}
 	vals, err := claimScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry, k.ver},
-		p.Fingerprint, p.Owner, us(p.Lease), p.Request, acq, p.ID.Scope, p.ID.Operation, p.ID.Key, nonce, us(s.grace)).Slice()
+		p.Fingerprint, p.Owner, us(p.Lease), p.Request, acq, p.ID.Scope, p.ID.Operation, p.ID.Key, nonce, us(s.grace),
+		strconv.FormatInt(p.IfVersion, 10)).Slice()
 	if err != nil {
 		return runtime.ClaimResult{}, err
 	}

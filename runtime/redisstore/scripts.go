@@ -103,7 +103,7 @@ end
 
 // claimScript: KEYS record, pending, expiry, version counter; ARGV fingerprint, owner,
 // lease (us), request, acquire-unknown ("1"), scope, operation, key, nonce,
-// expiry grace (us). Reply: claimed (0/1), store now, then the record's
+// expiry grace (us), if-version ("0": any; see ClaimParams.IfVersion). Reply: claimed (0/1), store now, then the record's
 // fields.
 //
 // The nonce makes a client-side retry of the same call (go-redis resends a
@@ -130,7 +130,10 @@ local st, fp = cur[1], cur[2]
 local le, ex = tonumber(cur[4]) or 0, tonumber(cur[5]) or 0
 local lease = now + tonumber(ARGV[3])
 local claimed = 1
-if not st or (final(st) and ex > 0 and ex <= now) then
+-- An existing record is taken only at the version the caller read, if it
+-- names one (ClaimParams.IfVersion).
+local atv = ARGV[11] == '0' or cur[3] == ARGV[11]
+if not st or (atv and final(st) and ex > 0 and ex <= now) then
   local cutoff = now - tonumber(ARGV[10])
   for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(cutoff), 'LIMIT', 0, 2)) do
     local c = nil
@@ -153,11 +156,11 @@ if not st or (final(st) and ex > 0 and ex <= now) then
     'rq', ARGV[4], 'to', '0', 'at', '0', 'ca', fmt(now), 'ua', fmt(now), 'cn', ARGV[9],
     'tn', '', 'nt', '', 'om', '0')
   index(key, KEYS[2], KEYS[3], 'PROCESSING', lease, 0)
-elseif st == 'PROCESSING' and le > 0 and le <= now and fp == ARGV[1] then
+elseif atv and st == 'PROCESSING' and le > 0 and le <= now and fp == ARGV[1] then
   redis.call('HINCRBY', key, 'to', 1)
   redis.call('HSET', key, 'v', fmt(nextv(KEYS[4], tonumber(cur[3]))), 'ow', ARGV[2], 'le', fmt(lease), 'ua', fmt(now), 'cn', ARGV[9], 'tn', '')
   index(key, KEYS[2], KEYS[3], st, lease, 0)
-elseif ARGV[5] == '1' and st == 'UNKNOWN' and le <= now and fp == ARGV[1] then
+elseif atv and ARGV[5] == '1' and st == 'UNKNOWN' and le <= now and fp == ARGV[1] then
   -- Attempts count the reconciler's acquisitions only.
   redis.call('HSET', key, 'v', fmt(nextv(KEYS[4], tonumber(cur[3]))), 'ow', ARGV[2], 'le', fmt(lease), 'ua', fmt(now), 'cn', ARGV[9], 'tn', '')
   index(key, KEYS[2], KEYS[3], st, lease, 0)

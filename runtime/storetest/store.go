@@ -30,6 +30,7 @@ func RunStore(t *testing.T, newStore NewStore) {
 		{"FinishedRecordExpires", testTTLExpiry},
 		{"SweepOnlyExpiredFinished", testSweep},
 		{"AcquireUnknownViaClaim", testAcquireUnknown},
+		{"ClaimIfVersion", testClaimIfVersion},
 		{"AcquirePendingIsExclusive", testAcquirePending},
 		{"AcquirePendingMaxAttempts", testAcquirePendingMaxAttempts},
 		{"AcquirePendingByOperation", testAcquirePendingByOperation},
@@ -487,6 +488,56 @@ func testAcquireUnknown(t *testing.T, s runtime.Store) {
 	finish(t, s, got3, runtime.StateSuccess, time.Hour)
 	if _, err := s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateUnknown, Owner: "w2", Version: got.Version, To: runtime.StateFailed, TTL: time.Hour}); !errors.Is(err, runtime.ErrLeaseLost) {
 		t.Fatalf("stale converger: %v, want ErrLeaseLost", err)
+	}
+}
+
+// testClaimIfVersion: a claim that names a version (ClaimParams.IfVersion,
+// what Resolve decided on) takes an existing record only at that version:
+// an expired PROCESSING record, and an UNKNOWN one with AcquireUnknown, are
+// returned untouched at another version (a worker took the record over, ran
+// the effect and left it UNKNOWN since it was read), and taken at their
+// own. With no record the claim creates one, as without it.
+func testClaimIfVersion(t *testing.T, s runtime.Store) {
+	ctx := context.Background()
+	untouched := func(what string, p runtime.ClaimParams, want runtime.Record) {
+		t.Helper()
+		res, err := s.Claim(ctx, p)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if res.Claimed || res.Record.Version != want.Version || res.Record.Owner != want.Owner || res.Record.State != want.State {
+			t.Fatalf("%s, IfVersion %d: claimed=%v, record %s owned by %q at version %d; want it untouched (%s, %q, version %d)",
+				what, p.IfVersion, res.Claimed, res.Record.State, res.Record.Owner, res.Record.Version, want.State, want.Owner, want.Version)
+		}
+	}
+
+	id := ident(t, "processing")
+	rec := mustClaim(t, s, claimParams(id, "w1", shortLease))
+	sleep(2 * shortLease)
+	p := claimParams(id, "w2", longLease)
+	p.IfVersion = rec.Version + 1
+	untouched("an expired PROCESSING record at another version", p, rec)
+	p.IfVersion = rec.Version
+	if got := mustClaim(t, s, p); got.Owner != "w2" || got.Takeovers != 1 || got.Version <= rec.Version {
+		t.Fatalf("takeover at the version read = %+v", got)
+	}
+
+	id = ident(t, "unknown")
+	rec = mustClaim(t, s, claimParams(id, "w1", longLease))
+	v := finish(t, s, rec, runtime.StateUnknown, 0)
+	p = claimParams(id, "w2", longLease)
+	p.AcquireUnknown, p.IfVersion = true, rec.Version // the version before the transition
+	untouched("an UNKNOWN record changed since it was read", p, runtime.Record{State: runtime.StateUnknown, Owner: "", Version: v})
+	p.IfVersion = v
+	if got := mustClaim(t, s, p); got.State != runtime.StateUnknown || got.Owner != "w2" || got.Version <= v {
+		t.Fatalf("acquisition at the version read = %+v", got)
+	}
+
+	id = ident(t, "absent")
+	p = claimParams(id, "w1", longLease)
+	p.IfVersion = 12345
+	if got := mustClaim(t, s, p); got.State != runtime.StateProcessing || got.Owner != "w1" {
+		t.Fatalf("a claim naming a version where no record is = %+v, want a new record", got)
 	}
 }
 

@@ -107,6 +107,10 @@ type Actor struct {
 	Created  uint8
 	// Direct: the operator writes from a hold-off UNKNOWN without taking it.
 	Direct bool
+	// Saw is what the downstream said of the record's life when the
+	// operator read the record: a person decides from what they looked up
+	// then, and Resolve acts on the version they looked at.
+	Saw uint8
 	// Then is where a worker goes when its slow claim reply arrives.
 	Then PC
 	// Late: the worker started its effect after the time its lease was
@@ -950,14 +954,15 @@ func (g *stepper) operator() {
 			w.PC = oDone
 			g.emit(Step{Actor: Operator, What: "resolve: reads the record: refused", Op: op, Res: res}, &ns)
 		case r.St == Unknown && r.Owner == NoOwner && r.Lease > 0:
-			w.PC, w.St, w.Ver, w.Life, w.Direct = oWrite, Unknown, r.Ver, r.Life, true
+			w.PC, w.St, w.Ver, w.Life, w.Direct, w.Saw = oWrite, Unknown, r.Ver, r.Life, true, s.D[r.Life]
 			g.emit(Step{Actor: Operator, What: "resolve: reads the record (held off: writes from it)", Op: op, Res: res}, &ns)
 		default:
-			w.PC, w.Created = oClaim, r.Created
+			w.PC, w.Created, w.Ver, w.Saw = oClaim, r.Created, r.Ver, s.D[r.Life]
 			g.emit(Step{Actor: Operator, What: "resolve: reads the record", Op: op, Res: res}, &ns)
 		}
 	case oClaim:
-		op := Op{Kind: OpClaim, Owner: Operator, AcquireUnknown: true, Lease: lease}
+		// The take names the version read (ClaimParams.IfVersion).
+		op := Op{Kind: OpClaim, Owner: Operator, AcquireUnknown: true, Lease: lease, Ver: a.Ver}
 		ns, res := g.op(op)
 		w := &ns.A[Operator]
 		r := res.Rec
@@ -991,7 +996,7 @@ func (g *stepper) operator() {
 		// person looks it up): SUCCESS if it happened, FAILED if it was
 		// declined, FAILED or released if it did not happen.
 		outs := []Out{outFailed, outRelease}
-		switch s.D[a.Life] {
+		switch a.Saw {
 		case dSucceeded:
 			outs = []Out{outSuccess}
 		case dDeclined:

@@ -148,8 +148,12 @@ func (r *replayer) step(ctx context.Context, t TraceStep) error {
 		return nil
 	case OpClaim:
 		var res runtime.ClaimResult
-		res, err = rc.Store.Claim(ctx, runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Request: []byte(`{}`),
-			Owner: ownerID(op.Owner), Lease: r.dur(int(op.Lease)), AcquireUnknown: op.AcquireUnknown})
+		p := runtime.ClaimParams{ID: id, Fingerprint: []byte("fp"), Request: []byte(`{}`),
+			Owner: ownerID(op.Owner), Lease: r.dur(int(op.Lease)), AcquireUnknown: op.AcquireUnknown}
+		if op.Ver != 0 {
+			p.IfVersion = r.storeVer(op.Ver)
+		}
+		res, err = rc.Store.Claim(ctx, p)
 		if err == nil {
 			if res.Claimed != want.Claimed {
 				return fmt.Errorf("claimed %v, model %v", res.Claimed, want.Claimed)

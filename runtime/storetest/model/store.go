@@ -281,6 +281,8 @@ func (s *State) apply(op Op, mut Mutation) OpResult {
 	switch op.Kind {
 	case OpClaim:
 		switch {
+		case op.Ver != 0 && r.St != Absent && r.Ver != op.Ver:
+			return OpResult{Rec: *r} // not at the version the caller read (ClaimParams.IfVersion)
 		case r.St == Absent || (r.St.Final() && r.TTL == 0):
 			if r.St != Absent {
 				s.Life++ // a TTL replacement: a new life of the identity
