@@ -95,6 +95,10 @@ func TestDoTxLeaseRule(t *testing.T) {
 				starved := stall.Start()
 				r := leaseRuleTry(t, p, tc.renew, lease*max(tc.scale, 1))
 				worst := starved.Stop()
+				if r.notStarted && try < 3 {
+					t.Logf("try %d: the claim's reply came late and the effect did not start (%v): trying again", try, r.first)
+					continue
+				}
 				if !tc.keeps {
 					if !errors.Is(r.first, runtime.ErrLeaseLost) {
 						t.Fatalf("DoTx: %v, want its effect stopped with ErrLeaseLost", r.first)
@@ -122,6 +126,9 @@ type leaseRuleResult struct {
 	// slowest is the longest a renewal the store applied took to answer
 	// (the server's own time, without the case's delays).
 	slowest time.Duration
+	// notStarted: the call never started its effect (a late start whose
+	// confirming renewal failed).
+	notStarted bool
 }
 
 // leaseRuleTry runs one try of a TestDoTxLeaseRule case: a DoTx call on a
@@ -183,6 +190,15 @@ func leaseRuleTry(t *testing.T, p *pgxpool.Pool, renew func(ctx context.Context,
 	select {
 	case <-started: // the duplicates start once DoTx holds the claim
 	case err := <-done:
+		if err != nil && strings.Contains(err.Error(), "the effect did not run") {
+			// The claim's reply came so late that the call confirmed its
+			// lease before starting the effect (a late start), and that
+			// renewal was the case's first: as documented, the effect did
+			// not run. Seen under CI's load; the try says nothing of the
+			// lease rule.
+			r.first, r.notStarted = err, true
+			return r
+		}
 		t.Fatalf("DoTx returned before its effect started: %v", err)
 	}
 	every := time.NewTicker(20 * time.Millisecond)
