@@ -78,6 +78,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -350,7 +351,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		// another store claimed nothing here: this one claims.)
 		return handler(handlerCtx, req)
 	}
-	deferToInner(ctx)
+	deferToInner(ctx, req)
 	ctx = runtime.WithScope(handlerCtx, idScope)
 	sum := sha256.Sum256(append([]byte(info.FullMethod+"\x00"), b...))
 	rq := request{Method: info.FullMethod, MessageSz: len(b), SHA256: hex.EncodeToString(sum[:])}
@@ -374,12 +375,12 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		}
 	}
 	var (
-		ran      bool
-		out      any
-		herr     error
-		pnc      *panicked
-		hs       *headerStream
-		deferred atomic.Bool // see deferToInner
+		ran   bool
+		out   any
+		herr  error
+		pnc   *panicked
+		hs    *headerStream
+		outer = outerCall{req: req} // see deferToInner
 	)
 	rec, err := runtime.Do(ctx, rt, runtime.Call[request, record]{
 		Operation:   op,
@@ -390,7 +391,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		Effect: func(ectx context.Context, _ request) (record, error) {
 			ran = true
 			ectx = runtime.WithScope(ectx, scope)
-			ectx = context.WithValue(ectx, outerKey{}, &deferred)
+			ectx = context.WithValue(ectx, outerKey{}, &outer)
 			if ts := grpc.ServerTransportStreamFromContext(ectx); ts != nil {
 				hs = &headerStream{ServerTransportStream: ts}
 				ectx = grpc.NewContextWithServerTransportStream(ectx, hs)
@@ -399,7 +400,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 			if pnc != nil {
 				return record{}, runtime.Retryable(handlerPanicked{})
 			}
-			if deferred.Load() {
+			if outer.deferred.Load() {
 				return record{}, runtime.Retryable(errDeferred)
 			}
 			rec, err := cfg.outcome(ectx, out, herr)
@@ -475,10 +476,17 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 }
 
 // outerKey is the context key under which a running call of the
-// interceptor is known to an interceptor chained inside it: the value is
-// its *atomic.Bool, which the inner one sets when it claims the call in a
-// store of its own (see deferToInner).
+// interceptor is known to an interceptor chained inside it (the value is
+// its *outerCall; see deferToInner).
 type outerKey struct{}
+
+// outerCall is what an interceptor running a call tells those chained
+// inside it: the request it handed its handler, and whether an inner one
+// claimed that very request in a store of its own.
+type outerCall struct {
+	req      any
+	deferred atomic.Bool
+}
 
 // deferToInner tells the interceptor chained outside this one, if any and
 // if it is running the call, that this one claims the call in another
@@ -488,10 +496,23 @@ type outerKey struct{}
 // (its reconciler converges it; its in-progress and outcome-unknown
 // answers are not final): recorded in the outer store too, an answer would
 // be replayed there long after it stopped being true.
-func deferToInner(ctx context.Context) {
-	if d, ok := ctx.Value(outerKey{}).(*atomic.Bool); ok {
-		d.Store(true)
+//
+// Only for the outer one's own request (the same message): a call the
+// handler makes itself (in-process, to another method, on the call's
+// context) is not the outer one's, and its claim leaves the outer record
+// alone.
+func deferToInner(ctx context.Context, req any) {
+	if o, ok := ctx.Value(outerKey{}).(*outerCall); ok && sameMessage(o.req, req) {
+		o.deferred.Store(true)
 	}
+}
+
+// sameMessage reports whether a and b are one request message: one
+// pointer (generated messages are pointers; a value is never the same, and
+// comparing values of a type that is not comparable would panic).
+func sameMessage(a, b any) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.Kind() == reflect.Pointer && vb.Kind() == reflect.Pointer && va.Type() == vb.Type() && va.Pointer() == vb.Pointer()
 }
 
 // errDeferred releases the key of a call an inner interceptor claimed in

@@ -500,8 +500,13 @@ type outerKey struct{}
 // too, an answer would be replayed there long after it stopped being true
 // (a 409 in-progress, Idempotent-Replayed, which clients never retry; an
 // UNKNOWN no reconciler of the outer store converges).
+//
+// Only for the outer one's own request: its body is still the one the
+// outer placement gave its handler. A request the handler makes itself
+// (an in-process call to another route, on the request's context) is not
+// the outer one's, and its claim leaves the outer record alone.
 func deferToInner(r *http.Request) {
-	if x, ok := r.Context().Value(outerKey{}).(*exchange); ok {
+	if x, ok := r.Context().Value(outerKey{}).(*exchange); ok && r.Body == io.ReadCloser(&x.reader) {
 		x.deferred.Store(true)
 	}
 }
