@@ -431,18 +431,7 @@ func TestResolveRacesBetweenReadAndClaim(t *testing.T) {
 				f.t.Fatalf("the record the claim created was not released: %v", err)
 			}
 		}},
-		{"it is replaced by another life whose worker died", func(f *resolveFixture) { f.unknown() }, func(f *resolveFixture) {
-			recs, err := f.store.AcquirePending(context.Background(), runtime.AcquireParams{Owner: "rec", Lease: time.Minute, Limit: 1})
-			if err != nil || len(recs) != 1 {
-				f.t.Fatalf("acquire: %v, %v", recs, err)
-			}
-			if err := f.store.Release(context.Background(), runtime.ReleaseParams{ID: f.id, State: runtime.StateUnknown, Owner: "rec", Version: recs[0].Version}); err != nil {
-				f.t.Fatal(err)
-			}
-			f.clock.add(time.Second)
-			f.processing("worker-3", time.Second)
-			f.clock.add(2 * time.Second)
-		}, nil, "changed while it was being taken", func(f *resolveFixture, before runtime.Record) {
+		{"it is replaced by another life whose worker died", func(f *resolveFixture) { f.unknown() }, (*resolveFixture).replacedByDeadLife, nil, "changed while it was being taken", func(f *resolveFixture, before runtime.Record) {
 			// The take names the version read (ClaimParams.IfVersion): the
 			// new life is left as it was, never taken.
 			rec := f.get()
@@ -594,18 +583,7 @@ func TestResolveOnStoreWithoutIfVersion(t *testing.T) {
 	f := newResolveFixture(t)
 	f.unknown()
 	before := f.get()
-	hs := resolveOldStore{&resolveHookStore{Store: f.store, hook: func() {
-		recs, err := f.store.AcquirePending(context.Background(), runtime.AcquireParams{Owner: "rec", Lease: time.Minute, Limit: 1})
-		if err != nil || len(recs) != 1 {
-			f.t.Fatalf("acquire: %v, %v", recs, err)
-		}
-		if err := f.store.Release(context.Background(), runtime.ReleaseParams{ID: f.id, State: runtime.StateUnknown, Owner: "rec", Version: recs[0].Version}); err != nil {
-			f.t.Fatal(err)
-		}
-		f.clock.add(time.Second)
-		f.processing("worker-3", time.Second)
-		f.clock.add(2 * time.Second)
-	}}}
+	hs := resolveOldStore{&resolveHookStore{Store: f.store, hook: f.replacedByDeadLife}}
 	_, err := runtime.Resolve(context.Background(), hs, f.resolution(runtime.ResolveSuccess))
 	if !errors.Is(err, runtime.ErrNotResolvable) || !strings.Contains(err.Error(), "replaced while it was being taken") {
 		t.Fatalf("error = %v, want ErrNotResolvable saying %q", err, "replaced while it was being taken")
@@ -618,4 +596,20 @@ func TestResolveOnStoreWithoutIfVersion(t *testing.T) {
 	if rec := f.get(); rec.LeaseLive() {
 		t.Fatalf("handed back with a live lease: %+v", rec)
 	}
+}
+
+// replacedByDeadLife replaces the UNKNOWN record by another life: a
+// reconciler acquires and releases it, a worker claims the key again and
+// dies (its lease ends).
+func (f *resolveFixture) replacedByDeadLife() {
+	recs, err := f.store.AcquirePending(context.Background(), runtime.AcquireParams{Owner: "rec", Lease: time.Minute, Limit: 1})
+	if err != nil || len(recs) != 1 {
+		f.t.Fatalf("acquire: %v, %v", recs, err)
+	}
+	if err := f.store.Release(context.Background(), runtime.ReleaseParams{ID: f.id, State: runtime.StateUnknown, Owner: "rec", Version: recs[0].Version}); err != nil {
+		f.t.Fatal(err)
+	}
+	f.clock.add(time.Second)
+	f.processing("worker-3", time.Second)
+	f.clock.add(2 * time.Second)
 }

@@ -351,7 +351,7 @@ func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 				// lease), the lease rule stopped its effect, its writes
 				// were rolled back, and the record is UNKNOWN, which every
 				// caller after it is told (the operation has no query).
-				// Seen in a load series (run 2 of series 23, load 17).
+				// Seen under a CPU hog at a load of 17.
 			case errors.Is(a.err, pgstore.ErrRollbackRequired) && a.txErr != nil:
 				// No outcome claimed, and nothing of the caller's transaction
 				// committed: what DoTx's doc says of a statement of the
