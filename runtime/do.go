@@ -1111,7 +1111,7 @@ func (ex *execution[Req, Resp]) runQuery(ctx context.Context) (resp Resp, o Outc
 	returned := false
 	defer func() {
 		if !returned {
-			o, err = OutcomeUnknown, &PanicError{Value: recover(), Stack: debug.Stack()}
+			o, err = OutcomeUnknown, &PanicError{Value: recover(), Stack: debug.Stack(), of: "query"}
 		}
 	}()
 	resp, o, err = ex.c.Query(ctx, ex.c.Request)

@@ -151,10 +151,19 @@ func (e *FailedError) Is(target error) bool { return target == ErrPermanent }
 func (e *FailedError) ErrorCode() string { return e.Code }
 
 // PanicError is returned when the effect panicked and the runtime was
-// configured with [WithRecoverPanics]; the record is UNKNOWN.
+// configured with [WithRecoverPanics]; the record is UNKNOWN. A query that
+// panics is one too (in a record's note: "the query panicked").
 type PanicError struct {
 	Value any
 	Stack []byte
+	// of is what panicked, "" for the effect.
+	of string
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("idem: effect panicked: %v", e.Value) }
+func (e *PanicError) Error() string {
+	of := e.of
+	if of == "" {
+		of = "effect"
+	}
+	return fmt.Sprintf("idem: %s panicked: %v", of, e.Value)
+}

@@ -392,6 +392,14 @@ func (r *Reconciler) ask(ctx context.Context, rec Record, q registeredQuery, acq
 	switch outcome {
 	case OutcomeSucceeded:
 		tp.To, tp.Response, tp.TTL = StateSuccess, resp, ttl
+		if qerr != nil {
+			// The query found the effect done, and its response could not
+			// be encoded (see Register): recorded without it, as a call's
+			// inline query records it (duplicates get ErrNotReplayable).
+			// Kept UNKNOWN, the record would wait for a person although
+			// the query told.
+			tp.ResponseOmitted, tp.Note = true, "response not stored: "+errorText(qerr)
+		}
 	case OutcomeFailed:
 		tp.To, tp.Response, tp.TTL = StateFailed, EncodeFailure(qerr), ttl
 	case OutcomeNotHappened:
@@ -617,7 +625,7 @@ func runRegisteredQuery(ctx context.Context, q registeredQuery, request []byte) 
 	defer func() {
 		if !returned {
 			v := recover() // nil: panic(nil) under GODEBUG=panicnil=1
-			resp, short, o, err = nil, nil, OutcomeUnknown, &PanicError{Value: v, Stack: debug.Stack()}
+			resp, short, o, err = nil, nil, OutcomeUnknown, &PanicError{Value: v, Stack: debug.Stack(), of: "query"}
 		}
 	}()
 	resp, short, o, err = q.run(ctx, request)

@@ -318,9 +318,14 @@ func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req,
 		if o != OutcomeSucceeded {
 			return nil, nil, o, err
 		}
-		b, merr := codec.Marshal(resp)
+		// Encoded as a call's response is, a panic in its MarshalJSON or
+		// the Codec included. A response that cannot be encoded is still
+		// the query's "happened": the outcome is succeeded, the error says
+		// why the response is left out (the reconciler records SUCCESS
+		// without it).
+		b, merr := encodeResponse(rt, &resp)
 		if merr != nil {
-			return nil, nil, OutcomeUnknown, fmt.Errorf("idem: %s: encoding response: %w", operation, merr)
+			return nil, nil, OutcomeSucceeded, fmt.Errorf("encoding the queried response failed: %w", merr)
 		}
 		var short responseCutter
 		if c, ok := any(&resp).(Cutter[Resp]); ok {
@@ -342,7 +347,7 @@ func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req,
 				return bytes.Clone(s)
 			})
 		}
-		return bytes.Clone(b), short, o, nil
+		return b, short, o, nil
 	}}
 	rt.mu.Lock()
 	rt.queries[operation] = rq

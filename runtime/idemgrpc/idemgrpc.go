@@ -78,7 +78,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -351,7 +350,8 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		// another store claimed nothing here: this one claims.)
 		return handler(handlerCtx, req)
 	}
-	deferToInner(ctx, req)
+	op := operation(info.FullMethod)
+	deferToInner(ctx, op, key)
 	ctx = runtime.WithScope(handlerCtx, idScope)
 	sum := sha256.Sum256(append([]byte(info.FullMethod+"\x00"), b...))
 	rq := request{Method: info.FullMethod, MessageSz: len(b), SHA256: hex.EncodeToString(sum[:])}
@@ -361,7 +361,6 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	if err != nil {
 		return nil, status.Error(codes.Internal, "the request cannot be encoded")
 	}
-	op := operation(info.FullMethod)
 	query := cfg.queries[op]
 	if query == nil {
 		// The interceptor chained twice on this runtime: the inner one may
@@ -380,7 +379,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		herr  error
 		pnc   *panicked
 		hs    *headerStream
-		outer = outerCall{req: req} // see deferToInner
+		outer = outerCall{op: op, key: key} // see deferToInner
 	)
 	rec, err := runtime.Do(ctx, rt, runtime.Call[request, record]{
 		Operation:   op,
@@ -481,10 +480,10 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 type outerKey struct{}
 
 // outerCall is what an interceptor running a call tells those chained
-// inside it: the request it handed its handler, and whether an inner one
-// claimed that very request in a store of its own.
+// inside it: how it names the call (its operation and idempotency key), and
+// whether an inner one claimed that very call in a store of its own.
 type outerCall struct {
-	req      any
+	op, key  string
 	deferred atomic.Bool
 }
 
@@ -497,22 +496,16 @@ type outerCall struct {
 // answers are not final): recorded in the outer store too, an answer would
 // be replayed there long after it stopped being true.
 //
-// Only for the outer one's own request (the same message): a call the
-// handler makes itself (in-process, to another method, on the call's
+// Only for the outer one's own call, which the inner interceptor names as
+// the outer one does: the same method and the same idempotency key. A call
+// the handler makes itself (in-process, to another method, on the call's
 // context) is not the outer one's, and its claim leaves the outer record
-// alone.
-func deferToInner(ctx context.Context, req any) {
-	if o, ok := ctx.Value(outerKey{}).(*outerCall); ok && sameMessage(o.req, req) {
+// alone, even with the same message; an interceptor between the two that
+// hands on a copy of the message still hands on the outer one's call.
+func deferToInner(ctx context.Context, op, key string) {
+	if o, ok := ctx.Value(outerKey{}).(*outerCall); ok && o.op == op && o.key == key {
 		o.deferred.Store(true)
 	}
-}
-
-// sameMessage reports whether a and b are one request message: one
-// pointer (generated messages are pointers; a value is never the same, and
-// comparing values of a type that is not comparable would panic).
-func sameMessage(a, b any) bool {
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	return va.Kind() == reflect.Pointer && vb.Kind() == reflect.Pointer && va.Type() == vb.Type() && va.Pointer() == vb.Pointer()
 }
 
 // errDeferred releases the key of a call an inner interceptor claimed in

@@ -163,45 +163,61 @@ func TestNestedInterceptorUnknownConvergesForOuter(t *testing.T) {
 }
 
 // TestInProcessCallKeepsOuterRecord: a handler behind the interceptor calls
-// another idempotent method in-process (its own request message, on the
-// call's context), behind an interceptor on another store. That inner
-// interceptor claims its own call, not this one: the outer record stays
-// the handler's, and a retry is replayed, never run again.
+// an idempotent method in-process (its own request message, on the call's
+// context), behind an interceptor on another store: another method with
+// the caller's key (the incoming metadata handed on) or its own, or the
+// same method with another key. That inner interceptor claims its own
+// call, not this one (it names it otherwise): the outer record stays the
+// handler's, and a retry is replayed, never run again.
 func TestInProcessCallKeepsOuterRecord(t *testing.T) {
-	local, err := runtime.New(memstore.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := runtime.New(memstore.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	outer, inner := idemgrpc.UnaryServerInterceptor(local), idemgrpc.UnaryServerInterceptor(other)
-	orders, ledger := &grpc.UnaryServerInfo{FullMethod: "/shop.S/PlaceOrder"}, &grpc.UnaryServerInfo{FullMethod: "/ledger.S/Post"}
-	var outerRuns, innerRuns atomic.Int32
-	post := func(ctx context.Context, req any) (any, error) {
-		innerRuns.Add(1)
-		return structpb.NewStruct(map[string]any{"entry": "e1"})
-	}
-	place := func(ctx context.Context, req any) (any, error) {
-		outerRuns.Add(1)
-		sub, _ := structpb.NewStruct(map[string]any{"cents": 100})
-		if _, err := inner(ctx, sub, ledger, post); err != nil {
-			return nil, err
-		}
-		return structpb.NewStruct(map[string]any{"order": "o1"})
-	}
-	testenv.Within(t, 15*time.Second, func() {
-		for i := range 2 {
-			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("idempotency-key", "k-in-process"))
-			req, _ := structpb.NewStruct(map[string]any{"item": 1})
-			out, err := outer(ctx, req, orders, place)
-			if s, ok := out.(*structpb.Struct); err != nil || !ok || s.Fields["order"].GetStringValue() != "o1" {
-				t.Errorf("attempt %d: %v, %v", i, out, err)
+	for _, tc := range []struct {
+		name, method, key string // the handler's own call; "" key: the caller's metadata handed on
+	}{
+		{"another method, the same key", "/ledger.S/Post", ""},
+		{"another method, another key", "/ledger.S/Post", "entry-k-in-process"},
+		// A batch method that places each item through itself.
+		{"the same method, another key", "/shop.S/PlaceOrder", "item-k-in-process"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			local, err := runtime.New(memstore.New())
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	})
-	if outerRuns.Load() != 1 || innerRuns.Load() != 1 {
-		t.Errorf("the handler ran %d times and the method it calls %d, want 1 and 1", outerRuns.Load(), innerRuns.Load())
+			other, err := runtime.New(memstore.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			outer, inner := idemgrpc.UnaryServerInterceptor(local), idemgrpc.UnaryServerInterceptor(other)
+			orders, sub := &grpc.UnaryServerInfo{FullMethod: "/shop.S/PlaceOrder"}, &grpc.UnaryServerInfo{FullMethod: tc.method}
+			var outerRuns, innerRuns atomic.Int32
+			post := func(ctx context.Context, req any) (any, error) {
+				innerRuns.Add(1)
+				return structpb.NewStruct(map[string]any{"entry": "e1"})
+			}
+			place := func(ctx context.Context, req any) (any, error) {
+				outerRuns.Add(1)
+				msg, _ := structpb.NewStruct(map[string]any{"cents": 100})
+				if tc.key != "" {
+					ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("idempotency-key", tc.key))
+				}
+				if _, err := inner(ctx, msg, sub, post); err != nil {
+					return nil, err
+				}
+				return structpb.NewStruct(map[string]any{"order": "o1"})
+			}
+			testenv.Within(t, 15*time.Second, func() {
+				for i := range 2 {
+					ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("idempotency-key", "k-in-process"))
+					req, _ := structpb.NewStruct(map[string]any{"item": 1})
+					out, err := outer(ctx, req, orders, place)
+					if s, ok := out.(*structpb.Struct); err != nil || !ok || s.Fields["order"].GetStringValue() != "o1" {
+						t.Errorf("attempt %d: %v, %v", i, out, err)
+					}
+				}
+			})
+			if outerRuns.Load() != 1 || innerRuns.Load() != 1 {
+				t.Errorf("the handler ran %d times and the method it calls %d, want 1 and 1", outerRuns.Load(), innerRuns.Load())
+			}
+		})
 	}
 }

@@ -390,10 +390,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	deferToInner(r)
+	deferToInner(r, op, key)
 	// x lives until ServeHTTP returns, and so do the pooled buffers of the
 	// request's body and of the handler's response (see exchange.release).
-	x := &exchange{m: m, w: w, r: r}
+	x := &exchange{m: m, w: w, r: r, op: op, key: key}
 	defer x.release()
 	body, err := x.readBody(cfg.maxBody)
 	tooLarge := err != nil && isMaxBytes(err) // an outer http.MaxBytesReader's limit
@@ -470,6 +470,10 @@ type exchange struct {
 	w    http.ResponseWriter
 	r    *http.Request
 	body []byte
+	// op and key name the request in this placement (its operation and
+	// idempotency key): an inner placement that names a request so is
+	// holding this very request (see deferToInner).
+	op, key string
 	// scope is the scope as the handler sees it, when rescope says that the
 	// identity's (in the runtime's context) is another.
 	scope   string
@@ -501,12 +505,16 @@ type outerKey struct{}
 // (a 409 in-progress, Idempotent-Replayed, which clients never retry; an
 // UNKNOWN no reconciler of the outer store converges).
 //
-// Only for the outer one's own request: its body is still the one the
-// outer placement gave its handler. A request the handler makes itself
-// (an in-process call to another route, on the request's context) is not
-// the outer one's, and its claim leaves the outer record alone.
-func deferToInner(r *http.Request) {
-	if x, ok := r.Context().Value(outerKey{}).(*exchange); ok && r.Body == io.ReadCloser(&x.reader) {
+// Only for the outer one's own request, which the inner placement names as
+// the outer one does: the same operation and the same idempotency key. A
+// request the handler makes itself (an in-process call to another route,
+// on the request's context) is not the outer one's, and its claim leaves
+// the outer record alone, whatever it shares with the outer request: its
+// body reader (r.Clone, a request built on r.Body) or nothing (a
+// middleware between the two placements that wraps the body, as
+// http.MaxBytesHandler does, still hands on the outer one's request).
+func deferToInner(r *http.Request, op, key string) {
+	if x, ok := r.Context().Value(outerKey{}).(*exchange); ok && x.op == op && x.key == key {
 		x.deferred.Store(true)
 	}
 }

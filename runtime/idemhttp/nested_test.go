@@ -164,45 +164,59 @@ func TestNestedPlacementUnknownConvergesForOuter(t *testing.T) {
 }
 
 // TestInProcessCallKeepsOuterRecord: a handler behind the middleware calls
-// another idempotent route in-process (its own request, with its own key,
-// on the request's context), behind a placement on another store. That
-// inner placement claims its own request, not this one: the outer record
-// stays the handler's, and a retry is replayed, never run again.
+// an idempotent route in-process (its own request, on the request's
+// context), behind a placement on another store: another route with its
+// own key or the client's, or the same route with another key. That inner
+// placement claims its own request, not this one (it names it otherwise):
+// the outer record stays the handler's, and a retry is replayed, never run
+// again.
 func TestInProcessCallKeepsOuterRecord(t *testing.T) {
-	local, err := runtime.New(memstore.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := runtime.New(memstore.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var outerRuns, innerRuns atomic.Int32
-	inner := idemhttp.Middleware(other)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		innerRuns.Add(1)
-		w.WriteHeader(http.StatusCreated)
-	}))
-	outer := idemhttp.Middleware(local)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		outerRuns.Add(1)
-		sub := httptest.NewRequestWithContext(r.Context(), "POST", "/ledger/entries", strings.NewReader(`{"cents":100}`))
-		sub.Header.Set("Idempotency-Key", "entry-"+r.Header.Get("Idempotency-Key"))
-		sw := httptest.NewRecorder()
-		inner.ServeHTTP(sw, sub)
-		w.WriteHeader(http.StatusCreated)
-		w.Write([]byte("order placed"))
-	}))
-	testenv.Within(t, 15*time.Second, func() {
-		for i := range 2 {
-			r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item":1}`))
-			r.Header.Set("Idempotency-Key", "k-in-process")
-			w := httptest.NewRecorder()
-			outer.ServeHTTP(w, r)
-			if w.Code != http.StatusCreated || w.Body.String() != "order placed" {
-				t.Errorf("attempt %d: %d %q", i, w.Code, w.Body.String())
+	for _, tc := range []struct {
+		name, path, key string // the handler's own request
+	}{
+		{"another route, another key", "/ledger/entries", "entry-k-in-process"},
+		// The client's key handed on downstream.
+		{"another route, the same key", "/ledger/entries", "k-in-process"},
+		// A batch route that posts each item to itself.
+		{"the same route, another key", "/orders", "item-k-in-process"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			local, err := runtime.New(memstore.New())
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	})
-	if outerRuns.Load() != 1 || innerRuns.Load() != 1 {
-		t.Errorf("the handler ran %d times and the route it calls %d, want 1 and 1", outerRuns.Load(), innerRuns.Load())
+			other, err := runtime.New(memstore.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var outerRuns, innerRuns atomic.Int32
+			inner := idemhttp.Middleware(other)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				innerRuns.Add(1)
+				w.WriteHeader(http.StatusCreated)
+			}))
+			outer := idemhttp.Middleware(local)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				outerRuns.Add(1)
+				sub := httptest.NewRequestWithContext(r.Context(), "POST", tc.path, strings.NewReader(`{"cents":100}`))
+				sub.Header.Set("Idempotency-Key", tc.key)
+				sw := httptest.NewRecorder()
+				inner.ServeHTTP(sw, sub)
+				w.WriteHeader(http.StatusCreated)
+				w.Write([]byte("order placed"))
+			}))
+			testenv.Within(t, 15*time.Second, func() {
+				for i := range 2 {
+					r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item":1}`))
+					r.Header.Set("Idempotency-Key", "k-in-process")
+					w := httptest.NewRecorder()
+					outer.ServeHTTP(w, r)
+					if w.Code != http.StatusCreated || w.Body.String() != "order placed" {
+						t.Errorf("attempt %d: %d %q", i, w.Code, w.Body.String())
+					}
+				}
+			})
+			if outerRuns.Load() != 1 || innerRuns.Load() != 1 {
+				t.Errorf("the handler ran %d times and the route it calls %d, want 1 and 1", outerRuns.Load(), innerRuns.Load())
+			}
+		})
 	}
 }
