@@ -390,10 +390,13 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	deferToInner(r, op, key)
+	// The target as one spelling (see canonicalTarget); the query sees
+	// it as sent (URL, below).
+	ct := idname.Fit(canonicalTarget(target), 1024)
+	deferToInner(r, key, ct)
 	// x lives until ServeHTTP returns, and so do the pooled buffers of the
 	// request's body and of the handler's response (see exchange.release).
-	x := &exchange{m: m, w: w, r: r, op: op, key: key}
+	x := &exchange{m: m, w: w, r: r, key: key, target: ct}
 	defer x.release()
 	body, err := x.readBody(cfg.maxBody)
 	tooLarge := err != nil && isMaxBytes(err) // an outer http.MaxBytesReader's limit
@@ -408,9 +411,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sum := sha256.Sum256(body)
 	var sumHex [2 * sha256.Size]byte
 	hex.Encode(sumHex[:], sum[:])
-	// The target as one spelling (see canonicalTarget); the query sees
-	// it as sent (URL, below).
-	rq := request{Method: r.Method, Target: idname.Fit(canonicalTarget(target), 1024), BodyLen: len(body), BodySHA256: string(sumHex[:])}
+	rq := request{Method: r.Method, Target: ct, BodyLen: len(body), BodySHA256: string(sumHex[:])}
 	if idScope != scope {
 		x.scope, x.rescope = scope, true
 	}
@@ -470,10 +471,12 @@ type exchange struct {
 	w    http.ResponseWriter
 	r    *http.Request
 	body []byte
-	// op and key name the request in this placement (its operation and
-	// idempotency key): an inner placement that names a request so is
-	// holding this very request (see deferToInner).
-	op, key string
+	// key and target (its idempotency key, and its target as one
+	// spelling) are the request as the client sent it: an inner placement
+	// whose request has both is holding this very request (see
+	// deferToInner). The method is the one of the request that reached
+	// the handler (safe methods pass through).
+	key, target string
 	// scope is the scope as the handler sees it, when rescope says that the
 	// identity's (in the runtime's context) is another.
 	scope   string
@@ -505,16 +508,18 @@ type outerKey struct{}
 // (a 409 in-progress, Idempotent-Replayed, which clients never retry; an
 // UNKNOWN no reconciler of the outer store converges).
 //
-// Only for the outer one's own request, which the inner placement names as
-// the outer one does: the same operation and the same idempotency key. A
-// request the handler makes itself (an in-process call to another route,
-// on the request's context) is not the outer one's, and its claim leaves
-// the outer record alone, whatever it shares with the outer request: its
-// body reader (r.Clone, a request built on r.Body) or nothing (a
-// middleware between the two placements that wraps the body, as
-// http.MaxBytesHandler does, still hands on the outer one's request).
-func deferToInner(r *http.Request, op, key string) {
-	if x, ok := r.Context().Value(outerKey{}).(*exchange); ok && x.op == op && x.key == key {
+// Only for the outer one's own request: the same idempotency key and the
+// same target as the client sent it (its method too). The placements may
+// name the request differently (the outer one around a handler that calls
+// the mux, or around a top mux with a StripPrefix mount, names it by its
+// path, the inner one by the route's pattern), and a middleware between
+// them may wrap or change the body (http.MaxBytesHandler, a decompressor):
+// it is still the request. A request the handler makes itself (an
+// in-process call, on the request's context) is its own, and its claim
+// leaves the outer record alone: to another target, even with the
+// client's key, or to the same one with another key.
+func deferToInner(r *http.Request, key, target string) {
+	if x, ok := r.Context().Value(outerKey{}).(*exchange); ok && x.key == key && x.target == target && x.r.Method == r.Method {
 		x.deferred.Store(true)
 	}
 }

@@ -26,77 +26,115 @@ import (
 // outer store's TTL), and the retry after the first request ended gets its
 // response.
 func TestNestedPlacementInFlightAnswerNotRecorded(t *testing.T) {
-	for _, deadline := range []bool{false, true} {
-		for _, st := range teststores.All()[1:] { // the shared stores
-			name := "in-progress/" + st.Name
-			if deadline {
-				name = "deadline-ends-while-waiting/" + st.Name
-			}
-			t.Run(name, func(t *testing.T) {
-				shared, err := runtime.New(st.New(t), runtime.WithMaxWait(100*time.Millisecond))
-				if err != nil {
-					t.Fatal(err)
+	for _, layout := range nestedLayouts {
+		for _, deadline := range []bool{false, true} {
+			for _, st := range teststores.All()[1:] { // the shared stores
+				name := layout + "/in-progress/" + st.Name
+				if deadline {
+					name = layout + "/deadline-ends-while-waiting/" + st.Name
 				}
-				var runs atomic.Int32
-				started, release := make(chan struct{}), make(chan struct{})
-				route := idemhttp.Middleware(shared)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if runs.Add(1) == 1 {
-						close(started)
-						<-release
-					}
-					w.WriteHeader(http.StatusCreated)
-					w.Write([]byte("charged"))
-				}))
-				instance := func() http.Handler { // one process of the service
-					mux := http.NewServeMux()
-					mux.Handle("POST /pay/{id}", route)
-					local, err := runtime.New(memstore.New(), runtime.WithMaxWait(100*time.Millisecond))
+				t.Run(name, func(t *testing.T) {
+					shared, err := runtime.New(st.New(t), runtime.WithMaxWait(100*time.Millisecond))
 					if err != nil {
 						t.Fatal(err)
 					}
-					return idemhttp.Middleware(local)(mux)
-				}
-				one, two := instance(), instance()
-				key := "k-nested-inflight-" + teststores.Unique()
-				send := func(h http.Handler, timeout time.Duration) *httptest.ResponseRecorder {
-					r := httptest.NewRequest("POST", "/pay/ch_1", strings.NewReader(`{"cents":100}`))
-					ctx, cancel := context.WithTimeout(r.Context(), timeout)
-					defer cancel()
-					r = r.WithContext(ctx)
-					r.Header.Set("Idempotency-Key", key)
-					w := httptest.NewRecorder()
-					h.ServeHTTP(w, r)
-					return w
-				}
-				testenv.Within(t, 15*time.Second, func() {
-					first := make(chan *httptest.ResponseRecorder, 1)
-					go func() { first <- send(one, 10*time.Second) }()
-					<-started
-					timeout := 10 * time.Second
-					if deadline {
-						timeout = 50 * time.Millisecond // under MaxWait
+					var runs atomic.Int32
+					started, release := make(chan struct{}), make(chan struct{})
+					route := idemhttp.Middleware(shared)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						if runs.Add(1) == 1 {
+							close(started)
+							<-release
+						}
+						w.WriteHeader(http.StatusCreated)
+						w.Write([]byte("charged"))
+					}))
+					instance := func() (http.Handler, string) { // one process of the service
+						local, err := runtime.New(memstore.New(), runtime.WithMaxWait(100*time.Millisecond))
+						if err != nil {
+							t.Fatal(err)
+						}
+						h, path := nestedInstance(layout, route)
+						return idemhttp.Middleware(local)(h), path
 					}
-					w := send(two, timeout) // the retry, on the other instance
-					if w.Code < 400 || w.Header().Get("Idempotent-Replayed") != "" {
-						t.Errorf("a retry while the first runs: %d %q (Idempotent-Replayed %q), want an error not replayed",
-							w.Code, w.Body.String(), w.Header().Get("Idempotent-Replayed"))
+					one, path := instance()
+					two, _ := instance()
+					key := "k-nested-inflight-" + teststores.Unique()
+					send := func(h http.Handler, timeout time.Duration) *httptest.ResponseRecorder {
+						r := httptest.NewRequest("POST", path, strings.NewReader(`{"cents":100}`))
+						ctx, cancel := context.WithTimeout(r.Context(), timeout)
+						defer cancel()
+						r = r.WithContext(ctx)
+						r.Header.Set("Idempotency-Key", key)
+						w := httptest.NewRecorder()
+						h.ServeHTTP(w, r)
+						return w
 					}
-					close(release)
-					if w := <-first; w.Code != http.StatusCreated {
-						t.Errorf("the first request: %d %q, want 201", w.Code, w.Body.String())
-					}
-					w = send(two, 10*time.Second) // the next retry, after the first ended
-					if w.Code != http.StatusCreated || w.Body.String() != "charged" || w.Header().Get("Idempotent-Replayed") != "true" {
-						t.Errorf("a retry after the first ended: %d %q (Idempotent-Replayed %q), want its 201 replayed",
-							w.Code, w.Body.String(), w.Header().Get("Idempotent-Replayed"))
+					testenv.Within(t, 15*time.Second, func() {
+						first := make(chan *httptest.ResponseRecorder, 1)
+						go func() { first <- send(one, 10*time.Second) }()
+						<-started
+						timeout := 10 * time.Second
+						if deadline {
+							timeout = 50 * time.Millisecond // under MaxWait
+						}
+						w := send(two, timeout) // the retry, on the other instance
+						if w.Code < 400 || w.Header().Get("Idempotent-Replayed") != "" {
+							t.Errorf("a retry while the first runs: %d %q (Idempotent-Replayed %q), want an error not replayed",
+								w.Code, w.Body.String(), w.Header().Get("Idempotent-Replayed"))
+						}
+						close(release)
+						if w := <-first; w.Code != http.StatusCreated {
+							t.Errorf("the first request: %d %q, want 201", w.Code, w.Body.String())
+						}
+						w = send(two, 10*time.Second) // the next retry, after the first ended
+						if w.Code != http.StatusCreated || w.Body.String() != "charged" || w.Header().Get("Idempotent-Replayed") != "true" {
+							t.Errorf("a retry after the first ended: %d %q (Idempotent-Replayed %q), want its 201 replayed",
+								w.Code, w.Body.String(), w.Header().Get("Idempotent-Replayed"))
+						}
+					})
+					if n := runs.Load(); n != 1 {
+						t.Errorf("the handler ran %d times, want 1", n)
 					}
 				})
-				if n := runs.Load(); n != 1 {
-					t.Errorf("the handler ran %d times, want 1", n)
-				}
-			})
+			}
 		}
 	}
+}
+
+// nestedLayouts are the ways a service puts a per-process placement
+// outside the route's own one (nestedInstance): the outer placement must
+// know the inner one's request as its own in each.
+var nestedLayouts = []string{"around-the-mux", "around-a-wrapper", "body-limit-between", "stripprefix-mount"}
+
+// nestedInstance returns what the outer placement wraps in layout, with
+// route (the route's own placement) at "POST /pay/{id}", and the path a
+// client sends for it:
+//   - around-the-mux: the mux itself (the outer one names the route by its
+//     pattern, as the inner one does);
+//   - around-a-wrapper: a handler of the service's that calls the mux (a
+//     logger): the outer one sees no mux and names the request by its
+//     path, the inner one by the pattern;
+//   - body-limit-between: http.MaxBytesHandler around the route, as
+//     services limit a route's body: the inner one reads another reader;
+//   - stripprefix-mount: the mux mounted under /api/ with http.StripPrefix
+//     in a top mux.
+func nestedInstance(layout string, route http.Handler) (http.Handler, string) {
+	mux := http.NewServeMux()
+	switch layout {
+	case "body-limit-between":
+		mux.Handle("POST /pay/{id}", http.MaxBytesHandler(route, 1<<20))
+	default:
+		mux.Handle("POST /pay/{id}", route)
+	}
+	switch layout {
+	case "around-a-wrapper":
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { mux.ServeHTTP(w, r) }), "/pay/ch_1"
+	case "stripprefix-mount":
+		top := http.NewServeMux()
+		top.Handle("/api/", http.StripPrefix("/api", mux))
+		return top, "/api/pay/ch_1"
+	}
+	return mux, "/pay/ch_1"
 }
 
 // TestNestedPlacementUnknownConvergesForOuter: the same placements (a
@@ -108,77 +146,81 @@ func TestNestedPlacementInFlightAnswerNotRecorded(t *testing.T) {
 // that recorded the 504 as UNKNOWN in its own store, where nothing
 // converges it, answered 409 outcome-unknown until that store's TTL.
 func TestNestedPlacementUnknownConvergesForOuter(t *testing.T) {
-	for _, st := range teststores.All()[1:] { // the shared stores
-		t.Run(st.Name, func(t *testing.T) {
-			shared, err := runtime.New(st.New(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var runs, asked atomic.Int32
-			q := func(ctx context.Context, req idemhttp.StoredRequest) (idemhttp.Response, runtime.Outcome, error) {
-				asked.Add(1)
-				return idemhttp.Response{Status: http.StatusCreated, Body: []byte("charged")}, runtime.OutcomeSucceeded, nil
-			}
-			route := idemhttp.Middleware(shared, idemhttp.Query("POST /pay/{id}", q, runtime.QueryOptions{}))(
-				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					runs.Add(1) // the charge went out; the gateway's answer timed out
-					w.WriteHeader(http.StatusGatewayTimeout)
-				}))
-			mux := http.NewServeMux()
-			mux.Handle("POST /pay/{id}", route)
-			local, err := runtime.New(memstore.New())
-			if err != nil {
-				t.Fatal(err)
-			}
-			instance := idemhttp.Middleware(local)(mux)
-			key := "k-nested-unknown-" + teststores.Unique()
-			send := func() *httptest.ResponseRecorder {
-				r := httptest.NewRequest("POST", "/pay/ch_1", strings.NewReader(`{"cents":100}`))
-				r.Header.Set("Idempotency-Key", key)
-				w := httptest.NewRecorder()
-				instance.ServeHTTP(w, r)
-				return w
-			}
-			testenv.Within(t, 15*time.Second, func() {
-				if w := send(); w.Code != http.StatusGatewayTimeout {
-					t.Errorf("the first request: %d, want the handler's 504", w.Code)
-				}
-				rec, err := runtime.NewReconciler(shared)
+	for _, layout := range nestedLayouts[:3] { // the route's query is named by its pattern, which a mount changes
+		for _, st := range teststores.All()[1:] { // the shared stores
+			t.Run(layout+"/"+st.Name, func(t *testing.T) {
+				shared, err := runtime.New(st.New(t))
 				if err != nil {
-					t.Error(err)
-					return
+					t.Fatal(err)
 				}
-				if _, err := rec.RunOnce(context.Background()); err != nil {
-					t.Errorf("reconcile: %v", err)
+				var runs, asked atomic.Int32
+				q := func(ctx context.Context, req idemhttp.StoredRequest) (idemhttp.Response, runtime.Outcome, error) {
+					asked.Add(1)
+					return idemhttp.Response{Status: http.StatusCreated, Body: []byte("charged")}, runtime.OutcomeSucceeded, nil
 				}
-				w := send()
-				if w.Code != http.StatusCreated || w.Body.String() != "charged" {
-					t.Errorf("a retry after the record converged: %d %q (query asked %d times), want the converged 201", w.Code, w.Body.String(), asked.Load())
+				route := idemhttp.Middleware(shared, idemhttp.Query("POST /pay/{id}", q, runtime.QueryOptions{}))(
+					http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						runs.Add(1) // the charge went out; the gateway's answer timed out
+						w.WriteHeader(http.StatusGatewayTimeout)
+					}))
+				local, err := runtime.New(memstore.New())
+				if err != nil {
+					t.Fatal(err)
+				}
+				h, path := nestedInstance(layout, route)
+				instance := idemhttp.Middleware(local)(h)
+				key := "k-nested-unknown-" + teststores.Unique()
+				send := func() *httptest.ResponseRecorder {
+					r := httptest.NewRequest("POST", path, strings.NewReader(`{"cents":100}`))
+					r.Header.Set("Idempotency-Key", key)
+					w := httptest.NewRecorder()
+					instance.ServeHTTP(w, r)
+					return w
+				}
+				testenv.Within(t, 15*time.Second, func() {
+					if w := send(); w.Code != http.StatusGatewayTimeout {
+						t.Errorf("the first request: %d, want the handler's 504", w.Code)
+					}
+					rec, err := runtime.NewReconciler(shared)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if _, err := rec.RunOnce(context.Background()); err != nil {
+						t.Errorf("reconcile: %v", err)
+					}
+					w := send()
+					if w.Code != http.StatusCreated || w.Body.String() != "charged" {
+						t.Errorf("a retry after the record converged: %d %q (query asked %d times), want the converged 201", w.Code, w.Body.String(), asked.Load())
+					}
+				})
+				if n := runs.Load(); n != 1 {
+					t.Errorf("the handler ran %d times, want 1", n)
 				}
 			})
-			if n := runs.Load(); n != 1 {
-				t.Errorf("the handler ran %d times, want 1", n)
-			}
-		})
+		}
 	}
 }
 
 // TestInProcessCallKeepsOuterRecord: a handler behind the middleware calls
 // an idempotent route in-process (its own request, on the request's
 // context), behind a placement on another store: another route with its
-// own key or the client's, or the same route with another key. That inner
+// own key or the client's, the same route with another key, or the same
+// target and key with another method. That inner
 // placement claims its own request, not this one (it names it otherwise):
 // the outer record stays the handler's, and a retry is replayed, never run
 // again.
 func TestInProcessCallKeepsOuterRecord(t *testing.T) {
 	for _, tc := range []struct {
-		name, path, key string // the handler's own request
+		name, method, path, key string // the handler's own request
 	}{
-		{"another route, another key", "/ledger/entries", "entry-k-in-process"},
+		{"another route, another key", "POST", "/ledger/entries", "entry-k-in-process"},
 		// The client's key handed on downstream.
-		{"another route, the same key", "/ledger/entries", "k-in-process"},
+		{"another route, the same key", "POST", "/ledger/entries", "k-in-process"},
 		// A batch route that posts each item to itself.
-		{"the same route, another key", "/orders", "item-k-in-process"},
+		{"the same route, another key", "POST", "/orders", "item-k-in-process"},
+		// The resource the POST created, updated in the same request.
+		{"another method, the same target and key", "PUT", "/orders", "k-in-process"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			local, err := runtime.New(memstore.New())
@@ -196,7 +238,7 @@ func TestInProcessCallKeepsOuterRecord(t *testing.T) {
 			}))
 			outer := idemhttp.Middleware(local)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				outerRuns.Add(1)
-				sub := httptest.NewRequestWithContext(r.Context(), "POST", tc.path, strings.NewReader(`{"cents":100}`))
+				sub := httptest.NewRequestWithContext(r.Context(), tc.method, tc.path, strings.NewReader(`{"cents":100}`))
 				sub.Header.Set("Idempotency-Key", tc.key)
 				sw := httptest.NewRecorder()
 				inner.ServeHTTP(sw, sub)
