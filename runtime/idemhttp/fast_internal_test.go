@@ -30,10 +30,16 @@ var targets = []string{
 	"/a%2Fb/{x}", "/a%2fb/caf\u00e9", "http://h.example/a%2Fb/|?q=1",
 }
 
-// The fast path gives, for every target it takes, what parsing gives.
+// The fast path gives, for every target it takes, what parsing gives. The
+// request's URL is the server's parse of the target (a target the server
+// would refuse gets one of another path, which original then takes).
 func TestOriginalAsParsed(t *testing.T) {
 	for _, uri := range targets {
-		r := &http.Request{RequestURI: uri, URL: &url.URL{Path: "/fallback"}}
+		u, err := url.ParseRequestURI(uri)
+		if err != nil {
+			u = &url.URL{Path: "/fallback"}
+		}
+		r := &http.Request{RequestURI: uri, URL: u}
 		path, target := original(r)
 		wp, wt, ok := parsed(uri)
 		if !ok {
@@ -41,6 +47,30 @@ func TestOriginalAsParsed(t *testing.T) {
 		}
 		if path != wp || target != wt {
 			t.Errorf("%q: got (%q, %q), want (%q, %q)", uri, path, target, wp, wt)
+		}
+	}
+}
+
+// A request derived with r.Clone and given another path keeps the
+// RequestURI of the one it came from: original takes its URL, not the
+// RequestURI, unless the URL's path is what http.StripPrefix left of the
+// RequestURI's.
+func TestOriginalOfDerivedRequest(t *testing.T) {
+	for _, c := range []struct{ uri, path, rawQuery, wantPath, wantTarget string }{
+		{"/orders?x=1", "/orders", "x=1", "/orders", "/orders?x=1"},              // as served
+		{"/pay/ch_1", "/ch_1", "", "/pay/ch_1", "/pay/ch_1"},                     // StripPrefix("/pay")
+		{"/pay/a%2Fb", "/a/b", "", "/pay/a%2Fb", "/pay/a%2Fb"},                   // StripPrefix keeps RawPath's escapes
+		{"/orders", "/ledger/entries", "", "/ledger/entries", "/ledger/entries"}, // a clone sent elsewhere
+		{"/orders?x=1", "/ledger/entries", "y=2", "/ledger/entries", "/ledger/entries?y=2"},
+		{"http://h.example/orders", "/ledger", "", "/ledger", "/ledger"},
+	} {
+		u := &url.URL{Path: c.path, RawQuery: c.rawQuery}
+		if c.uri == "/pay/a%2Fb" {
+			u.RawPath = "/a%2Fb"
+		}
+		path, target := original(&http.Request{RequestURI: c.uri, URL: u})
+		if path != c.wantPath || target != c.wantTarget {
+			t.Errorf("RequestURI %q, URL path %q: got (%q, %q), want (%q, %q)", c.uri, c.path, path, target, c.wantPath, c.wantTarget)
 		}
 	}
 }

@@ -834,16 +834,18 @@ func (m *middleware) operationOf(r *http.Request, origPath, pattern string) stri
 		// sent ("A.example" is not "a.example" to it): a request it routes
 		// by such a pattern names the pattern too ("… as sent via /"), so
 		// that it never meets a request the mux routes elsewhere.
-		op := r.Method + " " + canonicalHost(r.Host, r.TLS != nil) + canonicalPath(origPath) + " as sent"
-		if pattern != "" {
-			op += " via " + pattern
-		}
-		return idname.Fit(op, runtime.MaxKeyLen)
+		return asSent(r, origPath, pattern)
 	}
 	cur := escapedPath(r.URL)
 	switch {
-	case cur == origPath || matches(path, origPath):
+	case matches(path, origPath):
 		// No prefix was stripped, or the pattern is an outer mux's.
+	case cur == origPath:
+		// A pattern that matches neither the path the middleware sees nor
+		// a longer one is not this request's route: r.Pattern copied by
+		// r.Clone into a request the handler sends elsewhere in-process,
+		// to a route no pattern pins.
+		return asSent(r, origPath, "")
 	case strings.HasSuffix(origPath, cur) && matches(path, cur):
 		// Mounted under a prefix (http.StripPrefix): the operation is the
 		// route as the client sees it, "POST /refunds/{id}".
@@ -854,6 +856,16 @@ func (m *middleware) operationOf(r *http.Request, origPath, pattern string) stri
 		return idname.Fit(method+" "+host+path+" at "+canonicalEscapes(origPath), runtime.MaxKeyLen)
 	}
 	return m.ops.name(method, rest, func() string { return idname.Fit(method+" "+host+path, runtime.MaxKeyLen) })
+}
+
+// asSent names the operation of a request no pattern pins: the request as
+// the client sent it, "via" the pattern that mounts it, if any.
+func asSent(r *http.Request, origPath, pattern string) string {
+	op := r.Method + " " + canonicalHost(r.Host, r.TLS != nil) + canonicalPath(origPath) + " as sent"
+	if pattern != "" {
+		op += " via " + pattern
+	}
+	return idname.Fit(op, runtime.MaxKeyLen)
 }
 
 // opCache holds the operation names of the patterns a middleware has seen
@@ -1025,21 +1037,28 @@ func unescapeSegment(seg string) string {
 // when not empty, "?" and the query); r.URL's when r has no RequestURI (a
 // request built in a test) or one that does not parse.
 func original(r *http.Request) (path, target string) {
+	cur := escapedPath(r.URL)
 	if uri := r.RequestURI; uri != "" {
+		// RequestURI is trusted while the request's URL is still its path,
+		// or what http.StripPrefix left of it (a suffix): a request a
+		// handler derived with r.Clone and sent elsewhere in-process keeps
+		// the RequestURI of the one it came from, and must not take its
+		// identity.
 		if p, ok := plainPath(uri); ok {
-			// What url.ParseRequestURI would give, without parsing.
-			if len(p) == len(uri)-1 { // an empty query
-				return p, p
+			if strings.HasSuffix(p, cur) {
+				// What url.ParseRequestURI would give, without parsing.
+				if len(p) == len(uri)-1 { // an empty query
+					return p, p
+				}
+				return p, uri
 			}
-			return p, uri
-		}
-		if u, err := url.ParseRequestURI(uri); err == nil {
-			p := escapedPath(u)
-			return p, withQuery(p, u.RawQuery)
+		} else if u, err := url.ParseRequestURI(uri); err == nil {
+			if p := escapedPath(u); strings.HasSuffix(p, cur) {
+				return p, withQuery(p, u.RawQuery)
+			}
 		}
 	}
-	p := escapedPath(r.URL)
-	return p, withQuery(p, r.URL.RawQuery)
+	return cur, withQuery(cur, r.URL.RawQuery)
 }
 
 // escapedPath is u's path escaped as the client sent it: its escapes as

@@ -2,6 +2,8 @@ package idemhttp_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -258,6 +260,58 @@ func TestInProcessCallKeepsOuterRecord(t *testing.T) {
 			})
 			if outerRuns.Load() != 1 || innerRuns.Load() != 1 {
 				t.Errorf("the handler ran %d times and the route it calls %d, want 1 and 1", outerRuns.Load(), innerRuns.Load())
+			}
+		})
+	}
+}
+
+// TestDerivedRequestNamedByItsOwnRoute: a request the handler derives with
+// r.Clone and sends in-process to another route keeps the r.Pattern and
+// (unless the handler sets it) the RequestURI of the client's request.
+// The placement of that route (behind a router that sets no pattern) names
+// it by its own target, never by the copied pattern or RequestURI: the
+// record is at /ledger/e1, not the client's POST /orders/{id}.
+func TestDerivedRequestNamedByItsOwnRoute(t *testing.T) {
+	for _, keepURI := range []bool{false, true} {
+		t.Run(fmt.Sprintf("requesturi-kept=%v", keepURI), func(t *testing.T) {
+			local, err := runtime.New(memstore.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			otherStore := memstore.New()
+			other, err := runtime.New(otherStore)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ledger := idemhttp.Middleware(other)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusCreated)
+			}))
+			mux := http.NewServeMux()
+			mux.HandleFunc("POST /orders/{id}", func(w http.ResponseWriter, r *http.Request) {
+				sub := r.Clone(r.Context())
+				sub.URL.Path = "/ledger/e1"
+				if !keepURI {
+					sub.RequestURI = "/ledger/e1"
+				}
+				sub.Header.Set("Idempotency-Key", "entry-1")
+				sub.Body = io.NopCloser(strings.NewReader(`{"cents":100}`))
+				ledger.ServeHTTP(httptest.NewRecorder(), sub)
+				w.WriteHeader(http.StatusCreated)
+			})
+			h := idemhttp.Middleware(local)(mux)
+			r := httptest.NewRequest("POST", "/orders/o1", strings.NewReader(`{"item":1}`))
+			r.Header.Set("Idempotency-Key", "k-derived")
+			h.ServeHTTP(httptest.NewRecorder(), r)
+			recs, err := otherStore.List(context.Background(), runtime.ListParams{States: []runtime.State{runtime.StateProcessing, runtime.StateSuccess, runtime.StateFailed, runtime.StateUnknown}, Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) != 1 || recs[0].ID.Key != "entry-1" || !strings.Contains(recs[0].ID.Operation, "/ledger/e1") || strings.Contains(recs[0].ID.Operation, "orders") {
+				var got []runtime.Identity
+				for _, rec := range recs {
+					got = append(got, rec.ID)
+				}
+				t.Errorf("the ledger route's records: %+v, want one at /ledger/e1 with key entry-1", got)
 			}
 		})
 	}

@@ -26,7 +26,11 @@
 //     mounted with http.StripPrefix under /payments/ and /refunds/, the
 //     middleware around each handler, the same keys and bodies sent to both;
 //     /payments/ has an idemhttp.Query (the downstream's answer as the
-//     handler's response: the receipt, or the decline's 402), /refunds/ none;
+//     handler's response: the receipt, or the decline's 402), /refunds/ none.
+//     Each worker draws its layout from the seed: the route placements
+//     alone, or inside a per-process placement on a memory store around the
+//     top mux (docs/http.md's two placements), with or without
+//     http.MaxBytesHandler between the two;
 //   - [DoorGRPC]: idemgrpc on a loopback grpc server (a hand-written
 //     service on structpb), called through the client interceptor with
 //     grpc's retry policy (UNAVAILABLE); some answers are lost in transport

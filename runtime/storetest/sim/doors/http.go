@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/idemhttp"
+	"github.com/idemkit/idem/runtime/memstore"
 	"github.com/idemkit/idem/runtime/storetest/sim/doors/internal/simpay"
 )
 
@@ -30,6 +32,10 @@ type httpDoor struct {
 	servers []*http.Server
 	addrs   []string
 	client  *http.Client
+	// layouts are the workers' layouts (see setup): 0 the route
+	// placements alone, 1 with a per-process placement around them, 2 with
+	// http.MaxBytesHandler between the two too.
+	layouts []int
 }
 
 var httpRoutes = [2]string{"/payments/", "/refunds/"}
@@ -41,22 +47,44 @@ func (h *httpDoor) setup(r *run) error {
 	// (the middleware registers it there).
 	query := idemhttp.Query(h.ops()[0], h.query, runtime.QueryOptions{})
 	_ = idemhttp.Middleware(r.rrt, query)
-	for _, rt := range r.workers {
-		mw := idemhttp.Middleware(rt, idemhttp.Logger(slog.New(&errorLog{r: r})), query,
-			idemhttp.Scope(func(req *http.Request) string {
-				if t, err := strconv.Atoi(req.Header.Get("X-Sim-Tenant")); err == nil && t >= 0 && t < len(r.tenants) {
-					return r.tenants[t]
-				}
-				return r.scope
-			}))
+	scope := idemhttp.Scope(func(req *http.Request) string {
+		if t, err := strconv.Atoi(req.Header.Get("X-Sim-Tenant")); err == nil && t >= 0 && t < len(r.tenants) {
+			return r.tenants[t]
+		}
+		return r.scope
+	})
+	// Each worker's layout, from a stream of its own (the rest of a seed's
+	// schedule stays as it was): the route placements alone, or with a
+	// per-process placement (a memory store) around the top mux, as
+	// docs/http.md allows, with or without http.MaxBytesHandler between
+	// the two. The outer one must record nothing for a request the route's
+	// placement claims: what a client is told and what the shared record
+	// says are checked as without it.
+	lrng := rand.New(rand.NewPCG(r.seed, 0x4e57))
+	for i, rt := range r.workers {
+		layout := lrng.IntN(3)
+		h.layouts = append(h.layouts, layout)
+		mw := idemhttp.Middleware(rt, idemhttp.Logger(slog.New(&errorLog{r: r})), query, scope)
 		sub := func(route int) http.Handler {
 			m := http.NewServeMux()
-			m.Handle("POST /{id}", mw(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { h.serve(w, req, route) })))
+			var rh http.Handler = mw(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { h.serve(w, req, route) }))
+			if layout == 2 {
+				rh = http.MaxBytesHandler(rh, 1<<20)
+			}
+			m.Handle("POST /{id}", rh)
 			return m
 		}
-		outer := http.NewServeMux()
+		mux := http.NewServeMux()
 		for route, prefix := range httpRoutes {
-			outer.Handle(prefix, http.StripPrefix(strings.TrimSuffix(prefix, "/"), sub(route)))
+			mux.Handle(prefix, http.StripPrefix(strings.TrimSuffix(prefix, "/"), sub(route)))
+		}
+		var outer http.Handler = mux
+		if layout > 0 {
+			local, err := runtime.New(memstore.New(), r.runtimeOptions(fmt.Sprintf("%s/w%d-local", r.scope, i), runtime.RecordUnknown)...)
+			if err != nil {
+				return err
+			}
+			outer = idemhttp.Middleware(local, idemhttp.Logger(slog.New(&errorLog{r: r})), scope)(mux)
 		}
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -74,6 +102,7 @@ func (h *httpDoor) setup(r *run) error {
 		h.servers = append(h.servers, srv)
 		h.addrs = append(h.addrs, "http://"+lis.Addr().String())
 	}
+	r.t.Logf("doors %s/http seed %d: worker layouts %v (0: the route placements alone; 1: a per-process placement around them; 2: and http.MaxBytesHandler between)", r.cfg.Name, r.seed, h.layouts)
 	return nil
 }
 
