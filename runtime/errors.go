@@ -151,8 +151,9 @@ func (e *FailedError) Is(target error) bool { return target == ErrPermanent }
 func (e *FailedError) ErrorCode() string { return e.Code }
 
 // PanicError is returned when the effect panicked and the runtime was
-// configured with [WithRecoverPanics]; the record is UNKNOWN. A query that
-// panics is one too (in a record's note: "the query panicked").
+// configured with [WithRecoverPanics]; the record is UNKNOWN. A query's
+// panic is one too, whose message says "query panicked" (in a record's
+// note, when a reconciler gives up).
 type PanicError struct {
 	Value any
 	Stack []byte
