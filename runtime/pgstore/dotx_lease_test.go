@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,7 +113,7 @@ func TestDoTxLeaseRule(t *testing.T) {
 					t.Logf("try %d: the call lost its lease (%v) in a stall of %v, its slowest renewal answered in %v: trying again", try, r.first, worst, r.slowest)
 					continue
 				}
-				t.Fatalf("the DoTx call lost a lease its store kept answering for: %v (%d effects; duplicates: %v; longest stall %v; slowest renewal %v)", r.first, r.ran, r.dups, worst, r.slowest)
+				t.Fatalf("the DoTx call lost a lease its store kept answering for: %v (%d effects; duplicates: %v; longest stall %v; slowest renewal %v; renewals: %s)", r.first, r.ran, r.dups, worst, r.slowest, r.story)
 			}
 		})
 	}
@@ -129,6 +130,8 @@ type leaseRuleResult struct {
 	// notStarted: the call never started its effect (a late start whose
 	// confirming renewal failed).
 	notStarted bool
+	// story is when each renewal was asked for, applied and answered.
+	story string
 }
 
 // leaseRuleTry runs one try of a TestDoTxLeaseRule case: a DoTx call on a
@@ -141,17 +144,38 @@ func leaseRuleTry(t *testing.T, p *pgxpool.Pool, renew func(ctx context.Context,
 	table := ordersTable(t, p)
 	faulty := pgstore.New(p)
 	var slowest atomic.Int64
+	// The renewals' story, for a failure: when each was asked for, when
+	// the store began and ended applying it, and how it ended.
+	var (
+		storyMu sync.Mutex
+		story   []string
+		begin   = time.Now()
+	)
+	tell := func(format string, args ...any) {
+		storyMu.Lock()
+		story = append(story, fmt.Sprintf("+%v ", time.Since(begin).Round(time.Millisecond))+fmt.Sprintf(format, args...))
+		storyMu.Unlock()
+	}
 	pgstore.SetRenewHook(faulty, func(ctx context.Context, n int, apply func() (time.Time, error)) (time.Time, error) {
-		return renew(ctx, n, func() (time.Time, error) {
+		tell("renewal %d asked", n)
+		exp, err := renew(ctx, n, func() (time.Time, error) {
 			start := time.Now()
+			tell("renewal %d applying", n)
 			exp, err := apply()
 			d := int64(time.Since(start))
 			for old := slowest.Load(); d > old && !slowest.CompareAndSwap(old, d); old = slowest.Load() {
 			}
 			return exp, err
 		})
+		tell("renewal %d answered: %v", n, err)
+		return exp, err
 	})
-	defer func() { r.slowest = time.Duration(slowest.Load()) }()
+	defer func() {
+		r.slowest = time.Duration(slowest.Load())
+		storyMu.Lock()
+		r.story = strings.Join(story, "; ")
+		storyMu.Unlock()
+	}()
 	first, err := runtime.New(faulty, runtime.WithLease(lease), runtime.WithOwner("dotx"))
 	if err != nil {
 		t.Fatal(err)
