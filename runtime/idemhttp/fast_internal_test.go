@@ -40,7 +40,7 @@ func TestOriginalAsParsed(t *testing.T) {
 			u = &url.URL{Path: "/fallback"}
 		}
 		r := &http.Request{RequestURI: uri, URL: u}
-		path, target := original(r)
+		path, target := original(r, escapedPath(r.URL))
 		wp, wt, ok := parsed(uri)
 		if !ok {
 			wp, wt = "/fallback", "/fallback"
@@ -68,7 +68,7 @@ func TestOriginalOfDerivedRequest(t *testing.T) {
 		if c.uri == "/pay/a%2Fb" {
 			u.RawPath = "/a%2Fb"
 		}
-		path, target := original(&http.Request{RequestURI: c.uri, URL: u})
+		path, target := original(&http.Request{RequestURI: c.uri, URL: u}, escapedPath(u))
 		if path != c.wantPath || target != c.wantTarget {
 			t.Errorf("RequestURI %q, URL path %q: got (%q, %q), want (%q, %q)", c.uri, c.path, path, target, c.wantPath, c.wantTarget)
 		}

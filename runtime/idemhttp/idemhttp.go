@@ -367,7 +367,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if cfg.scope != nil || idScope != scope {
 		ctx = runtime.WithScope(ctx, idScope)
 	}
-	origPath, target := original(r)
+	// The path the middleware sees, escaped as sent: what original and
+	// operationOf compare the client's target and a pattern with.
+	cur := escapedPath(r.URL)
+	origPath, target := original(r, cur)
 	pattern, redirect := routePattern(m.next, r)
 	if redirect {
 		// The wrapped mux answers this request with a redirect of its own
@@ -379,7 +382,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	op := m.operationOf(r, origPath, pattern)
+	op := m.operationOf(r, origPath, cur, pattern)
 	if id, ok := m.rt.Running(ctx); ok && id == (runtime.Identity{Scope: idScope, Operation: op, Key: key}) {
 		// This request's own call is running, its record in this
 		// middleware's store: a second placement of the middleware on its
@@ -798,8 +801,9 @@ func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (p 
 }
 
 // operationOf names the operation of r (see the package documentation).
-// origPath is the escaped path as the client sent it.
-func (m *middleware) operationOf(r *http.Request, origPath, pattern string) string {
+// origPath is the escaped path as the client sent it, cur the one the
+// middleware sees (escapedPath(r.URL)).
+func (m *middleware) operationOf(r *http.Request, origPath, cur, pattern string) string {
 	if m.cfg.operation != nil {
 		return idname.Fit(m.cfg.operation(r), runtime.MaxKeyLen)
 	}
@@ -836,7 +840,6 @@ func (m *middleware) operationOf(r *http.Request, origPath, pattern string) stri
 		// that it never meets a request the mux routes elsewhere.
 		return asSent(r, origPath, pattern)
 	}
-	cur := escapedPath(r.URL)
 	switch {
 	case matches(path, origPath):
 		// No prefix was stripped, or the pattern is an outer mux's.
@@ -1035,9 +1038,9 @@ func unescapeSegment(seg string) string {
 // original returns the escaped path of r as the client sent it
 // (r.RequestURI), before any http.StripPrefix, and its target (the path and,
 // when not empty, "?" and the query); r.URL's when r has no RequestURI (a
-// request built in a test) or one that does not parse.
-func original(r *http.Request) (path, target string) {
-	cur := escapedPath(r.URL)
+// request built in a test) or one that does not parse. cur is r.URL's path
+// escaped as sent (escapedPath), which the caller has already.
+func original(r *http.Request, cur string) (path, target string) {
 	if uri := r.RequestURI; uri != "" {
 		// RequestURI is trusted while the request's URL is still its path,
 		// or what http.StripPrefix left of it (a suffix): a request a
