@@ -415,7 +415,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 				"method", info.FullMethod, "panic", fmt.Sprint(pnc.value), "stack", string(pnc.stack))
 			panic(pnc.value)
 		}
-		if err != nil && herr == nil {
+		if err != nil && herr == nil && !errors.Is(err, errDeferred) { // an inner interceptor's call is released by design
 			cfg.logger.WarnContext(ctx, "idemgrpc: the handler answered but its outcome was not recorded", "method", info.FullMethod, "err", err)
 		}
 		return out, herr

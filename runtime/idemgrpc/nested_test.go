@@ -2,6 +2,8 @@ package idemgrpc_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -219,5 +221,39 @@ func TestInProcessCallKeepsOuterRecord(t *testing.T) {
 				t.Errorf("the handler ran %d times and the method it calls %d, want 1 and 1", outerRuns.Load(), innerRuns.Load())
 			}
 		})
+	}
+}
+
+// TestNestedInterceptorLogsNothing: two interceptors chained are a
+// documented layout, and the outer one's release of a call the inner one
+// claimed is the design, not a record that failed: a service that follows
+// the docs must not log a warning for every call.
+func TestNestedInterceptorLogsNothing(t *testing.T) {
+	var logged strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	shared, err := runtime.New(memstore.New(), runtime.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := runtime.New(memstore.New(), runtime.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := &grpc.UnaryServerInfo{FullMethod: "/nested.S/Charge"}
+	inner := idemgrpc.UnaryServerInterceptor(shared, idemgrpc.Logger(logger))
+	outer := idemgrpc.UnaryServerInterceptor(local, idemgrpc.Logger(logger))
+	handler := func(ctx context.Context, req any) (any, error) {
+		return structpb.NewStruct(map[string]any{"charge": "ch_1"})
+	}
+	req, _ := structpb.NewStruct(map[string]any{"order": "o1"})
+	for i := range 2 {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("idempotency-key", "k-nested-log"))
+		out, err := outer(ctx, req, info, func(ctx context.Context, req any) (any, error) { return inner(ctx, req, info, handler) })
+		if s, ok := out.(*structpb.Struct); err != nil || !ok || s.Fields["charge"].GetStringValue() != "ch_1" {
+			t.Errorf("call %d: %v, %v", i, out, err)
+		}
+	}
+	if logged.Len() > 0 {
+		t.Errorf("logged:\n%s", logged.String())
 	}
 }

@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -51,26 +52,57 @@ func TestOriginalAsParsed(t *testing.T) {
 	}
 }
 
-// A request derived with r.Clone and given another path keeps the
-// RequestURI of the one it came from: original takes its URL, not the
-// RequestURI, unless the URL's path is what http.StripPrefix left of the
-// RequestURI's.
+// A request derived with r.Clone and given another path or query keeps the
+// RequestURI of the one it came from: inside a placement's handler,
+// original takes its URL, not the RequestURI, unless the URL's path is what
+// http.StripPrefix left of the RequestURI's and the query is its query. In
+// front of the outermost placement such a change is a rewrite of the
+// client's request (a middleware), which is named by what the client sent.
 func TestOriginalOfDerivedRequest(t *testing.T) {
-	for _, c := range []struct{ uri, path, rawQuery, wantPath, wantTarget string }{
-		{"/orders?x=1", "/orders", "x=1", "/orders", "/orders?x=1"},              // as served
-		{"/pay/ch_1", "/ch_1", "", "/pay/ch_1", "/pay/ch_1"},                     // StripPrefix("/pay")
-		{"/pay/a%2Fb", "/a/b", "", "/pay/a%2Fb", "/pay/a%2Fb"},                   // StripPrefix keeps RawPath's escapes
-		{"/orders", "/ledger/entries", "", "/ledger/entries", "/ledger/entries"}, // a clone sent elsewhere
-		{"/orders?x=1", "/ledger/entries", "y=2", "/ledger/entries", "/ledger/entries?y=2"},
-		{"http://h.example/orders", "/ledger", "", "/ledger", "/ledger"},
+	for _, c := range []struct {
+		uri, path, rawPath, rawQuery string
+		inside                       bool // the request runs inside a placement's handler
+		wantPath, wantTarget         string
+	}{
+		{"/orders?x=1", "/orders", "", "x=1", true, "/orders", "/orders?x=1"},              // as served
+		{"/pay/ch_1", "/ch_1", "", "", true, "/pay/ch_1", "/pay/ch_1"},                     // StripPrefix("/pay")
+		{"/pay/a%2Fb", "/a/b", "/a%2Fb", "", true, "/pay/a%2Fb", "/pay/a%2Fb"},             // StripPrefix keeps RawPath's escapes
+		{"/orders", "/ledger/entries", "", "", true, "/ledger/entries", "/ledger/entries"}, // a clone sent elsewhere
+		{"/orders?x=1", "/ledger/entries", "", "y=2", true, "/ledger/entries", "/ledger/entries?y=2"},
+		{"http://h.example/orders", "/ledger", "", "", true, "/ledger", "/ledger"},
+		{"/orders?x=1", "/orders", "", "y=2", true, "/orders", "/orders?y=2"}, // only the query changed
+		{"/orders", "/orders", "", "y=2", true, "/orders", "/orders?y=2"},
+		// URL.Path set, the client's RawPath left behind (url.URL ignores
+		// it): the path is URL.Path's.
+		{"/orders/a%2Fb", "/ledger/e1", "/orders/a%2Fb", "", true, "/ledger/e1", "/ledger/e1"},
+		// A rewrite in front of the outermost placement: the client's.
+		{"/tenants/a/orders/new", "/orders/create", "", "", false, "/tenants/a/orders/new", "/tenants/a/orders/new"},
+		{"/orders?t=a", "/orders", "", "", false, "/orders", "/orders?t=a"},
+		{"/orders/a%2Fb", "/ledger/e1", "/orders/a%2Fb", "", false, "/orders/a%2Fb", "/orders/a%2Fb"},
 	} {
-		u := &url.URL{Path: c.path, RawQuery: c.rawQuery}
-		if c.uri == "/pay/a%2Fb" {
-			u.RawPath = "/a%2Fb"
+		u := &url.URL{Path: c.path, RawPath: c.rawPath, RawQuery: c.rawQuery}
+		r := &http.Request{RequestURI: c.uri, URL: u}
+		if c.inside {
+			r = r.WithContext(context.WithValue(context.Background(), outerKey{}, &exchange{}))
 		}
-		path, target := original(&http.Request{RequestURI: c.uri, URL: u}, escapedPath(u))
+		path, target := original(r, escapedPath(u))
 		if path != c.wantPath || target != c.wantTarget {
-			t.Errorf("RequestURI %q, URL path %q: got (%q, %q), want (%q, %q)", c.uri, c.path, path, target, c.wantPath, c.wantTarget)
+			t.Errorf("RequestURI %q, URL path %q raw %q query %q, inside a placement %v: got (%q, %q), want (%q, %q)",
+				c.uri, c.path, c.rawPath, c.rawQuery, c.inside, path, target, c.wantPath, c.wantTarget)
+		}
+	}
+}
+
+// escapedPath reads a RawPath only while it spells the URL's Path.
+func TestEscapedPathStaleRawPath(t *testing.T) {
+	for _, c := range []struct{ path, raw, want string }{
+		{"/a/b", "/a%2Fb", "/a%2Fb"},
+		{"/ledger/e1", "/orders/a%2Fb", "/ledger/e1"},
+		{"/caf\u00e9 x", "/caf%C3%A9%20x", "/caf%C3%A9%20x"},
+		{"/{x}", "/{x}", "/%7Bx%7D"},
+	} {
+		if got := escapedPath(&url.URL{Path: c.path, RawPath: c.raw}); got != c.want {
+			t.Errorf("Path %q RawPath %q: %q, want %q", c.path, c.raw, got, c.want)
 		}
 	}
 }

@@ -754,9 +754,10 @@ func (gatewayTimeout) Timeout() bool { return true }
 
 // finish answers the client whose request ran the handler.
 func (m *middleware) finish(w http.ResponseWriter, r *http.Request, rw *writer, p *panicked, err error) {
-	if err != nil && p == nil && !handlerAnswer(err) {
+	if err != nil && p == nil && !handlerAnswer(err) && !errors.Is(err, errDeferred) {
 		// The handler ran and answered: its client gets the answer, whatever
 		// became of the record (the runtime logged what it could not write).
+		// A request an inner placement claimed is released by design.
 		m.cfg.logger.WarnContext(r.Context(), "idemhttp: the handler answered but its outcome was not recorded", "method", r.Method, "err", err)
 	}
 	if p != nil {
@@ -1040,28 +1041,40 @@ func unescapeSegment(seg string) string {
 // when not empty, "?" and the query); r.URL's when r has no RequestURI (a
 // request built in a test) or one that does not parse. cur is r.URL's path
 // escaped as sent (escapedPath), which the caller has already.
+//
+// RequestURI describes r.URL while the URL's path is its path, or what
+// http.StripPrefix left of it (a suffix), and the query is its query
+// (StripPrefix never changes it). Where it does not, the URL was changed
+// after the server parsed the request, by one of two:
+//   - a handler that derived the request from the one it serves (r.Clone)
+//     and sends it elsewhere in-process: it keeps the client's RequestURI
+//     and must not take the client's identity. Such a request runs inside
+//     a placement's handler (its context carries that placement's
+//     exchange), and is named by its own URL;
+//   - a middleware in front of the outermost placement that rewrote the
+//     path or the query (/tenants/a/orders/new to /orders/create): the
+//     request is the client's, and is named by what the client sent, so
+//     that two resources the client tells apart never share a record.
 func original(r *http.Request, cur string) (path, target string) {
-	if uri := r.RequestURI; uri != "" {
-		// RequestURI is trusted while the request's URL is still its path,
-		// or what http.StripPrefix left of it (a suffix): a request a
-		// handler derived with r.Clone and sent elsewhere in-process keeps
-		// the RequestURI of the one it came from, and must not take its
-		// identity.
-		if p, ok := plainPath(uri); ok {
-			if strings.HasSuffix(p, cur) {
-				// What url.ParseRequestURI would give, without parsing.
-				if len(p) == len(uri)-1 { // an empty query
-					return p, p
-				}
-				return p, uri
-			}
-		} else if u, err := url.ParseRequestURI(uri); err == nil {
-			if p := escapedPath(u); strings.HasSuffix(p, cur) {
-				return p, withQuery(p, u.RawQuery)
-			}
-		}
+	uri := r.RequestURI
+	if uri == "" {
+		return cur, withQuery(cur, r.URL.RawQuery)
 	}
-	return cur, withQuery(cur, r.URL.RawQuery)
+	var query string
+	if p, ok := plainPath(uri); ok {
+		path = p
+		if len(p) < len(uri) {
+			query = uri[len(p)+1:]
+		}
+	} else if u, err := url.ParseRequestURI(uri); err == nil {
+		path, query = escapedPath(u), u.RawQuery
+	} else {
+		return cur, withQuery(cur, r.URL.RawQuery)
+	}
+	if (!strings.HasSuffix(path, cur) || query != r.URL.RawQuery) && r.Context().Value(outerKey{}) != nil {
+		return cur, withQuery(cur, r.URL.RawQuery)
+	}
+	return path, withQuery(path, query)
 }
 
 // escapedPath is u's path escaped as the client sent it: its escapes as
@@ -1069,12 +1082,17 @@ func original(r *http.Request, cur string) (path, target string) {
 // '|', a byte of UTF-8...) escaped on its own. url.URL.EscapedPath is not
 // that: when the raw path holds such a byte it escapes the decoded path
 // instead, and "/a%2Fb/{x}" comes back as "/a/b/%7Bx%7D", the spelling of
-// another resource.
+// another resource. A RawPath counts only while it spells u.Path, as
+// url.URL itself has it: code that sets URL.Path leaves the old one
+// behind.
 func escapedPath(u *url.URL) string {
 	if u.RawPath == "" {
 		// The path as sent is EscapedPath's own spelling of it (url.URL
 		// keeps a RawPath whenever the two differ).
 		return u.EscapedPath()
+	}
+	if p, err := url.PathUnescape(u.RawPath); err != nil || p != u.Path {
+		return u.EscapedPath() // stale
 	}
 	return escapeRaw(u.RawPath)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -312,6 +313,44 @@ func TestDerivedRequestNamedByItsOwnRoute(t *testing.T) {
 					got = append(got, rec.ID)
 				}
 				t.Errorf("the ledger route's records: %+v, want one at /ledger/e1 with key entry-1", got)
+			}
+		})
+	}
+}
+
+// TestNestedPlacementLogsNothing: two placements are a documented layout
+// (docs/http.md), and the outer one's release of a request the inner one
+// claimed is the design, not a record that failed: a service that follows
+// the docs must not log a warning for every request.
+func TestNestedPlacementLogsNothing(t *testing.T) {
+	for _, layout := range nestedLayouts {
+		t.Run(layout, func(t *testing.T) {
+			var logged strings.Builder
+			logger := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			shared, err := runtime.New(memstore.New(), runtime.WithLogger(logger))
+			if err != nil {
+				t.Fatal(err)
+			}
+			local, err := runtime.New(memstore.New(), runtime.WithLogger(logger))
+			if err != nil {
+				t.Fatal(err)
+			}
+			route := idemhttp.Middleware(shared, idemhttp.Logger(logger))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusCreated)
+			}))
+			h, path := nestedInstance(layout, route)
+			h = idemhttp.Middleware(local, idemhttp.Logger(logger))(h)
+			for i := range 2 {
+				r := httptest.NewRequest("POST", path, strings.NewReader(`{"cents":100}`))
+				r.Header.Set("Idempotency-Key", "k-nested-log")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusCreated || (i == 1) != (w.Header().Get("Idempotent-Replayed") == "true") {
+					t.Errorf("request %d: %d (Idempotent-Replayed %q)", i, w.Code, w.Header().Get("Idempotent-Replayed"))
+				}
+			}
+			if logged.Len() > 0 {
+				t.Errorf("logged:\n%s", logged.String())
 			}
 		})
 	}
