@@ -13,6 +13,17 @@ cd "$(dirname "$0")/.."
 . scripts/services.sh
 services_init
 
+# Every binary the suite links (the test binaries, and through
+# IDEM_TEST_CHILD_GOFLAGS the ones the tests build: generated code, the
+# idemlint and idemgen commands, services of the release tests) is linked
+# without DWARF, which only a debugger reads: a -race test binary links in
+# about 2.4 s of CPU instead of 3.2 s here. Stack traces and race reports
+# are unchanged (they read the symbol table), and no compiled package
+# depends on the flag, so the build cache is shared as before.
+# Set before the first build (staticcheck's, below).
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-ldflags=-w"
+export IDEM_TEST_CHILD_GOFLAGS=-ldflags=-w
+
 # What waits on the network or on apt runs beside the CPU-bound checks: the
 # Debian packages the tests need, and the build of the pinned staticcheck
 # (its own module).
@@ -27,16 +38,6 @@ staticcheck_build=$!
 # not one: the tests fetch what is missing and say what went wrong.
 go -C analyzer/testdata/mod mod download >"$SERVICES_DIR/corpus-download.log" 2>&1 &
 corpus_download=$!
-
-# Every binary the suite links (the test binaries, and through
-# IDEM_TEST_CHILD_GOFLAGS the ones the tests build: generated code, the
-# idemlint and idemgen commands, services of the release tests) is linked
-# without DWARF, which only a debugger reads: a -race test binary links in
-# about 2.4 s of CPU instead of 3.2 s here. Stack traces and race reports
-# are unchanged (they read the symbol table), and no compiled package
-# depends on the flag, so the build cache is shared as before.
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-ldflags=-w"
-export IDEM_TEST_CHILD_GOFLAGS=-ldflags=-w
 
 # Test runs started in the background (bg_test), by name: their pids and logs.
 declare -A bg_pid=()
@@ -128,6 +129,17 @@ start_postgres
 # build tag but cmd/idemlint/race_test.go, which plain vet never saw.
 log "go vet -race"
 go vet -race ./...
+# Then every -race test package once, in one go command, before anything
+# that builds them starts. go vet compiles what the tests import (and a
+# package with its _test files where an external test imports it), not
+# the external test packages nor the tests' main packages. Left to the
+# test runs, staticcheck's go list -export -test (in the background) and
+# the go test that built the same package compiled it twice at once: a cold
+# run compiled runtime's external test package twice, 52 s of CPU each
+# (151 s of CPU compiled twice in all, measured with -toolexec). Now the
+# tests and staticcheck find them built.
+log "compiling the -race test packages (go list -export -test)"
+go list -export -test -deps -race ./... >/dev/null
 # The store packages get 20 minutes, not go test's 10: on a 2-core machine
 # kept at a load of 16 (bench/ciload.sh with other work beside it) the
 # pgstore package took 10 minutes and was killed with its tests passing.
