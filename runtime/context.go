@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"sync"
+	"sync/atomic"
 )
 
 type ctxKey int
@@ -72,10 +73,26 @@ type attempt struct {
 	id    Identity
 	token int64
 	// rt is the runtime whose call it is (nil for [WithAttempt]'s).
-	rt        *Runtime
-	once      sync.Once
-	takenOver bool // after once: in its padding
-	dk        string
+	rt   *Runtime
+	once sync.Once
+	// flags (attemptTakenOver, attemptLeave), after once: in its padding.
+	flags atomic.Uint32
+	dk    string
+}
+
+const (
+	// attemptTakenOver: the claim took a record over (Attempt.TakenOver).
+	attemptTakenOver = 1 << iota
+	// attemptLeave is set by [ReleaseOnLeave]: a call that leaves without
+	// its effect returning releases its claim.
+	attemptLeave
+)
+
+func newAttempt(a *attempt, rt *Runtime, id Identity, token int64, takenOver bool) {
+	*a = attempt{id: id, token: token, rt: rt}
+	if takenOver {
+		a.flags.Store(attemptTakenOver)
+	}
 }
 
 func (a *attempt) downstreamKey() string {
@@ -84,7 +101,9 @@ func (a *attempt) downstreamKey() string {
 }
 
 func withAttempt(ctx context.Context, rt *Runtime, id Identity, token int64, takenOver bool) context.Context {
-	return context.WithValue(ctx, attemptKey, &attempt{id: id, token: token, takenOver: takenOver, rt: rt})
+	a := new(attempt)
+	newAttempt(a, rt, id, token, takenOver)
+	return context.WithValue(ctx, attemptKey, a)
 }
 
 // Running returns the identity of the call whose effect (or query) runs
@@ -100,6 +119,23 @@ func (rt *Runtime) Running(ctx context.Context) (Identity, bool) {
 		return Identity{}, false
 	}
 	return a.id, true
+}
+
+// ReleaseOnLeave marks the call whose effect runs with ctx as one whose
+// request another placement of an adapter has claimed in another store
+// (idemhttp's middleware, idemgrpc's interceptor, placed twice): that
+// store's record is the request's, and this call's claim is to be
+// released, never recorded. The adapter releases it when its effect
+// returns; should the effect leave without returning (runtime.Goexit in
+// the handler), the runtime releases it too instead of recording UNKNOWN,
+// which no reconciler of this store would converge. It reports whether
+// ctx is an effect's. For adapters.
+func ReleaseOnLeave(ctx context.Context) bool {
+	a, ok := ctx.Value(attemptKey).(*attempt)
+	if ok {
+		a.flags.Or(attemptLeave)
+	}
+	return ok
 }
 
 // sameStore reports whether a and b keep their records in one store: they
@@ -128,7 +164,7 @@ func AttemptFrom(ctx context.Context) (Attempt, bool) {
 	if !ok {
 		return Attempt{}, false
 	}
-	return Attempt{ID: a.id, FencingToken: a.token, DownstreamKey: a.downstreamKey(), TakenOver: a.takenOver}, true
+	return Attempt{ID: a.id, FencingToken: a.token, DownstreamKey: a.downstreamKey(), TakenOver: a.flags.Load()&attemptTakenOver != 0}, true
 }
 
 // FencingToken returns the fencing token of the effect running with ctx.

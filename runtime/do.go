@@ -544,6 +544,16 @@ func (ex *execution[Req, Resp]) abandon(ctx context.Context, rec Record, hb *hea
 	hb.completing.Store(true)
 	hb.stop()
 	tp := &ex.run.tp
+	if ex.run.eff.a.flags.Load()&attemptLeave != 0 {
+		// An adapter's request another placement claimed in its own store
+		// (ReleaseOnLeave): this claim is released, as on return.
+		*tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version}
+		if _, cerr := ex.complete(ctx, true, tp); cerr != nil {
+			ex.rt.cfg.logger.ErrorContext(ctx, "idem: the call ended (runtime.Goexit) before its effect returned, and releasing its claim (another placement holds the request) failed",
+				"operation", ex.id.Operation, "key", ex.id.Key, "err", cerr)
+		}
+		return
+	}
 	*tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version,
 		To: StateUnknown, Token: ex.rt.newToken()}
 	if _, cerr := ex.complete(ctx, false, tp); cerr != nil {

@@ -39,7 +39,7 @@ type effectCtx struct {
 
 func (c *effectCtx) init(parent context.Context, rt *Runtime, id Identity, token int64, takenOver bool, scope string) {
 	c.parent, c.stopped = parent, nil
-	c.a = attempt{id: id, token: token, takenOver: takenOver, rt: rt}
+	newAttempt(&c.a, rt, id, token, takenOver)
 	// The call's scope is answered by this context itself, whatever the
 	// parent carries: looking the parent's up would call code of the
 	// caller's (its Value) between the lease's last check and the effect.

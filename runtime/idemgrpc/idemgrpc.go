@@ -351,7 +351,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		return handler(handlerCtx, req)
 	}
 	op := operation(info.FullMethod)
-	deferToInner(ctx, op, key)
+	deferToInner(ctx, cfg, idScope, op, key)
 	ctx = runtime.WithScope(handlerCtx, idScope)
 	sum := sha256.Sum256(append([]byte(info.FullMethod+"\x00"), b...))
 	rq := request{Method: info.FullMethod, MessageSz: len(b), SHA256: hex.EncodeToString(sum[:])}
@@ -379,7 +379,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		herr  error
 		pnc   *panicked
 		hs    *headerStream
-		outer = outerCall{op: op, key: key} // see deferToInner
+		outer = outerCall{cfg: cfg, op: op, key: key, idScope: idScope} // see deferToInner
 	)
 	rec, err := runtime.Do(ctx, rt, runtime.Call[request, record]{
 		Operation:   op,
@@ -388,7 +388,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		Fingerprint: runtime.Fingerprint(fpBytes),
 		Query:       query,
 		Effect: func(ectx context.Context, _ request) (record, error) {
-			ran = true
+			ran, outer.ectx = true, ectx
 			ectx = runtime.WithScope(ectx, scope)
 			ectx = context.WithValue(ectx, outerKey{}, &outer)
 			if ts := grpc.ServerTransportStreamFromContext(ectx); ts != nil {
@@ -483,8 +483,10 @@ type outerKey struct{}
 // inside it: how it names the call (its operation and idempotency key), and
 // whether an inner one claimed that very call in a store of its own.
 type outerCall struct {
-	op, key  string
-	deferred atomic.Bool
+	cfg              *config // the interceptor's
+	op, key, idScope string
+	ectx             context.Context // the outer call's effect context
+	deferred         atomic.Bool
 }
 
 // deferToInner tells the interceptor chained outside this one, if any and
@@ -501,11 +503,20 @@ type outerCall struct {
 // the handler makes itself (in-process, to another method, on the call's
 // context) is not the outer one's, and its claim leaves the outer record
 // alone, even with the same message; an interceptor between the two that
-// hands on a copy of the message still hands on the outer one's call.
-func deferToInner(ctx context.Context, op, key string) {
-	if o, ok := ctx.Value(outerKey{}).(*outerCall); ok && o.op == op && o.key == key {
-		o.deferred.Store(true)
+// hands on a copy of the message still hands on the outer one's call. The
+// same interceptor re-entered in-process (its scope function is the outer
+// one's) compares the scope too: in another scope the call is another
+// (two interceptors may scope a call differently, an option on one of
+// them only).
+func deferToInner(ctx context.Context, cfg *config, idScope, op, key string) {
+	o, ok := ctx.Value(outerKey{}).(*outerCall)
+	if !ok || o.op != op || o.key != key || (o.cfg == cfg && o.idScope != idScope) {
+		return
 	}
+	o.deferred.Store(true)
+	// Should the handler leave without returning (runtime.Goexit), the
+	// outer call releases its claim as it would on return.
+	runtime.ReleaseOnLeave(o.ectx)
 }
 
 // errDeferred releases the key of a call an inner interceptor claimed in

@@ -224,6 +224,56 @@ func TestInProcessCallKeepsOuterRecord(t *testing.T) {
 	}
 }
 
+// TestInProcessCallOtherScopeKeepsOuterRecord: the same interceptor (one
+// runtime) re-entered in-process for the same method and key in another
+// scope (a platform acting for a connected account, the tenant in the
+// metadata) holds another identity, not the outer call: an interceptor on
+// the outer one's store never defers to it, and the retry is replayed.
+func TestInProcessCallOtherScopeKeepsOuterRecord(t *testing.T) {
+	rt, err := runtime.New(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := func(ctx context.Context) string {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get("x-tenant"); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	icpt := idemgrpc.UnaryServerInterceptor(rt, idemgrpc.Scope(tenant))
+	info := &grpc.UnaryServerInfo{FullMethod: "/bank.S/Transfer"}
+	var platformRuns, accountRuns atomic.Int32
+	var transfer grpc.UnaryHandler
+	transfer = func(ctx context.Context, req any) (any, error) {
+		if tenant(ctx) != "platform" {
+			accountRuns.Add(1)
+			return structpb.NewStruct(map[string]any{"entry": "account"})
+		}
+		platformRuns.Add(1)
+		md, _ := metadata.FromIncomingContext(ctx)
+		md = md.Copy()
+		md.Set("x-tenant", "acct_1")
+		if _, err := icpt(metadata.NewIncomingContext(ctx, md), req, info, transfer); err != nil {
+			return nil, err
+		}
+		return structpb.NewStruct(map[string]any{"entry": "platform"})
+	}
+	testenv.Within(t, 15*time.Second, func() {
+		for i := range 2 {
+			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("idempotency-key", "k-scope", "x-tenant", "platform"))
+			req, _ := structpb.NewStruct(map[string]any{"cents": 1})
+			out, err := icpt(ctx, req, info, transfer)
+			if s, ok := out.(*structpb.Struct); err != nil || !ok || s.Fields["entry"].GetStringValue() != "platform" {
+				t.Errorf("attempt %d: %v, %v", i, out, err)
+			}
+		}
+	})
+	if platformRuns.Load() != 1 || accountRuns.Load() != 1 {
+		t.Errorf("the platform's handler ran %d times and the account's %d, want 1 and 1", platformRuns.Load(), accountRuns.Load())
+	}
+}
+
 // TestNestedInterceptorLogsNothing: two interceptors chained are a
 // documented layout, and the outer one's release of a call the inner one
 // claimed is the design, not a record that failed: a service that follows

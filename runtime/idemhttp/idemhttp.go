@@ -396,10 +396,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The target as one spelling (see canonicalTarget); the query sees
 	// it as sent (URL, below).
 	ct := idname.Fit(canonicalTarget(target), 1024)
-	deferToInner(r, key, ct)
+	m.deferToInner(r, idScope, key, ct)
 	// x lives until ServeHTTP returns, and so do the pooled buffers of the
 	// request's body and of the handler's response (see exchange.release).
-	x := &exchange{m: m, w: w, r: r, key: key, target: ct}
+	x := &exchange{m: m, w: w, r: r, idScope: idScope, key: key, target: ct}
 	defer x.release()
 	body, err := x.readBody(cfg.maxBody)
 	tooLarge := err != nil && isMaxBytes(err) // an outer http.MaxBytesReader's limit
@@ -476,10 +476,12 @@ type exchange struct {
 	body []byte
 	// key and target (its idempotency key, and its target as one
 	// spelling) are the request as the client sent it: an inner placement
-	// whose request has both is holding this very request (see
-	// deferToInner). The method is the one of the request that reached
-	// the handler (safe methods pass through).
-	key, target string
+	// whose request has both, and the same method and host, is holding
+	// this very request (see deferToInner). The method is the one of the
+	// request that reached the handler (safe methods pass through).
+	// idScope is the identity's scope, which this middleware re-entered
+	// compares too.
+	key, target, idScope string
 	// scope is the scope as the handler sees it, when rescope says that the
 	// identity's (in the runtime's context) is another.
 	scope   string
@@ -490,6 +492,9 @@ type exchange struct {
 	panic  *panicked
 	rw     writer
 	reader bodyReader
+	// ectx is the context the runtime runs the effect with (the call's
+	// attempt), once it runs.
+	ectx context.Context
 	// deferred is set by a placement of the middleware inside this one's
 	// handler that claims the request in a store of its own (see
 	// deferToInner).
@@ -511,20 +516,34 @@ type outerKey struct{}
 // (a 409 in-progress, Idempotent-Replayed, which clients never retry; an
 // UNKNOWN no reconciler of the outer store converges).
 //
-// Only for the outer one's own request: the same idempotency key and the
-// same target as the client sent it (its method too). The placements may
+// Only for the outer one's own request: the same idempotency key, target,
+// method and host as the client sent them; and, for this very middleware
+// re-entered in-process (its scope function is the outer one's), the same
+// scope. Two placements may scope a request differently (an option on one
+// of them only), and may name it differently on one store too (the outer
+// one around http.MaxBytesHandler(mux), or a StripPrefix sub-mux, names
+// it as sent; the inner one by the route's pattern). The placements may
 // name the request differently (the outer one around a handler that calls
 // the mux, or around a top mux with a StripPrefix mount, names it by its
 // path, the inner one by the route's pattern), and a middleware between
 // them may wrap or change the body (http.MaxBytesHandler, a decompressor):
 // it is still the request. A request the handler makes itself (an
 // in-process call, on the request's context) is its own, and its claim
-// leaves the outer record alone: to another target, even with the
+// leaves the outer record alone: to another target or host, even with the
 // client's key, or to the same one with another key.
-func deferToInner(r *http.Request, key, target string) {
-	if x, ok := r.Context().Value(outerKey{}).(*exchange); ok && x.key == key && x.target == target && x.r.Method == r.Method {
-		x.deferred.Store(true)
+func (m *middleware) deferToInner(r *http.Request, idScope, key, target string) {
+	x, ok := r.Context().Value(outerKey{}).(*exchange)
+	if !ok || x.key != key || x.target != target || x.r.Method != r.Method ||
+		canonicalHost(x.r.Host, x.r.TLS != nil) != canonicalHost(r.Host, r.TLS != nil) {
+		return
 	}
+	if x.m == m && x.idScope != idScope {
+		return // re-entered for another tenant: another request
+	}
+	x.deferred.Store(true)
+	// Should the handler leave without returning (runtime.Goexit), the
+	// outer call releases its claim as it would on return.
+	runtime.ReleaseOnLeave(x.ectx)
 }
 
 // errDeferred releases the key of a request an inner placement claimed in
@@ -534,7 +553,7 @@ var errDeferred = errors.New("idemhttp: a placement of the middleware inside thi
 // effect runs the handler for runtime.Do.
 func (x *exchange) effect(ctx context.Context, _ request) (Response, error) {
 	cfg := x.m.cfg
-	x.ran = true
+	x.ran, x.ectx = true, ctx
 	x.rw.reset(x.w)
 	if x.rescope {
 		ctx = runtime.WithScope(ctx, x.scope)
@@ -1045,16 +1064,15 @@ func unescapeSegment(seg string) string {
 // RequestURI describes r.URL while the URL's path is its path, or what
 // http.StripPrefix left of it (a suffix), and the query is its query
 // (StripPrefix never changes it). Where it does not, the URL was changed
-// after the server parsed the request, by one of two:
-//   - a handler that derived the request from the one it serves (r.Clone)
-//     and sends it elsewhere in-process: it keeps the client's RequestURI
-//     and must not take the client's identity. Such a request runs inside
-//     a placement's handler (its context carries that placement's
-//     exchange), and is named by its own URL;
-//   - a middleware in front of the outermost placement that rewrote the
-//     path or the query (/tenants/a/orders/new to /orders/create): the
-//     request is the client's, and is named by what the client sent, so
-//     that two resources the client tells apart never share a record.
+// after the server parsed the request, and the request is named by its own
+// URL, as the handler sees it. A request a handler derived from the one it
+// serves (r.Clone) and sends elsewhere in-process keeps the client's
+// RequestURI, and must not take the client's identity: two requests it
+// sends to two resources would share one record, and one it sends from two
+// routes would get two. A middleware in front of the placement that
+// rewrites the path cannot be told from that: its request is named by the
+// path it leaves (docs/http.md says to keep in the identity what such a
+// rewrite moves out of the path).
 func original(r *http.Request, cur string) (path, target string) {
 	uri := r.RequestURI
 	if uri == "" {
@@ -1071,7 +1089,7 @@ func original(r *http.Request, cur string) (path, target string) {
 	} else {
 		return cur, withQuery(cur, r.URL.RawQuery)
 	}
-	if (!strings.HasSuffix(path, cur) || query != r.URL.RawQuery) && r.Context().Value(outerKey{}) != nil {
+	if !strings.HasSuffix(path, cur) || query != r.URL.RawQuery {
 		return cur, withQuery(cur, r.URL.RawQuery)
 	}
 	return path, withQuery(path, query)
