@@ -234,14 +234,33 @@ WHERE scope = @scope AND operation = @operation AND key = @key
 
 -- name: AcquirePending :many
 -- Takes records no one holds: UNKNOWN with a free lease (below max_attempts
--- when it is positive) or PROCESSING with an expired lease. SKIP LOCKED lets
--- concurrent reconcilers take disjoint batches without waiting on each other.
+-- when it is positive) or PROCESSING with an expired lease. The claim of a
+-- DoTx call whose transaction ended without the SUCCESS write (rolled back,
+-- or a savepoint around the call rolled back) is void: nothing of the
+-- call's committed, and the key is free, as a duplicate's takeover finds
+-- it. Such claims are deleted (void), not taken: an UNKNOWN outcome there
+-- would tell the retry "may have happened", or fail it by a policy, for an
+-- effect that certainly did not. SKIP LOCKED lets concurrent reconcilers
+-- take disjoint batches without waiting on each other.
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+void AS (
+    DELETE FROM idem_records v
+    USING (
+        SELECT d.scope, d.operation, d.key
+        FROM idem_records d
+        WHERE d.state = 'PROCESSING' AND d.xact IS NOT NULL AND idem_xact_ended(d.xact)
+          AND (cardinality(@operations::text[]) = 0 OR d.operation = ANY(@operations::text[]))
+        LIMIT @max_records::integer
+        FOR UPDATE OF d SKIP LOCKED
+    ) AS ended
+    WHERE v.scope = ended.scope AND v.operation = ended.operation AND v.key = ended.key
+      AND v.state = 'PROCESSING'
+),
 due AS (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE ((d.state = 'PROCESSING' AND (d.lease_expires_at <= (SELECT t FROM clk)
-            OR (d.xact IS NOT NULL AND idem_xact_ended(d.xact))))
+    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= (SELECT t FROM clk)
+            AND NOT (d.xact IS NOT NULL AND idem_xact_ended(d.xact)))
         OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= (SELECT t FROM clk))
             AND (@max_attempts::integer <= 0 OR d.attempts < @max_attempts::integer)))
       AND (cardinality(@operations::text[]) = 0 OR d.operation = ANY(@operations::text[]))
@@ -283,8 +302,13 @@ WHERE r.scope = expired.scope AND r.operation = expired.operation AND r.key = ex
 
 -- name: List :many
 -- Records for an operator (idemctl), in identity byte order after a cursor.
+-- A DoTx claim's lease is as Get answers it (ended with its transaction),
+-- and one whose transaction is still open is never free: a duplicate waits
+-- for that transaction, and so does a resolve.
 SELECT scope, operation, key, fingerprint, state, owner, version,
-    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    (CASE WHEN state = 'PROCESSING' AND xact IS NOT NULL AND idem_xact_ended(xact)
+        THEN LEAST(lease_expires_at, clock_timestamp()) ELSE lease_expires_at END)::timestamptz AS lease_expires_at,
+    expires_at, request, response, takeovers, attempts,
     created_at, updated_at, token, note, response_omitted,
     clock_timestamp()::timestamptz AS store_now
 FROM idem_records
@@ -293,8 +317,10 @@ WHERE state = ANY(@states::text[])
   AND (NOT @by_scope::boolean OR scope = @scope::text)
   AND attempts >= @min_attempts::integer
   AND updated_at <= clock_timestamp() - @older_than::interval
-  AND (NOT @lease_free::boolean OR lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp()
-       OR (state = 'PROCESSING' AND xact IS NOT NULL AND idem_xact_ended(xact)))
+  AND (NOT @lease_free::boolean
+       OR (state = 'PROCESSING' AND xact IS NOT NULL AND idem_xact_ended(xact))
+       OR ((lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp())
+           AND NOT (state = 'PROCESSING' AND xact IS NOT NULL)))
   AND (scope COLLATE "C", operation COLLATE "C", key COLLATE "C")
       > (@after_scope::text, @after_operation::text, @after_key::text)
 ORDER BY scope COLLATE "C", operation COLLATE "C", key COLLATE "C"

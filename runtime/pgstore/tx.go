@@ -115,7 +115,9 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 // remains of the effect: the claim, still PROCESSING but naming a
 // transaction that has ended, is taken over at once by the next duplicate,
 // which runs the effect (so is one whose transaction commits without the
-// SUCCESS write, e.g. after rolling back a savepoint around DoTx). Every
+// SUCCESS write, e.g. after rolling back a savepoint around DoTx); a
+// reconciler that comes first deletes such a void claim, never makes it
+// UNKNOWN. Every
 // query of this package reads the xact column, which [Store.Migrate] adds
 // to a table of an earlier version: run it before deploying.
 //

@@ -13,16 +13,29 @@ import (
 
 const acquirePending = `-- name: AcquirePending :many
 WITH clk AS MATERIALIZED (SELECT clock_timestamp() AS t),
+void AS (
+    DELETE FROM idem_records v
+    USING (
+        SELECT d.scope, d.operation, d.key
+        FROM idem_records d
+        WHERE d.state = 'PROCESSING' AND d.xact IS NOT NULL AND idem_xact_ended(d.xact)
+          AND (cardinality($3::text[]) = 0 OR d.operation = ANY($3::text[]))
+        LIMIT $4::integer
+        FOR UPDATE OF d SKIP LOCKED
+    ) AS ended
+    WHERE v.scope = ended.scope AND v.operation = ended.operation AND v.key = ended.key
+      AND v.state = 'PROCESSING'
+),
 due AS (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE ((d.state = 'PROCESSING' AND (d.lease_expires_at <= (SELECT t FROM clk)
-            OR (d.xact IS NOT NULL AND idem_xact_ended(d.xact))))
+    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= (SELECT t FROM clk)
+            AND NOT (d.xact IS NOT NULL AND idem_xact_ended(d.xact)))
         OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= (SELECT t FROM clk))
-            AND ($3::integer <= 0 OR d.attempts < $3::integer)))
-      AND (cardinality($4::text[]) = 0 OR d.operation = ANY($4::text[]))
+            AND ($5::integer <= 0 OR d.attempts < $5::integer)))
+      AND (cardinality($3::text[]) = 0 OR d.operation = ANY($3::text[]))
     ORDER BY d.lease_expires_at NULLS FIRST
-    LIMIT $5::integer
+    LIMIT $4::integer
     FOR UPDATE OF d SKIP LOCKED
 )
 UPDATE idem_records r SET
@@ -45,9 +58,9 @@ RETURNING r.scope, r.operation, r.key, r.fingerprint, r.state, r.owner, r.versio
 type AcquirePendingParams struct {
 	Owner       string
 	Lease       pgtype.Interval
-	MaxAttempts int32
 	Operations  []string
 	MaxRecords  int32
+	MaxAttempts int32
 }
 
 type AcquirePendingRow struct {
@@ -73,15 +86,21 @@ type AcquirePendingRow struct {
 }
 
 // Takes records no one holds: UNKNOWN with a free lease (below max_attempts
-// when it is positive) or PROCESSING with an expired lease. SKIP LOCKED lets
-// concurrent reconcilers take disjoint batches without waiting on each other.
+// when it is positive) or PROCESSING with an expired lease. The claim of a
+// DoTx call whose transaction ended without the SUCCESS write (rolled back,
+// or a savepoint around the call rolled back) is void: nothing of the
+// call's committed, and the key is free, as a duplicate's takeover finds
+// it. Such claims are deleted (void), not taken: an UNKNOWN outcome there
+// would tell the retry "may have happened", or fail it by a policy, for an
+// effect that certainly did not. SKIP LOCKED lets concurrent reconcilers
+// take disjoint batches without waiting on each other.
 func (q *Queries) AcquirePending(ctx context.Context, arg AcquirePendingParams) ([]AcquirePendingRow, error) {
 	rows, err := q.db.Query(ctx, acquirePending,
 		arg.Owner,
 		arg.Lease,
-		arg.MaxAttempts,
 		arg.Operations,
 		arg.MaxRecords,
+		arg.MaxAttempts,
 	)
 	if err != nil {
 		return nil, err
@@ -544,7 +563,9 @@ func (q *Queries) Get(ctx context.Context, arg GetParams) (GetRow, error) {
 
 const list = `-- name: List :many
 SELECT scope, operation, key, fingerprint, state, owner, version,
-    lease_expires_at, expires_at, request, response, takeovers, attempts,
+    (CASE WHEN state = 'PROCESSING' AND xact IS NOT NULL AND idem_xact_ended(xact)
+        THEN LEAST(lease_expires_at, clock_timestamp()) ELSE lease_expires_at END)::timestamptz AS lease_expires_at,
+    expires_at, request, response, takeovers, attempts,
     created_at, updated_at, token, note, response_omitted,
     clock_timestamp()::timestamptz AS store_now
 FROM idem_records
@@ -553,8 +574,10 @@ WHERE state = ANY($1::text[])
   AND (NOT $3::boolean OR scope = $4::text)
   AND attempts >= $5::integer
   AND updated_at <= clock_timestamp() - $6::interval
-  AND (NOT $7::boolean OR lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp()
-       OR (state = 'PROCESSING' AND xact IS NOT NULL AND idem_xact_ended(xact)))
+  AND (NOT $7::boolean
+       OR (state = 'PROCESSING' AND xact IS NOT NULL AND idem_xact_ended(xact))
+       OR ((lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp())
+           AND NOT (state = 'PROCESSING' AND xact IS NOT NULL)))
   AND (scope COLLATE "C", operation COLLATE "C", key COLLATE "C")
       > ($8::text, $9::text, $10::text)
 ORDER BY scope COLLATE "C", operation COLLATE "C", key COLLATE "C"
@@ -598,6 +621,9 @@ type ListRow struct {
 }
 
 // Records for an operator (idemctl), in identity byte order after a cursor.
+// A DoTx claim's lease is as Get answers it (ended with its transaction),
+// and one whose transaction is still open is never free: a duplicate waits
+// for that transaction, and so does a resolve.
 func (q *Queries) List(ctx context.Context, arg ListParams) ([]ListRow, error) {
 	rows, err := q.db.Query(ctx, list,
 		arg.States,
