@@ -54,6 +54,16 @@ func testList(t *testing.T, s runtime.Store) {
 		var out []string
 		for _, r := range recs {
 			out = append(out, r.ID.Operation[:1]+"/"+r.ID.Key)
+			// Every record listed is one the parameters match, and its
+			// lease is the one Get answers (an operator's list and show
+			// never disagree: review r39 found pgstore's List answering a
+			// void DoTx claim's stored lease as held).
+			if !p.Matches(&r) {
+				t.Errorf("%+v: listed %v (state %s, lease until %v, store now %v), which the parameters do not match", p, r.ID, r.State, r.LeaseExpiresAt, r.StoreNow)
+			}
+			if g, err := s.Get(ctx, r.ID); err == nil && g.LeaseLive() != r.LeaseLive() {
+				t.Errorf("%v: List says the lease is live %v (until %v), Get %v (until %v)", r.ID, r.LeaseLive(), r.LeaseExpiresAt, g.LeaseLive(), g.LeaseExpiresAt)
+			}
 		}
 		return out
 	}
