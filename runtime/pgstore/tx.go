@@ -117,7 +117,8 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 // which runs the effect (so is one whose transaction commits without the
 // SUCCESS write, e.g. after rolling back a savepoint around DoTx); a
 // reconciler that comes first deletes such a void claim, never makes it
-// UNKNOWN. Every
+// UNKNOWN, and so it does with a claim whose lease expired while the
+// transaction, still open, holds no SUCCESS write for it. Every
 // query of this package reads the xact column, which [Store.Migrate] adds
 // to a table of an earlier version: run it before deploying.
 //

@@ -18,7 +18,8 @@ void AS (
     USING (
         SELECT d.scope, d.operation, d.key
         FROM idem_records d
-        WHERE d.state = 'PROCESSING' AND d.xact IS NOT NULL AND idem_xact_ended(d.xact)
+        WHERE d.state = 'PROCESSING' AND d.xact IS NOT NULL
+          AND (d.lease_expires_at <= (SELECT t FROM clk) OR idem_xact_ended(d.xact))
           AND (cardinality($3::text[]) = 0 OR d.operation = ANY($3::text[]))
         LIMIT $4::integer
         FOR UPDATE OF d SKIP LOCKED
@@ -29,8 +30,7 @@ void AS (
 due AS (
     SELECT d.scope, d.operation, d.key
     FROM idem_records d
-    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= (SELECT t FROM clk)
-            AND NOT (d.xact IS NOT NULL AND idem_xact_ended(d.xact)))
+    WHERE ((d.state = 'PROCESSING' AND d.lease_expires_at <= (SELECT t FROM clk) AND d.xact IS NULL)
         OR (d.state = 'UNKNOWN' AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= (SELECT t FROM clk))
             AND ($5::integer <= 0 OR d.attempts < $5::integer)))
       AND (cardinality($3::text[]) = 0 OR d.operation = ANY($3::text[]))
@@ -86,14 +86,17 @@ type AcquirePendingRow struct {
 }
 
 // Takes records no one holds: UNKNOWN with a free lease (below max_attempts
-// when it is positive) or PROCESSING with an expired lease. The claim of a
-// DoTx call whose transaction ended without the SUCCESS write (rolled back,
-// or a savepoint around the call rolled back) is void: nothing of the
-// call's committed, and the key is free, as a duplicate's takeover finds
-// it. Such claims are deleted (void), not taken: an UNKNOWN outcome there
-// would tell the retry "may have happened", or fail it by a policy, for an
-// effect that certainly did not. SKIP LOCKED lets concurrent reconcilers
-// take disjoint batches without waiting on each other.
+// when it is positive) or PROCESSING with an expired lease. A DoTx claim
+// (xact set) that this statement can lock, and whose transaction ended or
+// whose lease expired, is void: its effect commits only with the SUCCESS
+// write, which holds the row until the transaction ends (a rolled-back
+// savepoint undoes it), and a compare-and-set on the claim's version that
+// can no longer succeed once the claim is gone. Such claims are deleted,
+// not taken: an UNKNOWN outcome there would tell the retry "may have
+// happened", or fail it by a policy, for an effect that did not, and can
+// not, commit. SKIP LOCKED lets concurrent reconcilers take disjoint
+// batches without waiting on each other, and passes over a claim whose
+// transaction holds its SUCCESS write.
 func (q *Queries) AcquirePending(ctx context.Context, arg AcquirePendingParams) ([]AcquirePendingRow, error) {
 	rows, err := q.db.Query(ctx, acquirePending,
 		arg.Owner,
@@ -574,10 +577,8 @@ WHERE state = ANY($1::text[])
   AND (NOT $3::boolean OR scope = $4::text)
   AND attempts >= $5::integer
   AND updated_at <= clock_timestamp() - $6::interval
-  AND (NOT $7::boolean
-       OR (state = 'PROCESSING' AND xact IS NOT NULL AND idem_xact_ended(xact))
-       OR ((lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp())
-           AND NOT (state = 'PROCESSING' AND xact IS NOT NULL)))
+  AND (NOT $7::boolean OR lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp()
+       OR (state = 'PROCESSING' AND xact IS NOT NULL AND idem_xact_ended(xact)))
   AND (scope COLLATE "C", operation COLLATE "C", key COLLATE "C")
       > ($8::text, $9::text, $10::text)
 ORDER BY scope COLLATE "C", operation COLLATE "C", key COLLATE "C"
@@ -621,9 +622,11 @@ type ListRow struct {
 }
 
 // Records for an operator (idemctl), in identity byte order after a cursor.
-// A DoTx claim's lease is as Get answers it (ended with its transaction),
-// and one whose transaction is still open is never free: a duplicate waits
-// for that transaction, and so does a resolve.
+// A DoTx claim's lease is as Get answers it (ended with its transaction).
+// One whose lease expired while its transaction is still open is listed as
+// free: its transaction may hold its SUCCESS write (then a resolve is
+// refused, and a duplicate waits) or may not (a savepoint around the call
+// rolled back: then the claim is void), which only a lock tells.
 func (q *Queries) List(ctx context.Context, arg ListParams) ([]ListRow, error) {
 	rows, err := q.db.Query(ctx, list,
 		arg.States,
