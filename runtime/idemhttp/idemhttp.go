@@ -1080,19 +1080,24 @@ func original(r *http.Request, cur string) (path, target string) {
 	}
 	var query string
 	if p, ok := plainPath(uri); ok {
-		path = p
+		// What url.ParseRequestURI would give, without parsing; the
+		// target is RequestURI itself (no string built per request).
+		path, target = p, p
 		if len(p) < len(uri) {
-			query = uri[len(p)+1:]
+			if query = uri[len(p)+1:]; query != "" {
+				target = uri
+			}
 		}
 	} else if u, err := url.ParseRequestURI(uri); err == nil {
 		path, query = escapedPath(u), u.RawQuery
+		target = withQuery(path, query)
 	} else {
 		return cur, withQuery(cur, r.URL.RawQuery)
 	}
 	if !strings.HasSuffix(path, cur) || query != r.URL.RawQuery {
 		return cur, withQuery(cur, r.URL.RawQuery)
 	}
-	return path, withQuery(path, query)
+	return path, target
 }
 
 // escapedPath is u's path escaped as the client sent it: its escapes as
