@@ -66,12 +66,16 @@ type emitter struct {
 	innerField, rtField string
 	funcFields          map[string]string
 	funcOrder           []string
+
+	// anyTaken: the package declares its own any, so the empty interface
+	// is written interface{} (review r54: []any{...} named the package's).
+	anyTaken bool
 }
 
 // Emit renders the generated file of s. taken holds the package-scope
 // names of s's package (including everything idemgen generates into it).
 func Emit(s *Service, taken map[string]bool) ([]byte, error) {
-	e := &emitter{s: s, f: jen.NewFilePathName(s.Pkg.Path(), s.Pkg.Name()), names: namer(taken).clone(), imports: map[string]string{}}
+	e := &emitter{s: s, f: jen.NewFilePathName(s.Pkg.Path(), s.Pkg.Name()), names: namer(taken).clone(), imports: map[string]string{}, anyTaken: taken["any"]}
 	e.planImports()
 	fields := namer{}
 	for _, m := range s.Methods {
@@ -639,7 +643,7 @@ func (e *emitter) op(m *Method) {
 			for _, p := range m.Fingerprint {
 				vals = append(vals, jen.Op("&").Add(pathExpr(names[p.Param], fields(p))))
 			}
-			g.List(jen.Id(fp), jen.Id(errName)).Op(":=").Id(recv).Dot(e.rtField).Dot("FingerprintOf").Call(jen.Index().Any().Values(vals...))
+			g.List(jen.Id(fp), jen.Id(errName)).Op(":=").Id(recv).Dot(e.rtField).Dot("FingerprintOf").Call(jen.Index().Add(e.emptyInterface()).Values(vals...))
 			g.If(jen.Id(errName).Op("!=").Nil()).Block(jen.Return(jen.Id(zero),
 				jen.Qual("fmt", "Errorf").Call(jen.Lit(printfEscape("idem: "+m.Op+": encoding the fingerprint fields: ")+"%w"), jen.Id(errName))))
 		}
@@ -808,4 +812,13 @@ func lowerFirst(name string) string {
 		s += "Func"
 	}
 	return s
+}
+
+// emptyInterface is the empty interface as the generated file can name it:
+// any, unless the package declares its own.
+func (e *emitter) emptyInterface() *jen.Statement {
+	if e.anyTaken {
+		return jen.Interface()
+	}
+	return jen.Any()
 }

@@ -10,6 +10,7 @@ package generator
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -74,6 +75,9 @@ func GeneratePackages(pkgs []*packages.Package, res *Result) error {
 		seen[pkg.ID] = true
 		svcs, errs := Analyze(pkg)
 		all = append(all, errs...)
+		if len(svcs) > 0 {
+			all = append(all, shadowedBuiltins(pkg)...)
+		}
 		found = append(found, pkgServices{pkg, svcs})
 	}
 	res.Timing.Check += time.Since(t1)
@@ -156,4 +160,21 @@ func staleFiles(pkg *packages.Package, produced map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// shadowedBuiltins reports, at its declaration, each builtin a generated
+// wrapper names that pkg declares at package scope: the wrapper would name
+// the package's own, a file that does not compile (review r54). The empty
+// interface is written interface{} where the package declares any.
+func shadowedBuiltins(pkg *packages.Package) ErrorList {
+	var errs ErrorList
+	for _, name := range []string{"len", "nil", "panic", "string"} {
+		obj := pkg.Types.Scope().Lookup(name)
+		if obj == nil {
+			continue
+		}
+		errs = append(errs, Error{Pos: pkg.Fset.Position(obj.Pos()),
+			Msg: fmt.Sprintf("package %s declares %s, which generated wrappers use as the builtin %s: rename it", pkg.Types.Name(), name, name)})
+	}
+	return errs
 }

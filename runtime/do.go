@@ -149,10 +149,21 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 			case localReplay:
 				res, err = ClaimResult{Record: own.Record}, nil
 			case localReentrant:
+				if !bytes.Equal(own.Fingerprint, fp) {
+					res, err = ClaimResult{Record: own.Record}, nil // ErrKeyReused, below
+					break
+				}
 				err := fmt.Errorf("%w: %s %q: called from inside the effect of the call in flight, this transaction's own", ErrInProgress, id.Operation, id.Key)
 				rt.emit(ctx, Event{Kind: EventInProgress, Operation: id.Operation, State: StateProcessing, Err: err})
 				return zero, err
 			case localAbandoned:
+				if !bytes.Equal(own.Fingerprint, fp) {
+					// Another request with the key: the key stays bound to
+					// the first request, as for a void claim of a
+					// transaction that ended (ErrKeyReused, below).
+					res, err = ClaimResult{Record: own.Record}, nil
+					break
+				}
 				// The transaction's own claim, whose call returned and
 				// whose outcome the transaction no longer holds: nothing
 				// of that call can commit. Released by compare-and-set
@@ -258,6 +269,7 @@ func do[Req, Resp any](ctx context.Context, rt *Runtime, c Call[Req, Resp], loca
 func (ex *execution[Req, Resp]) runClaimed(ctx context.Context, rec Record, start, waitStart time.Time, waited bool) (resp Resp, err error) {
 	rt, id := ex.rt, ex.id
 	ex.granted = start
+	ex.created = rec.CreatedAt
 	if ex.run == nil {
 		ex.run = new(running)
 	}
@@ -386,6 +398,9 @@ type execution[Req, Resp any] struct {
 	// granted is when (local clock) the write that granted the lease held
 	// now was sent: see the lease rule.
 	granted time.Time
+	// created is the held record's CreatedAt: the life of it a release
+	// deletes (see [releaseApplied]).
+	created time.Time
 	// local, when set, runs the effect in its own transaction: see
 	// [DoLocal].
 	local Local
@@ -510,10 +525,28 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 			return zero, fmt.Errorf("%w: %s %q: another worker took over (version %d) before this attempt finished (this attempt: %v)",
 				ErrLeaseLost, ex.id.Operation, ex.id.Key, rec.Version, errors.Join(err, cerr))
 		}
-		if tp.To == StateSuccess {
+		switch tp.To {
+		case StateSuccess:
 			return resp, fmt.Errorf("%w: %s %q: the effect succeeded but its outcome was not recorded: %w", ErrNotRecorded, ex.id.Operation, ex.id.Key, cerr)
+		case StateFailed:
+			// Quoted, not wrapped: the record stays PROCESSING until its
+			// lease expires, and a duplicate then runs the effect again
+			// (or asks the query), so the failure is not the call's
+			// outcome: a caller told it could give up on the key while a
+			// duplicate's effect succeeds.
+			return zero, fmt.Errorf("idem: %s %q: the effect failed permanently (%v) but recording it failed; the claim stays until its lease expires: %w",
+				ex.id.Operation, ex.id.Key, err, cerr)
+		case StateUnknown:
+			// Quoted too: a timeout marked permanent is UNKNOWN, and must
+			// not read as a failure.
+			attempt := err
+			if panicked != nil {
+				attempt = panicked
+			}
+			return zero, fmt.Errorf("%w: %s %q: %v; recording UNKNOWN failed; the claim stays until its lease expires: %w",
+				ErrOutcomeUnknown, ex.id.Operation, ex.id.Key, attempt, cerr)
 		}
-		return zero, fmt.Errorf("idem: %s %q: recording outcome %s: %w", ex.id.Operation, ex.id.Key, tp.To, errors.Join(err, cerr))
+		return zero, fmt.Errorf("idem: %s %q: releasing the claim: %w", ex.id.Operation, ex.id.Key, errors.Join(notPermanent(err), cerr))
 	}
 	switch tp.To {
 	case StateSuccess:
@@ -523,18 +556,24 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		}
 		return resp, nil
 	case StateUnknown:
+		// The effect's error stays in the tree (a timeout matches), but
+		// not as a permanent failure: UNKNOWN is not final.
 		if panicked != nil {
-			return zero, fmt.Errorf("%w: %w", ErrOutcomeUnknown, panicked)
+			return zero, fmt.Errorf("%w: %w", ErrOutcomeUnknown, notPermanent(panicked))
 		}
-		return zero, fmt.Errorf("%w: %s %q: %w", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key, err)
+		return zero, fmt.Errorf("%w: %s %q: %w", ErrOutcomeUnknown, ex.id.Operation, ex.id.Key, notPermanent(err))
+	case StateFailed:
+		return zero, err
 	}
-	if tp.To == "" && err != nil && cause != nil && errors.Is(cause, ErrLeaseLost) && !errorIs(err, ErrLeaseLost) {
+	// Released: the next call runs the effect again, so a Permanent under
+	// the Retryable that decided is not the call's outcome either.
+	if err != nil && cause != nil && errors.Is(cause, ErrLeaseLost) && !errorIs(err, ErrLeaseLost) {
 		// The lease rule stopped the effect, which returned its own error
 		// (a statement cancelled on the server, "canceling statement due
 		// to user request"), not the context's: the caller learns why.
-		return zero, fmt.Errorf("%w; the claim was released (the effect returned: %w)", cause, err)
+		return zero, fmt.Errorf("%w; the claim was released (the effect returned: %w)", cause, notPermanent(err))
 	}
-	return zero, err
+	return zero, notPermanent(err)
 }
 
 // abandon ends a call that is leaving before its outcome was recorded: its
@@ -764,8 +803,12 @@ type errLeaseUnconfirmed struct {
 }
 
 func (e *errLeaseUnconfirmed) Error() string {
-	return fmt.Sprintf("%v: %s %q: the lease could not be renewed before it could expire (last renewal: %v); the effect was stopped",
-		ErrLeaseLost, e.id.Operation, e.id.Key, e.last)
+	last := "no renewal answered"
+	if e.last != nil {
+		last = "last renewal: " + errorText(e.last)
+	}
+	return fmt.Sprintf("%v: %s %q: the lease could not be renewed before it could expire (%s); the effect was stopped",
+		ErrLeaseLost, e.id.Operation, e.id.Key, last)
 }
 
 func (e *errLeaseUnconfirmed) Unwrap() error { return ErrLeaseLost }
@@ -975,7 +1018,11 @@ func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, tp *
 		c = ex
 	}
 	var v int64
-	err := retryWrite(cctx, release, func(wctx context.Context) error {
+	var applied func(context.Context) (bool, error)
+	if release {
+		applied = releaseApplied(ex.rt.store, tp.ID, ex.created)
+	}
+	err := retryWrite(cctx, applied, func(wctx context.Context) error {
 		var err error
 		if release {
 			err = ex.rt.store.Release(wctx, ReleaseParams{ID: tp.ID, State: tp.From, Owner: tp.Owner, Version: tp.Version})
@@ -993,15 +1040,24 @@ func (ex *execution[Req, Resp]) complete(ctx context.Context, release bool, tp *
 // retryWrite runs write, retrying transient store errors with backoff for
 // as long as ctx allows (onRetry, when not nil, hears each). ErrLeaseLost
 // and ErrTooLarge are final. A transition carries a token, so a retry of a
-// write that was applied reports success; a release cannot be recognised
-// once applied (the record is gone), so with release set, ErrLeaseLost
-// after a failed attempt counts as the release done.
-func retryWrite(ctx context.Context, release bool, write func(context.Context) error, onRetry func(error)) error {
+// write that was applied reports success. A release cannot be recognised
+// so (the record is gone): for a release, applied (not nil) tells, when a
+// retry finds the record changed (ErrLeaseLost after a failed try),
+// whether an earlier try deleted it (see [releaseApplied]); a failure to
+// tell is retried as a transient error.
+func retryWrite(ctx context.Context, applied func(context.Context) (bool, error), write func(context.Context) error, onRetry func(error)) error {
 	backoff := 10 * time.Millisecond
 	for tries := 1; ; tries++ {
 		err := write(ctx)
-		if release && tries > 1 && errors.Is(err, ErrLeaseLost) {
-			return nil
+		if applied != nil && tries > 1 && errors.Is(err, ErrLeaseLost) {
+			done, aerr := applied(ctx)
+			switch {
+			case aerr == nil && done:
+				return nil
+			case aerr == nil:
+				return err
+			}
+			err = aerr
 		}
 		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrTooLarge) {
 			return err
@@ -1013,6 +1069,24 @@ func retryWrite(ctx context.Context, release bool, write func(context.Context) e
 			return err
 		}
 		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// releaseApplied tells whether a release of the life of id created at
+// created, retried after a failed try and refused (the record changed),
+// was applied by that earlier try: the record is gone, or another life of
+// it is there (deleted, then claimed anew). The same life, changed (another
+// worker acquired or took it over), was not released.
+func releaseApplied(store Store, id Identity, created time.Time) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		cur, err := store.Get(ctx, id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return true, nil
+		case err != nil:
+			return false, err
+		}
+		return !cur.CreatedAt.Equal(created), nil
 	}
 }
 
@@ -1104,7 +1178,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 	}
 	rt.emit(ctx, Event{Kind: EventUnknown, Operation: op, State: StateUnknown, Err: qerr})
 	if qerr != nil {
-		return zero, fmt.Errorf("%w: %s %q: query: %w", ErrOutcomeUnknown, op, ex.id.Key, qerr)
+		return zero, fmt.Errorf("%w: %s %q: query: %w", ErrOutcomeUnknown, op, ex.id.Key, notPermanent(qerr))
 	}
 	return zero, fmt.Errorf("%w: %s %q: the query cannot tell yet", ErrOutcomeUnknown, op, ex.id.Key)
 }
@@ -1126,5 +1200,5 @@ func (ex *execution[Req, Resp]) runQuery(ctx context.Context) (resp Resp, o Outc
 	}()
 	resp, o, err = ex.c.Query(ctx, ex.c.Request)
 	returned = true
-	return resp, o, errtree.Acyclic(err)
+	return resp, answered(o, err), errtree.Acyclic(err)
 }

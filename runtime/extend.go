@@ -75,7 +75,7 @@ func (rt *Runtime) CompletionTimeout() time.Duration { return rt.cfg.completionT
 func (rt *Runtime) RetryWrite(ctx context.Context, write func(context.Context) error) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.completionTimeout)
 	defer cancel()
-	return retryWrite(wctx, false, write, nil)
+	return retryWrite(wctx, nil, write, nil)
 }
 
 // WithAttempt returns a context carrying a, for an effect run outside [Do].

@@ -55,7 +55,8 @@ type Local interface {
 // from inside its effect and gets [ErrInProgress] at once; once that call
 // has returned, its outcome is gone from the transaction (a savepoint
 // around it was rolled back), and the claim is released by compare-and-set
-// and claimed again. Anything else, or [ErrNotFound], leaves the call to
+// and claimed again. A request that differs from the claim's is
+// [ErrKeyReused] in both cases. Anything else, or [ErrNotFound], leaves the call to
 // wait for the call in flight as before.
 type LocalReader interface {
 	Local
@@ -252,6 +253,12 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 			panic(panicked.Value)
 		}
 		// The effect's error is quoted, not wrapped: it is not the outcome.
+		if cause != nil && errors.Is(cause, ErrLeaseLost) {
+			// The lease rule stopped the effect inside a statement, whose
+			// connection closed (the Local's error says to roll back):
+			// the caller learns why too, as ErrLeaseLost.
+			return zero, fmt.Errorf("%w (the effect returned: %v); %w", ferr, attempt, cause)
+		}
 		return zero, fmt.Errorf("%w (the effect returned: %v)", ferr, attempt)
 	}
 	if leaseLost {
@@ -280,16 +287,19 @@ func (ex *execution[Req, Resp]) executeLocal(ctx context.Context, rec Record, ef
 		if !ex.rt.cfg.recoverPanics {
 			panic(panicked.Value)
 		}
-		return zero, errors.Join(attempt, ex.releaseErr(cerr))
+		return zero, errors.Join(notPermanent(attempt), ex.releaseErr(cerr))
 	}
+	// Released: the next call runs the effect again, so a Permanent in the
+	// effect's error (under a timeout, or the Retryable that decided) is
+	// not the call's outcome.
 	switch {
 	case release && cause != nil && errors.Is(cause, ErrLeaseLost) && !errorIs(err, ErrLeaseLost):
 		// The lease rule stopped the effect, which returned its own error
 		// (a statement cancelled on the server, "canceling statement due
 		// to user request"), not the context's: the caller learns why.
-		return zero, errors.Join(fmt.Errorf("%w; its writes were undone and the claim released (the effect returned: %w)", cause, err), ex.releaseErr(cerr))
+		return zero, errors.Join(fmt.Errorf("%w; its writes were undone and the claim released (the effect returned: %w)", cause, notPermanent(err)), ex.releaseErr(cerr))
 	case release:
-		return zero, errors.Join(err, ex.releaseErr(cerr))
+		return zero, errors.Join(notPermanent(err), ex.releaseErr(cerr))
 	case errors.Is(cerr, ErrLeaseLost):
 		return zero, ex.localLost(rec, err)
 	case cerr != nil:

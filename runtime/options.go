@@ -67,8 +67,12 @@ type config struct {
 	observer          Observer
 }
 
-// WithOwner sets the owner id written into the records this runtime claims.
-// It must be unique per process; the default is host/pid/random.
+// WithOwner sets the owner id written into the records this runtime claims
+// (idemctl shows it; the default is host/pid/random). Runtimes may share
+// one, in a process or across a restart under the same name: the tokens
+// that identify a runtime's writes (see [TransitionParams].Token) carry a
+// random part of each runtime's own, so no runtime's failed write is ever
+// taken for another's applied one.
 func WithOwner(owner string) Option {
 	return func(c *config) error {
 		if owner == "" || len(owner) > MaxKeyLen {

@@ -302,7 +302,7 @@ func (r *Reconciler) leaveRecord(ctx context.Context, rec Record, why error) (ga
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.completionTimeout)
 	defer cancel()
-	err := retryWrite(cctx, false, func(wctx context.Context) error {
+	err := retryWrite(cctx, nil, func(wctx context.Context) error {
 		_, err := rt.store.Transition(wctx, tp)
 		return err
 	}, nil)
@@ -423,7 +423,11 @@ func (r *Reconciler) ask(ctx context.Context, rec Record, q registeredQuery, acq
 	// (the token recognises a write applied whose reply was lost): an
 	// answer lost to one blip would leave the record with an attempt used,
 	// on its last one for good, neither converged nor reported.
-	err := retryWrite(cctx, release, func(wctx context.Context) error {
+	var applied func(context.Context) (bool, error)
+	if release {
+		applied = releaseApplied(rt.store, rec.ID, rec.CreatedAt)
+	}
+	err := retryWrite(cctx, applied, func(wctx context.Context) error {
 		if release {
 			return rt.store.Release(wctx, ReleaseParams{ID: rec.ID, State: StateUnknown, Owner: r.cfg.owner, Version: rec.Version})
 		}

@@ -208,7 +208,7 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 	token := r.Owner + "#" + randomHex(8)
 	var v int64
 	if r.To == ResolveReleased {
-		err = retryWrite(wctx, true, func(ctx context.Context) error {
+		err = retryWrite(wctx, releaseApplied(store, r.ID, held.CreatedAt), func(ctx context.Context) error {
 			return store.Release(ctx, ReleaseParams{ID: r.ID, State: held.State, Owner: held.Owner, Version: held.Version})
 		}, nil)
 	} else {
@@ -224,7 +224,7 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 		} else {
 			tp.To, tp.Response = StateFailed, EncodeFailure(r.Failure)
 		}
-		err = retryWrite(wctx, false, func(ctx context.Context) error {
+		err = retryWrite(wctx, nil, func(ctx context.Context) error {
 			var err error
 			v, err = fitTransition(ctx, store, &tp, nil) // the size rule: recorded, shortened if need be
 			return err

@@ -639,8 +639,11 @@ func TestR23ReconcilerLastAttemptWriteBlip(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("record %s, attempts %d, query asked %d, note %q, gave-up events %d", rec.State, rec.Attempts, asked.Load(), rec.Note, gaveUp.Load())
-	if rec.State != runtime.StateSuccess && gaveUp.Load() == 0 {
-		t.Errorf("the query said SUCCEEDED on the last attempt, its write hit one store blip: the record is %s (attempts %d) for good, never reported", rec.State, rec.Attempts)
+	// The write is retried through the blip, as a call's completion is:
+	// the record converges (reported as given up, it would wait for a
+	// person although the query told).
+	if rec.State != runtime.StateSuccess {
+		t.Errorf("the query said SUCCEEDED on the last attempt, its write hit one store blip: the record is %s (attempts %d, gave-up events %d)", rec.State, rec.Attempts, gaveUp.Load())
 	}
 }
 

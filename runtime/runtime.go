@@ -22,7 +22,7 @@ type Runtime struct {
 	queries map[string]registeredQuery
 
 	// tokens makes the write tokens of this runtime (see newToken).
-	tokens tokens
+	tokens *tokens
 	// renewals schedules the lease renewals of the calls in flight.
 	renewals renewals
 	// enc holds the encoders of the default codec's fast path (see
@@ -31,9 +31,9 @@ type Runtime struct {
 }
 
 // newToken returns a token no other write of any runtime carries: the
-// owner id (unique per process) and a counter.
+// owner id, this runtime's random part and a counter.
 func (rt *Runtime) newToken() string {
-	return rt.tokens.make(rt.cfg.owner)
+	return rt.tokens.make()
 }
 
 // tokenBatch is how many tokens are made at once: one string holds them
@@ -42,24 +42,39 @@ func (rt *Runtime) newToken() string {
 // token's batch: 32 tokens, about one token per record on average.)
 const tokenBatch = 32
 
-// tokens hands out write tokens, owner#counter, counting from 1.
+// tokens hands out write tokens, owner#random.counter, the counter from 1.
+//
+// A store takes a failed CAS whose record carries the write's token for a
+// write it applied (a retry whose first reply was lost), so a token must
+// never be made twice, by any runtime. The owner id alone does not ensure
+// that: two runtimes of one process may be given the same owner, and a
+// process restarted under the same name (a pod's) would count from 1
+// again while its records live on. Review r52 made both: a takeover's
+// failed CAS taken for the write of another runtime with the same owner
+// ran the effect twice with one fencing token. Each runtime's tokens
+// therefore carry 64 random bits of its own.
 type tokens struct {
-	mu    sync.Mutex
-	batch string
-	ends  [tokenBatch]int // where each token of batch ends
-	used  int             // tokens of batch handed out
-	count uint64          // tokens made so far
+	mu     sync.Mutex
+	prefix string // owner#random.
+	batch  string
+	ends   [tokenBatch]int // where each token of batch ends
+	used   int             // tokens of batch handed out
+	count  uint64          // tokens made so far
 }
 
-func (t *tokens) make(owner string) string {
+// newTokens returns the token maker of a runtime with the given owner id.
+func newTokens(owner string) *tokens {
+	return &tokens{prefix: owner + "#" + randomHex(8) + "."}
+}
+
+func (t *tokens) make() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.batch == "" || t.used == tokenBatch {
-		b := make([]byte, 0, tokenBatch*(len(owner)+8))
+		b := make([]byte, 0, tokenBatch*(len(t.prefix)+4))
 		for i := range tokenBatch {
 			t.count++
-			b = append(b, owner...)
-			b = append(b, '#')
+			b = append(b, t.prefix...)
 			b = strconv.AppendUint(b, t.count, 36)
 			t.ends[i] = len(b)
 		}
@@ -114,7 +129,7 @@ func New(store Store, opts ...Option) (*Runtime, error) {
 		// with its record, never let through.
 		cfg.logger = slog.New(safeHandler{cfg.logger.Handler()})
 	}
-	return &Runtime{store: store, cfg: cfg, queries: make(map[string]registeredQuery)}, nil
+	return &Runtime{store: store, cfg: cfg, queries: make(map[string]registeredQuery), tokens: newTokens(cfg.owner)}, nil
 }
 
 // safeHandler is a slog.Handler that recovers its inner handler's panics.
@@ -194,7 +209,23 @@ func (o Outcome) String() string {
 }
 
 // QueryFunc asks the downstream whether the effect of req happened.
+//
+// The error goes with [OutcomeFailed] only, as the failure recorded. With
+// any other outcome a non-nil error means the query could not tell (Go's
+// rule: beside an error the other results are no answer): the record stays
+// UNKNOWN, as with [OutcomeUnknown], and is asked again later. A lookup
+// that fails must never read as "did not happen", which runs the effect
+// again.
 type QueryFunc[Req, Resp any] func(ctx context.Context, req Req) (Resp, Outcome, error)
+
+// answered is the outcome a query's results give: o, or [OutcomeUnknown]
+// when an error comes with any outcome but [OutcomeFailed].
+func answered(o Outcome, err error) Outcome {
+	if err != nil && o != OutcomeFailed {
+		return OutcomeUnknown
+	}
+	return o
+}
 
 // NotHappenedPolicy says what a reconciler does when a query reports that
 // the effect did not happen.
@@ -315,7 +346,7 @@ func Register[Req, Resp any](rt *Runtime, operation string, query QueryFunc[Req,
 			return nil, nil, OutcomeUnknown, fmt.Errorf("idem: %s: decoding stored request: %w", operation, err)
 		}
 		resp, o, err := query(ctx, req)
-		if o != OutcomeSucceeded {
+		if o = answered(o, err); o != OutcomeSucceeded {
 			return nil, nil, o, err
 		}
 		// Encoded as a call's response is, a panic in its MarshalJSON or

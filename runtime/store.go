@@ -166,7 +166,8 @@ type TransitionParams struct {
 	// with the record, and a Transition whose compare-and-set fails while
 	// the record still carries the same Token (no write changed the version
 	// since) returns the record's version instead of [ErrLeaseLost]. The
-	// runtime sets a fresh token per outcome and keeps it across retries, so
+	// runtime sets a fresh token per outcome, one no other runtime makes
+	// (see [WithOwner]), and keeps it across retries, so
 	// a completion whose reply was lost, retried, reports its own write.
 	// Every other version-changing write clears it.
 	Token string

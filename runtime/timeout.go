@@ -14,12 +14,16 @@ import (
 // url.Error), or a gRPC status error with code DeadlineExceeded (detected
 // without importing gRPC). Every error of the tree is asked, however wide
 // or deep the tree; each is visited once, so a cyclic Unwrap ends the walk.
+// A tree of more than 65,536 errors (an Unwrap that makes a new error on
+// every call never ends) is read that far, and counts as a timeout: what
+// it holds past there is not known.
 //
 // The runtime records UNKNOWN for timeouts and also for [context.Canceled]
 // (the caller went away in the middle of the effect), whatever the error
 // policy: neither tells whether the effect happened.
 func IsTimeout(err error) bool {
-	return inTree(err, isTimeoutNode)
+	found, complete := inTree(err, isTimeoutNode)
+	return found || !complete
 }
 
 // isTimeoutNode reports whether e itself (not its tree) says it timed out.
@@ -38,9 +42,16 @@ func isTimeoutNode(e error) bool {
 
 // Uncertain reports whether err leaves the outcome of an effect unknown,
 // whatever its marking and the runtime's [ErrorPolicy]: a timeout anywhere in
-// the error tree ([IsTimeout]) or a cancellation ([context.Canceled], or a
-// gRPC status error with code Canceled, detected without importing gRPC).
-// Neither tells whether the effect happened, so the runtime records UNKNOWN.
+// the error tree ([IsTimeout]), a cancellation ([context.Canceled], or a
+// gRPC status error with code Canceled, detected without importing gRPC),
+// or a nested idem call whose own outcome is not known ([ErrOutcomeUnknown],
+// also when replayed from its UNKNOWN record; [ErrInProgress]: it is still
+// running elsewhere; [ErrLeaseLost]: another worker took it over), and the
+// cause the lease rule cancels an effect's context with (an effect that
+// returns context.Cause(ctx) says it was stopped: an [ErrLeaseLost]). None
+// tells whether the effect happened, so the
+// runtime records UNKNOWN. A tree too large to read whole is uncertain, as
+// for IsTimeout.
 //
 // Adapters that turn a handler's answer into an effect error (idemhttp,
 // idemgrpc, generated wrappers) must ask Uncertain first and hand such an
@@ -49,9 +60,11 @@ func Uncertain(err error) bool {
 	if err == nil {
 		return false
 	}
-	return inTree(err, func(e error) bool {
-		return isTimeoutNode(e) || is(e, context.Canceled) || grpcCode(e, grpcCanceled)
+	found, complete := inTree(err, func(e error) bool {
+		return isTimeoutNode(e) || is(e, context.Canceled) || grpcCode(e, grpcCanceled) ||
+			is(e, ErrOutcomeUnknown) || is(e, ErrInProgress) || is(e, ErrLeaseLost)
 	})
+	return found || !complete
 }
 
 // Classify returns the state rt records for an effect that returned err:
@@ -141,7 +154,10 @@ func classOf(err error) errorClass {
 	if cl := markOf(err); cl != nil {
 		return cl.class
 	}
-	if inTree(err, func(e error) bool { return is(e, ErrPermanent) }) {
+	// Not through an error the runtime unmarked (notPermanent): a nested
+	// call's failure that was not recorded is no permanent failure here
+	// either.
+	if errtree.Walk(err, func(e error) bool { return is(e, ErrPermanent) }) {
 		return classPermanent
 	}
 	return classDefault
@@ -164,7 +180,14 @@ func markOf(err error) *classified {
 // inTree reports whether match holds for an error of err's tree (err, and
 // what Unwrap() error and Unwrap() []error return, depth first as
 // errors.Is walks), visiting each error once: a cyclic Unwrap ends the walk
-// (see [errtree.Walk]).
-func inTree(err error, match func(error) bool) bool {
-	return errtree.Walk(err, match)
+// (see [errtree.Walk]). complete is false when the tree was too large to
+// read whole ([errtree.MaxVisits]).
+//
+// It also walks the tree an error the runtime unmarked holds (see
+// notPermanent, which hides it from errors.Is and errors.As only for
+// ErrPermanent and *FailedError): a nested call's timeout, cancellation,
+// gRPC status and marks still decide the outer call's outcome. One visited
+// set serves the whole walk, through every unmarked error.
+func inTree(err error, match func(error) bool) (found, complete bool) {
+	return errtree.WalkVeiled(err, match)
 }

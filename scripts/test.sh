@@ -71,28 +71,68 @@ bg_test() {
 	bg_pid[$name]=$!
 }
 
-# pgstore_split builds pgstore's -race test binary, runs the tests pg_split
-# names and the rest at once (the rest on database idem_b), from the
-# package's directory as go test does and with the stores' 20-minute
-# timeout, prints both outputs and fails when either failed.
-pg_split='^(TestConformance.*|TestNetworkFaults.*|TestCrashProcesses|TestSimulation.*|TestSimDoors|TestH36.*)$'
-pgstore_split() {
-	local bin="$SERVICES_DIR/pgstore.test" status=0 a b start=$SECONDS
-	go test -c -race -vet=off -o "$bin" ./runtime/pgstore || return
-	(cd runtime/pgstore && exec "$bin" -test.timeout 20m -test.paniconexit0 -test.run "$pg_split") >"$SERVICES_DIR/pgstore-a.log" 2>&1 &
-	a=$!
-	(cd runtime/pgstore && IDEM_TEST_POSTGRES_URL=${IDEM_TEST_POSTGRES_URL/\/postgres\?//idem_b?} \
-		exec "$bin" -test.timeout 20m -test.paniconexit0 -test.skip "$pg_split") >"$SERVICES_DIR/pgstore-b.log" 2>&1 &
-	b=$!
-	wait "$a" || status=$?
-	echo "runtime/pgstore, the tests $pg_split: exit $status, $((SECONDS - start)) s after the build began"
-	cat "$SERVICES_DIR/pgstore-a.log"
-	local sb=0
-	wait "$b" || sb=$?
-	echo "runtime/pgstore, the other tests (database idem_b): exit $sb, $((SECONDS - start)) s after the build began"
-	cat "$SERVICES_DIR/pgstore-b.log"
-	[ "$status" -eq 0 ] && [ "$sb" -eq 0 ]
+# pgstore's -race test binary runs (split_test, below) in four processes at
+# once, each on a database of its own (tests that use the public schema
+# never meet): the first three run the tests pg_shards names, the last the
+# rest. The suite's tests wait on
+# leases, servers and child processes one after another, not on the CPU:
+# alone on this 2-core machine it took 380 s for 83 s of CPU (go test
+# -json, 7 December), its tests summing to 88, 79, 91 and 101 s by these
+# shards. In two processes it took 495 s of CI's 640 (on a fresh machine
+# beside the rest, 7 December) and ended the run.
+pg_shards=(
+	'^(TestConformance|TestSimDoors|TestMigrate.*)$'
+	'^(TestConformanceGroupCommit|TestNetworkFaults.*|TestCrashProcesses|TestSimulation.*)$'
+	'^(TestH36.*|TestR20.*|TestR23.*)$'
+)
+pg_dbs=(postgres idem_b idem_c idem_d)
+
+# split_test PKG SHARDS [DBS] builds runtime/PKG's -race test binary once and
+# runs it in one process per regex of the array named SHARDS, and one more
+# for the rest, at once; with DBS (an array name), process i runs on the
+# PostgreSQL database DBS[i]. Each process runs from the package's directory
+# as go test does, with the stores' 20-minute timeout; split_test prints
+# every output and fails when any failed.
+split_test() {
+	local pkg=$1 status=0 start=$SECONDS i n skip what st db
+	local -n shards=$2
+	local -a dbs=() pids=()
+	[ -n "${3:-}" ] && { local -n dbref=$3; dbs=("${dbref[@]}"); }
+	local bin="$SERVICES_DIR/$pkg.test"
+	n=${#shards[@]}
+	go test -c -race -vet=off -o "$bin" "./runtime/$pkg" || return
+	skip=$(IFS='|' && echo "${shards[*]}")
+	for i in $(seq 0 "$n"); do
+		local flag=(-test.run "${shards[$i]:-}") env=()
+		[ "$i" -eq "$n" ] && flag=(-test.skip "$skip")
+		[ ${#dbs[@]} -gt 0 ] && env=("IDEM_TEST_POSTGRES_URL=${IDEM_TEST_POSTGRES_URL/\/postgres\?//${dbs[$i]}?}")
+		(cd "runtime/$pkg" && exec env "${env[@]}" "$bin" -test.timeout 20m -test.paniconexit0 "${flag[@]}") >"$SERVICES_DIR/$pkg-$i.log" 2>&1 &
+		pids+=($!)
+	done
+	for i in $(seq 0 "$n"); do
+		st=0
+		wait "${pids[$i]}" || st=$?
+		[ "$st" -eq 0 ] || status=$st
+		what="the tests ${shards[$i]:-}"
+		[ "$i" -eq "$n" ] && what="the other tests"
+		db=""
+		[ ${#dbs[@]} -gt 0 ] && db=" (database ${dbs[$i]})"
+		echo "runtime/$pkg, $what$db: exit $st, $((SECONDS - start)) s after the build began"
+		cat "$SERVICES_DIR/$pkg-$i.log"
+	done
+	[ "$status" -eq 0 ]
 }
+
+# redisstore's suite runs in three processes too (split_test) (its tests isolate themselves by key prefix, or run
+# servers of their own): alone it took 281 s for tests that mostly wait on
+# servers one after another (go test -json, 7 December), and beside the rest
+# 511 s, 100 s after every other package had ended. Shards by the tests'
+# durations: 102, 106 and 73 s.
+rs_shards=(
+	'^(TestConformance|TestNetworkFaults.*|TestFailover)$'
+	'^(TestReshard.*|TestConformanceResentScripts|TestConformanceCluster|TestClusterFailover)$'
+)
+
 
 # wait_test NAME waits for a background run, prints its output, and exits
 # with its status when it failed.
@@ -144,15 +184,15 @@ go list -export -test -deps -race ./... >/dev/null
 # kept at a load of 16 (bench/ciload.sh with other work beside it) the
 # pgstore package took 10 minutes and was killed with its tests passing.
 # pgstore's suite is the longest of all (6 minutes alone, 8 in CI beside the
-# rest): its tests wait on leases, servers and child processes, one after
-# another, not on the CPU. A full run splits it in two processes of about 3
-# minutes each, on one test binary built once, the second on a database of
-# its own (tests that use the public schema never meet). With flags of the
-# caller's (-run Foo) it runs as one go test.
+# rest) and mostly waits: a full run splits it in four processes
+# (split_test). With flags of the caller's (-run Foo) it runs as one go
+# test.
 if [ $# -eq 0 ]; then
-	"$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U idem idem_b
-	log "go test -race ./runtime/pgstore, in two processes (in the background: pgstore)"
-	pgstore_split >"$SERVICES_DIR/pgstore.log" 2>&1 &
+	for db in "${pg_dbs[@]:1}"; do
+		"$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U idem "$db"
+	done
+	log "go test -race ./runtime/pgstore, in four processes (in the background: pgstore)"
+	split_test pgstore pg_shards pg_dbs >"$SERVICES_DIR/pgstore.log" 2>&1 &
 	bg_pid[pgstore]=$!
 else
 	bg_test pgstore -race -timeout 20m ./runtime/pgstore "$@"
@@ -162,7 +202,13 @@ wait "$packages" || { cat "$SERVICES_DIR/packages.log" >&2; exit 1; }
 cat "$SERVICES_DIR/packages.log" >&2
 start_redis
 start_redis_cluster
-bg_test redisstore -race -timeout 20m ./runtime/redisstore "$@"
+if [ $# -eq 0 ]; then
+	log "go test -race ./runtime/redisstore, in three processes (in the background: redisstore)"
+	split_test redisstore rs_shards >"$SERVICES_DIR/redisstore.log" 2>&1 &
+	bg_pid[redisstore]=$!
+else
+	bg_test redisstore -race -timeout 20m ./runtime/redisstore "$@"
+fi
 
 log "building pinned staticcheck"
 wait "$staticcheck_build" || { cat "$SERVICES_DIR/staticcheck-build.log" >&2; exit 1; }
@@ -196,13 +242,16 @@ fi
 
 # Mutation testing's list (scripts/mutants.txt) must still apply to the code:
 # every mutant's text found once, every mutated package type-checking
-# (seconds: no test runs; scripts/mutants.sh runs them).
-log "checking that every mutant of scripts/mutants.txt applies"
+# (no test runs; scripts/mutants.sh runs them). In the background, as
+# staticcheck: on a cold run it took 66 s of wall time before the test
+# batches could start (building its tool and listing the export data, beside
+# staticcheck and the stores' suites), for an answer needed only at the end.
 # GOFLAGS=-race: its go list -export reads the export data go vet -race
 # compiled, as staticcheck does, instead of compiling the mutated packages'
 # dependencies once more without it.
-GOFLAGS="${GOFLAGS:+$GOFLAGS }-race" go run ./internal/mutants -check >"$SERVICES_DIR/mutants-check.log" ||
-	{ cat "$SERVICES_DIR/mutants-check.log" >&2; exit 1; }
+log "checking that every mutant of scripts/mutants.txt applies (in the background)"
+GOFLAGS="${GOFLAGS:+$GOFLAGS }-race" go run ./internal/mutants -check >"$SERVICES_DIR/mutants-check.log" 2>&1 &
+bg_pid[mutants]=$!
 
 
 # Packages whose code runs on one goroutine, or whose tests mostly wait on
@@ -256,6 +305,12 @@ long=$(go list ./examples/adopt ./internal/releasetest ./generator ./runtime/ide
 # shellcheck disable=SC2046,SC2086
 go test -race -count=1 -vet=off -p 4 -timeout 20m "$@" $long $(go list ./... | grep -v -x -F "$norace" | grep -v -x -F "$stores" | grep -v -x -F "$long")
 wait_test staticcheck
+# The mutants' table (one row each) is printed only when one does not apply.
+mutants_status=0
+wait "${bg_pid[mutants]}" || mutants_status=$?
+unset "bg_pid[mutants]"
+log "mutants -check: exit $mutants_status ($(grep -c '| applies |' "$SERVICES_DIR/mutants-check.log" || true) apply)"
+[ "$mutants_status" -eq 0 ] || { cat "$SERVICES_DIR/mutants-check.log" >&2; exit "$mutants_status"; }
 wait_test norace
 wait_test lsprace
 wait_test pgstore

@@ -156,12 +156,14 @@ func (s storeSpec) open(ctx context.Context) (operatorStore, func(), error) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("redis URL: %w", err)
 			}
+			opt.ContextTimeoutEnabled = true // so that -timeout bounds the store calls
 			c = redis.NewClient(opt)
 		} else {
 			opt := s.clusterURL
 			if opt == nil {
 				opt = &redis.ClusterOptions{Addrs: s.addrs}
 			}
+			opt.ContextTimeoutEnabled = true
 			c = redis.NewClusterClient(opt)
 		}
 		closeFn := func() { _ = c.Close() }

@@ -62,23 +62,14 @@ type Cluster struct {
 // when the test ends.
 func StartCluster(t testing.TB, masters, replicas int) *Cluster {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err == nil {
-		_, err = exec.LookPath("redis-cli")
-	}
-	if err != nil {
-		if testenv.InCI() {
-			t.Fatalf("redis-server or redis-cli not found (scripts/test.sh installs them): %v", err)
-		}
-		t.Skipf("redis-server or redis-cli not found: %v", err)
-	}
+	bin := lookServer(t)
 	c := &Cluster{t: t}
 	t.Cleanup(c.stop)
 	n := masters * (1 + replicas)
 	used := map[int]bool{}
 	var addrs []string
 	for i := range n {
-		node, err := startNode(bin, filepath.Join(t.TempDir(), strconv.Itoa(i)), used)
+		node, err := startNode(bin, filepath.Join(t.TempDir(), strconv.Itoa(i)), used, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,10 +95,41 @@ func StartCluster(t testing.TB, masters, replicas int) *Cluster {
 	return c
 }
 
-// startNode starts a cluster-enabled redis-server on a free loopback port
-// whose bus port (port+10000) is free too, retrying on another port when the
-// bind fails.
-func startNode(bin, dir string, used map[int]bool) (*Node, error) {
+// StartServer starts a standalone redis-server (no persistence) on a free
+// loopback port, stopped when the test ends: a server the test may pause
+// (CLIENT PAUSE, DEBUG SLEEP) without touching anyone else's.
+func StartServer(t testing.TB) *Node {
+	t.Helper()
+	node, err := startNode(lookServer(t), t.TempDir(), map[int]bool{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{Nodes: []*Node{node}, t: t}
+	t.Cleanup(c.stop)
+	return node
+}
+
+// lookServer returns redis-server's path, checking that redis-cli is there
+// too; it skips the test (fails it under CI) when they are not.
+func lookServer(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err == nil {
+		_, err = exec.LookPath("redis-cli")
+	}
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatalf("redis-server or redis-cli not found (scripts/test.sh installs them): %v", err)
+		}
+		t.Skipf("redis-server or redis-cli not found: %v", err)
+	}
+	return bin
+}
+
+// startNode starts a redis-server (cluster-enabled when cluster is set) on
+// a free loopback port whose bus port (port+10000) is free too, retrying on
+// another port when the bind fails.
+func startNode(bin, dir string, used map[int]bool, cluster bool) (*Node, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -118,9 +140,12 @@ func startNode(bin, dir string, used map[int]bool) (*Node, error) {
 			continue
 		}
 		used[port], used[port+10000] = true, true
-		cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
-			"--daemonize", "no", "--save", "", "--appendonly", "no", "--logfile", filepath.Join(dir, "redis.log"),
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
+			"--daemonize", "no", "--save", "", "--appendonly", "no", "--logfile", filepath.Join(dir, "redis.log")}
+		if cluster {
+			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		}
+		cmd := exec.Command(bin, args...)
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}

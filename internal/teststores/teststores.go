@@ -12,8 +12,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -49,12 +52,11 @@ func Postgres(t testing.TB) runtime.Store {
 	if err != nil {
 		t.Fatalf("%s: %v", testenv.PostgresURLVar, err)
 	}
-	schema := "idemtest_" + Unique()
-	admin, err := pgxpool.NewWithConfig(ctx, cfg.Copy())
+	admin, err := adminPool(ctx, dsn)
 	if err != nil {
 		t.Fatalf("%s: %v", testenv.PostgresURLVar, err)
 	}
-	defer admin.Close()
+	schema := "idemtest_" + Unique()
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatalf("creating schema %s: %v", schema, err)
 	}
@@ -65,15 +67,41 @@ func Postgres(t testing.TB) runtime.Store {
 	}
 	t.Cleanup(func() {
 		pool.Close()
-		if admin, err := pgxpool.NewWithConfig(context.Background(), cfg.Copy()); err == nil {
-			_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-			admin.Close()
-		}
+		_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
 	})
 	if err := pgstore.Migrate(ctx, pool); err != nil {
 		t.Fatalf("migrating: %v", err)
 	}
 	return pgstore.New(pool)
+}
+
+// admins holds the test process's pool for creating and dropping the
+// stores' schemas, one per server URL, never closed. A pool per store for
+// that (opened to create the schema, again to drop it) cost PostgreSQL two
+// backends per store: most of the sessions of a conformance run, each a
+// process to start and tear down.
+var admins = struct {
+	sync.Mutex
+	pools map[string]*pgxpool.Pool
+}{pools: map[string]*pgxpool.Pool{}}
+
+func adminPool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	admins.Lock()
+	defer admins.Unlock()
+	if p := admins.pools[dsn]; p != nil {
+		return p, nil
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 4
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	admins.pools[dsn] = p
+	return p, nil
 }
 
 // Redis returns a store on the standalone test server under a fresh prefix.
@@ -123,9 +151,59 @@ type SuccessDown struct {
 
 // Transition refuses a SUCCESS write while s.Down is set.
 func (s *SuccessDown) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
-	if p.To == runtime.StateSuccess && s.Down.Load() {
-		s.Failed.Add(1)
-		return 0, errors.New("teststores: SUCCESS writes are down")
+	return refuse(ctx, s.Store, p, runtime.StateSuccess, &s.Down, &s.Failed, nil)
+}
+
+// OutcomeDown wraps a store so that every write of the outcome To (FAILED,
+// UNKNOWN) fails while Down is set (an outcome that cannot be recorded).
+// Failed counts the writes it refused; Errored counts the writes of To it
+// passed to the store that failed all the same (a completion timeout on a
+// loaded machine).
+type OutcomeDown struct {
+	runtime.Store
+	To      runtime.State
+	Down    atomic.Bool
+	Failed  atomic.Int32
+	Errored atomic.Int32
+}
+
+// Transition refuses a write of s.To while s.Down is set.
+func (s *OutcomeDown) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
+	return refuse(ctx, s.Store, p, s.To, &s.Down, &s.Failed, &s.Errored)
+}
+
+// ErrWritesDown is the error of a write SuccessDown or OutcomeDown refused.
+var ErrWritesDown = errors.New("teststores: the store refuses these writes")
+
+func refuse(ctx context.Context, s runtime.Store, p runtime.TransitionParams, to runtime.State, down *atomic.Bool, failed, errored *atomic.Int32) (int64, error) {
+	if p.To == to && down.Load() {
+		failed.Add(1)
+		return 0, fmt.Errorf("%w: %s writes are down", ErrWritesDown, to)
 	}
-	return s.Store.Transition(ctx, p)
+	v, err := s.Transition(ctx, p)
+	if err != nil && p.To == to && errored != nil {
+		errored.Add(1)
+	}
+	return v, err
+}
+
+// NoRenewals wraps a store so that it refuses every lease renewal: the
+// lease rule stops the effect of every call on it before its lease can
+// expire.
+type NoRenewals struct{ runtime.Store }
+
+// Renew refuses the renewal.
+func (NoRenewals) Renew(context.Context, runtime.RenewParams) (time.Time, error) {
+	return time.Time{}, errors.New("teststores: renewal refused")
+}
+
+// SlowClaims wraps a store whose claims take until their context ends (a
+// loaded server): what a claim in flight sees when its caller's context
+// ends.
+type SlowClaims struct{ runtime.Store }
+
+// Claim waits for ctx to end and returns its error.
+func (SlowClaims) Claim(ctx context.Context, _ runtime.ClaimParams) (runtime.ClaimResult, error) {
+	<-ctx.Done()
+	return runtime.ClaimResult{}, ctx.Err()
 }

@@ -374,12 +374,15 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		}
 	}
 	var (
-		ran   bool
-		out   any
-		herr  error
-		pnc   *panicked
-		hs    *headerStream
-		outer = outerCall{cfg: cfg, op: op, key: key, idScope: idScope} // see deferToInner
+		ran  bool
+		out  any
+		herr error
+		pnc  *panicked
+		hs   *headerStream
+		// failure: the handler's answer is a failure the runtime records
+		// as FAILED.
+		failure bool
+		outer   = outerCall{cfg: cfg, op: op, key: key, idScope: idScope} // see deferToInner
 	)
 	rec, err := runtime.Do(ctx, rt, runtime.Call[request, record]{
 		Operation:   op,
@@ -403,6 +406,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 				return record{}, runtime.Retryable(errDeferred)
 			}
 			rec, err := cfg.outcome(ectx, out, herr)
+			failure = err != nil && recordsFailed(rt, err)
 			if err == nil && hs != nil {
 				rec.Header = rawvalue.Encode(cfg.storedHeader(hs.header()))
 			}
@@ -415,7 +419,14 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 				"method", info.FullMethod, "panic", fmt.Sprint(pnc.value), "stack", string(pnc.stack))
 			panic(pnc.value)
 		}
-		if err != nil && herr == nil && !errors.Is(err, errDeferred) { // an inner interceptor's call is released by design
+		if failure && !errtree.SafeIs(err, runtime.ErrPermanent) {
+			// The handler's failure was not recorded (the store failed
+			// until the completion timeout, or another worker took the
+			// call over): a duplicate may still run the handler, so the
+			// failure is not the call's answer. The caller retries.
+			return nil, cfg.answer(ctx, info.FullMethod, err)
+		}
+		if err != nil && herr == nil && !errtree.SafeIs(err, errDeferred) { // an inner interceptor's call is released by design
 			cfg.logger.WarnContext(ctx, "idemgrpc: the handler answered but its outcome was not recorded", "method", info.FullMethod, "err", err)
 		}
 		return out, herr
@@ -423,7 +434,7 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 	if err == nil {
 		return cfg.replay(ctx, rec)
 	}
-	if errors.Is(err, runtime.ErrNotRecorded) && rec.Type != "" {
+	if errtree.SafeIs(err, runtime.ErrNotRecorded) && rec.Type != "" {
 		// The method's query found the call done, and the store could not
 		// record it: its response is the answer (the runtime's
 		// ErrNotRecorded), as a caller whose handler ran gets its own.
@@ -443,27 +454,33 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 		re *recordError
 	)
 	switch {
-	case errors.Is(err, runtime.ErrNotReplayable):
+	case errtree.SafeIs(err, runtime.ErrNotReplayable):
 		return notStored(ctx)
-	case errors.Is(err, runtime.ErrInvalidKey):
+	case errtree.SafeIs(err, runtime.ErrInvalidKey):
 		return errStatus(ctx, codes.InvalidArgument, ReasonKeyInvalid, "the idempotency key is not valid", 0)
-	case errors.Is(err, runtime.ErrKeyReused):
+	case errtree.SafeIs(err, runtime.ErrKeyReused):
 		return errStatus(ctx, codes.FailedPrecondition, ReasonKeyReused, "this idempotency key was used with another request", 0)
-	case errors.Is(err, runtime.ErrInProgress), errors.Is(err, runtime.ErrLeaseLost):
+	case errtree.SafeIs(err, runtime.ErrInProgress), errtree.SafeIs(err, runtime.ErrLeaseLost):
 		// ErrLeaseLost: another worker took the call over while this one
 		// asked the query; it is in progress there.
 		return errStatus(ctx, codes.Aborted, ReasonInProgress, "a call with this idempotency key is still in progress; retry later", time.Second)
-	case errors.Is(err, runtime.ErrOutcomeUnknown):
+	case errtree.SafeIs(err, runtime.ErrOutcomeUnknown):
 		return errStatus(ctx, codes.Aborted, ReasonOutcomeUnknown, "an earlier call with this idempotency key may or may not have taken effect; it is being reconciled", 5*time.Second)
-	case errors.As(err, &fe):
+	case errtree.SafeAs(err, &fe):
 		return cfg.failed(ctx, fe)
-	case errors.Is(err, runtime.ErrPermanent):
+	case errtree.SafeIs(err, runtime.ErrPermanent):
 		return cfg.failed(ctx, &runtime.FailedError{Message: "the call with this idempotency key failed"})
-	case errors.Is(err, runtime.ErrTooLarge):
+	case errtree.SafeIs(err, runtime.ErrTooLarge):
 		return errStatus(ctx, codes.ResourceExhausted, ReasonRequestTooLarge, "the request is too large to record", 0)
-	case errors.As(err, &re):
+	case errtree.SafeAs(err, &re):
 		cfg.logger.ErrorContext(ctx, "idemgrpc: the stored outcome cannot be read; answered Internal", "method", fullMethod, "err", err)
 		return errStatus(ctx, codes.Internal, ReasonRecordUnreadable, "the stored outcome of the call with this idempotency key cannot be read", 0)
+	case errtree.SafeIs(context.Cause(ctx), runtime.ErrLeaseLost):
+		// An interceptor chained around this one (on another store) could
+		// not confirm its lease and stopped its handler, this call's wait
+		// or claim with it: the caller did not cancel, and the call is in
+		// progress there.
+		return errStatus(ctx, codes.Aborted, ReasonInProgress, "a call with this idempotency key is still in progress; retry later", time.Second)
 	case ctx.Err() != nil:
 		// The caller's own deadline passed, or it cancelled, while the
 		// runtime waited or read: its own status, and nothing to log.
@@ -642,6 +659,14 @@ func (cfg *config) errorOutcome(ctx context.Context, herr error) (err error) {
 	err = cfg.readError(ctx, herr)
 	returned = true
 	return err
+}
+
+// recordsFailed reports whether rt records err, an effect's error, as
+// FAILED. An error whose methods panic is not: the runtime classifies it
+// under recover, UNKNOWN by default.
+func recordsFailed(rt *runtime.Runtime, err error) (failed bool) {
+	defer func() { _ = recover() }()
+	return rt.Classify(err) == runtime.StateFailed
 }
 
 // readError is errorOutcome without its recover.

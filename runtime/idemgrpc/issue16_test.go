@@ -379,3 +379,30 @@ func TestIssue16Query(t *testing.T) {
 		})
 	}
 }
+
+// A query that errs could not tell, whatever outcome it gives beside the
+// error: the duplicate is told OUTCOME_UNKNOWN and the handler does not run
+// again. (The interceptor dropped the error of an answer "succeeded", and
+// the runtime ran the effect again on "not happened" with an error.)
+func TestQueryErrorCannotTell(t *testing.T) {
+	lookupErr := errors.New("lookup failed: connection reset")
+	for _, o := range []runtime.Outcome{runtime.OutcomeSucceeded, runtime.OutcomeNotHappened} {
+		t.Run(o.String(), func(t *testing.T) {
+			q := func(ctx context.Context, req proto.Message) (proto.Message, runtime.Outcome, error) {
+				return &structpb.Struct{}, o, lookupErr
+			}
+			f := start(t, setup{store: teststores.Memory(t), ledger: &sync.Map{}, opts: []idemgrpc.Option{idemgrpc.Query(method, q, runtime.QueryOptions{})}})
+			ctx := context.Background()
+			tenant := teststores.Unique()
+			first := f.call(t, ctx, call{tenant: tenant, keys: []string{"k"}, mode: "effect-then-timeout", order: "k", cents: 5})
+			if status.Code(first.err) != codes.DeadlineExceeded {
+				t.Fatalf("first call: %v", first.err)
+			}
+			dup := f.call(t, ctx, call{tenant: tenant, keys: []string{"k"}, mode: "effect-then-timeout", order: "k", cents: 5})
+			wantCode(t, dup, codes.Aborted, idemgrpc.ReasonOutcomeUnknown, true)
+			if n := f.runs.Load(); n != 1 {
+				t.Fatalf("handler ran %d times; want 1", n)
+			}
+		})
+	}
+}

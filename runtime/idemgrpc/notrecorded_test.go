@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -58,5 +60,66 @@ func TestQueryFoundDoneUnrecordedAnswersResponse(t *testing.T) {
 				t.Errorf("handler ran %d times; want 1", n)
 			}
 		})
+	}
+}
+
+// Promise (runtime.Permanent, and this package's table: a failure status
+// is stored as FAILED and replayed): a failure is the call's answer only
+// once it is recorded. A caller told "declined" may give up on the key,
+// while a duplicate of it, finding the record still PROCESSING once its
+// lease has passed, runs the handler again. Schedule: the handler fails
+// (a status the interceptor records FAILED, or runtime.Permanent) and
+// every FAILED write fails until the completion timeout. The caller must
+// be told the store is unavailable (retry), not the failure; the retry
+// after the lease runs the handler, whose failure is then recorded and
+// replayed.
+func TestFailureNotRecordedIsNotFinal(t *testing.T) {
+	for _, mode := range []string{"notfound", "permanent-plain"} {
+		for _, st := range teststores.All() {
+			t.Run(mode+"/"+st.Name, func(t *testing.T) {
+				store := &teststores.OutcomeDown{Store: st.New(t), To: runtime.StateFailed}
+				f := start(t, setup{store: store,
+					rtOpts: []runtime.Option{runtime.WithLease(300 * time.Millisecond), runtime.WithCompletionTimeout(200 * time.Millisecond)}})
+				ctx := context.Background()
+				c := call{tenant: teststores.Unique(), keys: []string{"k"}, mode: mode, order: "o1", cents: 5}
+				store.Down.Store(true)
+				first := f.call(t, ctx, c)
+				if store.Failed.Load() == 0 {
+					t.Fatalf("no FAILED write was refused (%v): the schedule was not reproduced", first.err)
+				}
+				if r, _ := reason(first.err); status.Code(first.err) != codes.Unavailable || r != idemgrpc.ReasonStoreUnavailable {
+					t.Errorf("first call, its FAILED write refused: %v; want Unavailable %s (the failure was not recorded)", first.err, idemgrpc.ReasonStoreUnavailable)
+				}
+				store.Down.Store(false)
+				time.Sleep(400 * time.Millisecond) // the first call's lease passes
+				// The retry runs the handler and records its failure. On a
+				// loaded machine its FAILED write can pass the completion
+				// timeout (200 ms) at the store: that retry is told the
+				// store is unavailable, as the first was, and its failure is
+				// not recorded either; the next retry, after its lease,
+				// runs the handler again (seen at a load of 20).
+				// (A write that failed at the client may still have been
+				// applied: the next retry then replays it, running nothing.)
+				want := int32(2)
+				errored := store.Errored.Load()
+				retry := f.call(t, ctx, c)
+				for i := 0; i < 3 && status.Code(retry.err) == codes.Unavailable && store.Errored.Load() > errored; i++ {
+					t.Logf("retry %d: its FAILED write failed at the store (the machine's load): %v; again after its lease", i, retry.err)
+					time.Sleep(400 * time.Millisecond)
+					errored = store.Errored.Load()
+					retry = f.call(t, ctx, c)
+					if !retry.replayed {
+						want++
+					}
+				}
+				dup := f.call(t, ctx, c)
+				if retry.err == nil || status.Code(retry.err) == codes.Unavailable || dup.err == nil || status.Code(dup.err) == codes.Unavailable || !dup.replayed {
+					t.Errorf("retry after the lease: %v; duplicate: %v (replayed %v); want the failure, recorded and replayed", retry.err, dup.err, dup.replayed)
+				}
+				if n := f.runs.Load(); n != want {
+					t.Errorf("handler ran %d times; want %d (the first failure was not recorded)", n, want)
+				}
+			})
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem/internal/idname"
 	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/internal/errtree"
 )
 
 // QueryFunc answers "did the call with this request happen?" for a method:
@@ -27,6 +28,8 @@ import (
 // the handler, and the scope the handler saw (runtime.ScopeFrom), whole,
 // whether the query runs inline for a duplicate, in a reconciler or for a
 // resolve. [QueryCall] takes a query that is handed the scope explicitly.
+// An error beside any outcome but runtime.OutcomeFailed means the query
+// could not tell (see runtime.QueryFunc): the record stays UNKNOWN.
 type QueryFunc func(ctx context.Context, req proto.Message) (proto.Message, runtime.Outcome, error)
 
 // StoredCall is what a method's query is asked about: the call's method
@@ -93,17 +96,23 @@ func (cfg *config) query(q CallQueryFunc) runtime.QueryFunc[request, record] {
 		scope := idname.QueryScope(ctx, idname.StoredScope(rq.Scope, rq.ScopeBytes))
 		ctx = runtime.WithScope(ctx, scope)
 		resp, o, qerr := q(ctx, StoredCall{Method: rq.Method, Request: m, Scope: scope})
-		switch o {
-		case runtime.OutcomeSucceeded:
+		switch {
+		case qerr != nil && o != runtime.OutcomeFailed:
+			return record{}, runtime.OutcomeUnknown, qerr // could not tell (see runtime.QueryFunc)
+		case o == runtime.OutcomeSucceeded:
 			rec, err := cfg.outcome(ctx, resp, nil)
 			if err != nil {
 				return record{}, runtime.OutcomeUnknown, err
 			}
 			return rec, o, nil
-		case runtime.OutcomeFailed:
+		case o == runtime.OutcomeFailed:
 			if qerr == nil {
 				qerr = errors.New("failed")
 			}
+			// Flattened first, as the runtime flattens what the query
+			// returns (status.FromError's errors.As would loop on a cycle,
+			// and read a shared subtree once per path).
+			qerr = errtree.Acyclic(qerr)
 			if st, ok := status.FromError(qerr); ok {
 				return record{}, o, &statusFailure{st}
 			}

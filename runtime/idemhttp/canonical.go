@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"net"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
@@ -38,8 +39,15 @@ func canonicalHost(host string, tls bool) string {
 	}
 	if strings.IndexByte(name, '%') >= 0 {
 		// A reg-name may escape its characters too (RFC 3986, 3.2.2):
-		// "%61pi.example" is "api.example".
-		name = canonicalEscapes(name)
+		// "%61pi.example" is "api.example", and a name's UTF-8 may be
+		// escaped, "b%C3%BCcher.example" is "bücher.example" (whose
+		// A-label follows). Escapes that do not decode to a name's
+		// characters stay, in one spelling.
+		if d, ok := decodeRegName(name); ok {
+			name = d
+		} else {
+			name = canonicalEscapes(name)
+		}
 	}
 	name = strings.TrimSuffix(name, ".")
 	if a, err := idna.Lookup.ToASCII(name); err == nil && a != "" {
@@ -78,12 +86,42 @@ func plainHost(host string) bool {
 	return true
 }
 
+// decodeRegName returns the host name s (not an IP literal) with every
+// escape decoded, when each '%' starts an escape and the result is UTF-8
+// whose ASCII bytes a reg-name may hold (unreserved and sub-delims, RFC
+// 3986, 3.2.2); ok is false otherwise.
+func decodeRegName(s string) (string, bool) {
+	if strings.HasPrefix(s, "[") {
+		return "", false
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '%' {
+			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+				return "", false
+			}
+			c = unhex(s[i+1])<<4 | unhex(s[i+2])
+			i += 2
+		}
+		if c < utf8.RuneSelf && !unreserved(c) && strings.IndexByte("!$&'()*+,;=", c) < 0 {
+			return "", false
+		}
+		b = append(b, c)
+	}
+	if !utf8.Valid(b) {
+		return "", false
+	}
+	return string(b), true
+}
+
 // canonicalPath returns an escaped path in one spelling (RFC 3986, 6.2.2
-// and 6.2.3): its escapes as canonicalEscapes gives them, its dot-segments
-// removed (5.2.4; a "%2E" is a dot once decoded), and an empty path as "/",
-// which is what an http URI with no path means.
+// and 6.2.3): each byte a path may not hold raw escaped (canonicalRaw),
+// its escapes as canonicalEscapes gives them, its dot-segments removed
+// (5.2.4; a "%2E" is a dot once decoded), and an empty path as "/", which
+// is what an http URI with no path means.
 func canonicalPath(p string) string {
-	p = canonicalEscapes(p)
+	p = canonicalEscapes(canonicalRaw(p, false))
 	if p == "" {
 		return "/"
 	}
@@ -91,15 +129,44 @@ func canonicalPath(p string) string {
 }
 
 // canonicalTarget is canonicalPath for the path of a request target
-// (path?query); the query keeps its spelling but for its escapes.
+// (path?query); the query keeps its spelling but for the bytes it may not
+// hold raw, escaped, and its escapes.
 func canonicalTarget(t string) string {
 	path, query, ok := strings.Cut(t, "?")
 	path = canonicalPath(path)
 	if !ok {
 		return path
 	}
-	return path + "?" + canonicalEscapes(query)
+	return path + "?" + canonicalEscapes(canonicalRaw(query, true))
 }
+
+// canonicalRaw returns s, an escaped path (or, with query set, a query),
+// with each byte it may not hold raw (RFC 3986, 3.3 and 3.4: a pchar,
+// '/', and in a query '?') escaped as "%XX": a raw byte and its escape
+// are one spelling ("[" is "%5B", "é" is "%C3%A9"), while the client's
+// escapes stay as written ("%2F" is not "/"). A '%' that starts no escape
+// is escaped too ("%25"). s itself when nothing needs escaping.
+func canonicalRaw(s string, query bool) string {
+	if query {
+		return escapeBytes(s, rawQueryByte)
+	}
+	return escapeBytes(s, rawPchar)
+}
+
+// rawPchar reports whether s[i] may stay raw in a path in its one
+// spelling: a pchar, '/', or the '%' of an escape.
+func rawPchar(s string, i int) bool {
+	switch c := s[i]; {
+	case unreserved(c), strings.IndexByte("!$&'()*+,;=:@/", c) >= 0:
+		return true
+	case c == '%':
+		return i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2])
+	}
+	return false
+}
+
+// rawQueryByte is rawPchar for a query, which may hold '?' raw too.
+func rawQueryByte(s string, i int) bool { return s[i] == '?' || rawPchar(s, i) }
 
 // removeDotSegments removes the "." and ".." segments of an absolute path
 // (RFC 3986, 5.2.4): "/a/./b" is "/a/b", "/a/b/.." is "/a/", "/.." is "/".
@@ -179,19 +246,23 @@ func canonicalEscapes(s string) string {
 // bytes url.URL keeps raw in a path (unreserved, sub-delims, ':', '@', '/',
 // '[', ']') stay as written. A '%' that starts no escape is escaped too
 // ("%25"). p itself when nothing needs escaping.
-func escapeRaw(p string) string {
+func escapeRaw(p string) string { return escapeBytes(p, rawPathByte) }
+
+// escapeBytes returns s with each byte keep refuses escaped as "%XX"; s
+// itself when keep keeps every byte.
+func escapeBytes(s string, keep func(s string, i int) bool) string {
 	i := 0
-	for ; i < len(p) && rawPathByte(p, i); i++ {
+	for ; i < len(s) && keep(s, i); i++ {
 	}
-	if i == len(p) {
-		return p
+	if i == len(s) {
+		return s
 	}
 	const hexDigits = "0123456789ABCDEF"
 	var b strings.Builder
-	b.Grow(len(p) + 16)
-	b.WriteString(p[:i])
-	for ; i < len(p); i++ {
-		if c := p[i]; rawPathByte(p, i) {
+	b.Grow(len(s) + 16)
+	b.WriteString(s[:i])
+	for ; i < len(s); i++ {
+		if c := s[i]; keep(s, i) {
 			b.WriteByte(c)
 		} else {
 			b.WriteByte('%')

@@ -27,6 +27,12 @@ func TestCanonicalHost(t *testing.T) {
 		{"[::1]:8080", false, "[::1]:8080"},
 		{"[::1]", false, "[::1]"},
 		{"127.0.0.1:80", false, "127.0.0.1"},
+		{"b%C3%BCcher.example", false, "xn--bcher-kva.example"}, // a reg-name's UTF-8, escaped (RFC 3986, 3.2.2)
+		{"B%c3%bcCHER.example.:80", false, "xn--bcher-kva.example"},
+		{"%FF.example", false, "%ff.example"}, // not UTF-8 once decoded: the escapes stay (a name is lower-cased)
+		{"%ff.EXAMPLE", false, "%ff.example"},
+		{"a%2Fb.example", false, "a%2fb.example"}, // a '/' is no part of a name: the escape stays
+		{"a%2fb.example", false, "a%2fb.example"},
 		{"my_host.internal", false, "my_host.internal"}, // not a DNS name IDNA accepts: lower-cased only
 		{"MY_HOST.internal", false, "my_host.internal"},
 		{"", false, ""},
@@ -91,6 +97,16 @@ func TestCanonicalPath(t *testing.T) {
 		{"?x=1", "/?x=1"},
 		{"/x/./pay?a=./b", "/x/pay?a=./b"},
 		{"/p?q=%7e", "/p?q=~"},
+		// A byte a query may not hold raw is escaped, as in the path
+		// (RFC 3986, 3.4: pchar, "/" and "?"); the client's escapes stay.
+		{"/pay?note=caf\u00e9", "/pay?note=caf%C3%A9"},
+		{"/pay?ids={a}&x=a|b^c`d\"e\\f<g>", "/pay?ids=%7Ba%7D&x=a%7Cb%5Ec%60d%22e%5Cf%3Cg%3E"},
+		{"/pay?a=[1]", "/pay?a=%5B1%5D"},
+		{"/pay?a=%5b1%5D", "/pay?a=%5B1%5D"},
+		{"/pay?a=100%", "/pay?a=100%25"},
+		{"/pay?q=a/b?c:d@e!$&'()*+,;=", "/pay?q=a/b?c:d@e!$&'()*+,;="},
+		{"/pay?q=a%26b&c", "/pay?q=a%26b&c"}, // an escaped '&' is not a separator
+		{"/pay/[x]?", "/pay/%5Bx%5D?"},
 	} {
 		if got := canonicalTarget(tt.in); got != tt.want {
 			t.Errorf("canonicalTarget(%q) = %q, want %q", tt.in, got, tt.want)

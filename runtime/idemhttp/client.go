@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -182,6 +183,9 @@ type RequestError struct {
 
 func (e *RequestError) Error() string {
 	if e.Attempts == 0 {
+		if msg := e.Err.Error(); strings.HasPrefix(msg, "idemhttp: ") {
+			return msg // ErrBodyNotReplayable and the like say it already
+		}
 		return "idemhttp: " + e.Err.Error()
 	}
 	return fmt.Sprintf("idemhttp: %d attempt(s) with the same key: %v", e.Attempts, e.Err)
@@ -198,7 +202,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key := ""
 	if !safeMethod(req.Method) {
-		if vs := req.Header.Values(header); len(vs) > 0 {
+		if vs := headerValues(req.Header, header); len(vs) > 0 {
 			key = vs[0]
 		} else if k, ok := KeyFrom(ctx); ok && k != "" {
 			key = k
@@ -264,6 +268,25 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
+// headerValues returns the values of the header field name in h, under
+// any spelling of the name: net/http sends a key of the map as it is
+// written, so a key set by assigning the map under a lower-case name
+// (req.Header["idempotency-key"], as code forwarding HTTP/2 headers does)
+// is the request's own field on the wire. Read by its canonical name only,
+// it was missed and the Transport added a key of its own beside it: two
+// fields, a new key per RoundTrip (review r54).
+func headerValues(h http.Header, name string) []string {
+	if vs := h.Values(name); len(vs) > 0 {
+		return vs
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(k, name) {
+			return vs
+		}
+	}
+	return nil
+}
+
 // send sends one attempt. cancel releases the attempt's timeout; the
 // caller calls it when done with the response.
 func (t *Transport) send(ctx context.Context, req *http.Request, header, key string, body func() (io.ReadCloser, error), attempt int) (*http.Response, context.CancelFunc, error) {
@@ -272,7 +295,7 @@ func (t *Transport) send(ctx context.Context, req *http.Request, header, key str
 		ctx, cancel = context.WithTimeout(ctx, t.AttemptTimeout)
 	}
 	r := req.Clone(ctx)
-	if key != "" && len(r.Header.Values(header)) == 0 {
+	if key != "" && len(headerValues(r.Header, header)) == 0 {
 		r.Header.Set(header, key)
 	}
 	if body != nil {
@@ -390,11 +413,20 @@ func retryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
+	// The longest wait a time.Duration holds (about 292 years): a cap of
+	// 24 h made a longer delay-seconds a day's wait, under a MaxRetryAfter
+	// past a day, where an HTTP-date asking for the same was waited for,
+	// or returned at once past the deadline (review r53).
+	const longest = int64(math.MaxInt64 / int64(time.Second))
 	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
 		if s <= 0 {
 			return 0
 		}
-		return time.Duration(min(s, int64(24*time.Hour/time.Second))) * time.Second
+		return time.Duration(min(s, longest)) * time.Second
+	} else if errors.Is(err, strconv.ErrRange) && v[0] != '-' {
+		// delay-seconds too large for an int64: as long as it gets (over
+		// any MaxRetryAfter), not absent.
+		return time.Duration(longest) * time.Second
 	}
 	if at, err := http.ParseTime(v); err == nil && at.After(now) {
 		return at.Sub(now)

@@ -1,12 +1,14 @@
 package idemhttp
 
 import (
+	"math"
 	"net/http"
 	"testing"
 	"time"
 )
 
 func TestRetryAfter(t *testing.T) {
+	longestWait := time.Duration(math.MaxInt64/int64(time.Second)) * time.Second
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	for _, tt := range []struct {
 		in   string
@@ -18,7 +20,9 @@ func TestRetryAfter(t *testing.T) {
 		{" 7 ", 7 * time.Second},
 		{"1.5", 0},
 		{"soon", 0},
-		{"99999999999", 24 * time.Hour},
+		{"172800", 48 * time.Hour}, // past a day, as asked (review r53)
+		{"99999999999", longestWait},
+		{"99999999999999999999", longestWait}, // past int64: as long as a wait gets
 		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
 		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
 		{"Tuesday, 01-Dec-26 12:00:30 GMT", 30 * time.Second}, // RFC 850, obsolete but allowed

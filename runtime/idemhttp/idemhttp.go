@@ -96,6 +96,7 @@ import (
 
 	"github.com/idemkit/idem/internal/idname"
 	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/internal/errtree"
 )
 
 // DefaultHeader is the request header carrying the key (IETF draft
@@ -320,7 +321,8 @@ type middleware struct {
 
 func safeMethod(m string) bool {
 	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace,
+		"": // net/http: "an empty string means GET" (review r53)
 		return true
 	}
 	return false
@@ -456,7 +458,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.problem(w, probNotReplayable, notReplayable(resp.Status, "was too large to store"))
 	case err == nil:
 		writeResponse(w, resp)
-	case errors.Is(err, runtime.ErrNotRecorded) && resp.Status != 0:
+	case errtree.SafeIs(err, runtime.ErrNotRecorded) && resp.Status != 0:
 		// The route's query found the request done, and the store could
 		// not record it: its response is the answer (the runtime's
 		// ErrNotRecorded), as a client whose handler ran gets its own.
@@ -714,27 +716,33 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 	)
 	ctx := r.Context()
 	switch {
-	case errors.Is(err, runtime.ErrNotReplayable):
+	case errtree.SafeIs(err, runtime.ErrNotReplayable):
 		m.problem(w, probNotReplayable, notReplayable(0, "was too large to store"))
-	case errors.Is(err, runtime.ErrInvalidKey):
+	case errtree.SafeIs(err, runtime.ErrInvalidKey):
 		m.problem(w, probKeyInvalid, "The idempotency key is not valid.")
-	case errors.Is(err, runtime.ErrKeyReused):
+	case errtree.SafeIs(err, runtime.ErrKeyReused):
 		m.problem(w, probKeyReused, "This idempotency key was used with another request (method, resource or body).")
-	case errors.Is(err, runtime.ErrInProgress), errors.Is(err, runtime.ErrLeaseLost):
+	case errtree.SafeIs(err, runtime.ErrInProgress), errtree.SafeIs(err, runtime.ErrLeaseLost):
 		// ErrLeaseLost: another worker took the request over while this
 		// one asked the query; it is in progress there.
 		m.problem(w, probInProgress, "A request with this key is still being processed; retry later.")
-	case errors.Is(err, runtime.ErrOutcomeUnknown):
+	case errtree.SafeIs(err, runtime.ErrOutcomeUnknown):
 		m.problem(w, probOutcomeUnknown, "An earlier request with this key may or may not have taken effect; it is being reconciled. Retry later.")
-	case errors.As(err, &fe):
+	case errtree.SafeAs(err, &fe):
 		m.failed(w, fe.Code, fe.Message)
-	case errors.Is(err, runtime.ErrPermanent):
+	case errtree.SafeIs(err, runtime.ErrPermanent):
 		m.failed(w, "", "The request with this key failed.")
-	case errors.Is(err, runtime.ErrTooLarge):
+	case errtree.SafeIs(err, runtime.ErrTooLarge):
 		m.problem(w, probBodyTooLarge, "The request is too large to record.")
-	case errors.As(err, &re):
+	case errtree.SafeAs(err, &re):
 		m.cfg.logger.ErrorContext(ctx, "idemhttp: the stored outcome cannot be read; answered 500", "method", r.Method, "target", r.URL.RequestURI(), "err", err)
 		m.problem(w, probRecordUnreadable, "The stored outcome of the request with this key cannot be read.")
+	case errtree.SafeIs(context.Cause(ctx), runtime.ErrLeaseLost):
+		// A placement of the middleware around this one (on another
+		// store) could not confirm its lease and stopped its handler,
+		// this request's wait or claim with it: the client did not
+		// cancel, and the request is in progress there.
+		m.problem(w, probInProgress, "A request with this key is still being processed; retry later.")
 	case ctx.Err() != nil:
 		// The request's own deadline passed, or it was cancelled, while
 		// the runtime waited or read: nothing to log.
@@ -773,7 +781,7 @@ func (gatewayTimeout) Timeout() bool { return true }
 
 // finish answers the client whose request ran the handler.
 func (m *middleware) finish(w http.ResponseWriter, r *http.Request, rw *writer, p *panicked, err error) {
-	if err != nil && p == nil && !handlerAnswer(err) && !errors.Is(err, errDeferred) {
+	if err != nil && p == nil && !handlerAnswer(err) && !errtree.SafeIs(err, errDeferred) {
 		// The handler ran and answered: its client gets the answer, whatever
 		// became of the record (the runtime logged what it could not write).
 		// A request an inner placement claimed is released by design.
@@ -794,7 +802,7 @@ func handlerAnswer(err error) bool {
 		se *statusError
 		us *uncertainStatus
 	)
-	return errors.As(err, &se) || errors.As(err, &us)
+	return errtree.SafeAs(err, &se) || errtree.SafeAs(err, &us)
 }
 
 // handlerPanicked is the effect's error when the handler panicked: the
@@ -860,6 +868,10 @@ func (m *middleware) operationOf(r *http.Request, origPath, cur, pattern string)
 		// that it never meets a request the mux routes elsewhere.
 		return asSent(r, origPath, pattern)
 	}
+	// A pattern's path may hold spaces (ServeMux takes "/pay at /eu"): in
+	// the name they are escaped, so that a pinned name never spells the
+	// marked names below ("… as sent", "… at /path").
+	pname := spacesEscaped(path)
 	switch {
 	case matches(path, origPath):
 		// No prefix was stripped, or the pattern is an outer mux's.
@@ -872,13 +884,22 @@ func (m *middleware) operationOf(r *http.Request, origPath, cur, pattern string)
 	case strings.HasSuffix(origPath, cur) && matches(path, cur):
 		// Mounted under a prefix (http.StripPrefix): the operation is the
 		// route as the client sees it, "POST /refunds/{id}".
-		return idname.Fit(method+" "+host+canonicalEscapes(strings.TrimSuffix(origPath, cur))+path, runtime.MaxKeyLen)
+		return idname.Fit(method+" "+host+canonicalEscapes(strings.TrimSuffix(origPath, cur))+pname, runtime.MaxKeyLen)
 	default:
 		// The path was rewritten some other way: the pattern alone would
 		// name two different routes alike, so the client's path goes in.
-		return idname.Fit(method+" "+host+path+" at "+canonicalEscapes(origPath), runtime.MaxKeyLen)
+		return idname.Fit(method+" "+host+pname+" at "+canonicalEscapes(origPath), runtime.MaxKeyLen)
 	}
-	return m.ops.name(method, rest, func() string { return idname.Fit(method+" "+host+path, runtime.MaxKeyLen) })
+	return m.ops.name(method, rest, func() string { return idname.Fit(method+" "+host+pname, runtime.MaxKeyLen) })
+}
+
+// spacesEscaped returns p with each space and tab escaped ("%20", "%09");
+// p itself when it has none.
+func spacesEscaped(p string) string {
+	if strings.IndexByte(p, ' ') < 0 && strings.IndexByte(p, '\t') < 0 {
+		return p
+	}
+	return strings.NewReplacer(" ", "%20", "\t", "%09").Replace(p)
 }
 
 // asSent names the operation of a request no pattern pins: the request as
@@ -1158,7 +1179,11 @@ func plainPath(uri string) (path string, ok bool) {
 // parseKey reads the key from a header field: an sf-string (RFC 8941
 // section 3.3.3) or bare visible ASCII without commas.
 func parseKey(field string) (string, error) {
-	field = strings.TrimSpace(field)
+	// Only HTTP's optional white space (RFC 9110 section 5.6.3: space
+	// and horizontal tab) is trimmed: strings.TrimSpace also took
+	// Unicode spaces (U+00A0, U+0085, U+3000), so a bad key with one
+	// before or after it was read as another, valid key (review r53).
+	field = strings.Trim(field, " \t")
 	if field == "" {
 		return "", errors.New("empty field")
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gorilla/mux"
+
 	"github.com/idemkit/idem/internal/teststores"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/idemhttp"
@@ -19,9 +21,9 @@ import (
 // unreserved characters in the path and the case of escapes' hex digits
 // do not make a second operation or a second fingerprint, so the handler
 // runs once. Routes pinned by a ServeMux pattern, routes no pattern pins
-// (a plain handler, a hand-written router that sets no r.Pattern, a
-// catch-all), on every store. Another host or a reserved character escaped
-// (%2F is not /) is another request.
+// (a plain handler, a hand-written router and gorilla/mux, which set no
+// r.Pattern, a catch-all), on every store. Another host or a reserved
+// character escaped (%2F is not /) is another request.
 func TestIdentitySpellings(t *testing.T) {
 	type send struct{ host, path string }
 	same := []send{
@@ -46,6 +48,12 @@ func TestIdentitySpellings(t *testing.T) {
 				}
 				http.NotFound(w, r)
 			})
+		}},
+		{"gorilla/mux router", func(h http.Handler) http.Handler {
+			// A real router that sets no r.Pattern (its routes are its own).
+			r := mux.NewRouter()
+			r.PathPrefix("/pay_now/").Methods(http.MethodPost).Handler(h)
+			return r
 		}},
 		{"ServeMux pattern", func(h http.Handler) http.Handler {
 			m := http.NewServeMux()

@@ -35,7 +35,9 @@ type StoredRequest struct {
 // runtime.OutcomeUnknown. ctx carries the attempt (runtime.FencingToken,
 // runtime.DownstreamKeyFrom) as it does for the handler, and the scope the
 // handler saw (runtime.ScopeFrom, also req.Scope), whether the query runs
-// inline for a duplicate, in a reconciler or for a resolve.
+// inline for a duplicate, in a reconciler or for a resolve. An error beside
+// any outcome but runtime.OutcomeFailed means the query could not tell
+// (see runtime.QueryFunc): the record stays UNKNOWN.
 type QueryFunc func(ctx context.Context, req StoredRequest) (Response, runtime.Outcome, error)
 
 // Query registers q as the "did it happen?" query of the route whose

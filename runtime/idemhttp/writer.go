@@ -4,11 +4,16 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // writer is the ResponseWriter the handler gets. It buffers the response for
@@ -32,10 +37,27 @@ type writer struct {
 	hinted      []string
 	status      int
 	wroteHeader bool
+	// snap is the header of the final response, fixed when the handler
+	// wrote its status (net/http sends the map as it was then, and
+	// ignores later changes but to trailers): what the client gets and
+	// what is recorded. It holds copies of the values (net/http copies
+	// them too: a value changed in place after the status is not sent),
+	// in snapBuf and valBuf for a few headers, so that taking it
+	// allocates nothing; snapped says it was taken.
+	snap     []headerKV
+	snapVals []string
+	snapBuf  [4]headerKV
+	valBuf   [8]string
+	snapped  bool
 	// streamed: the status, headers and body so far went to w; what
 	// follows goes straight through.
 	streamed bool
 	hijacked bool
+	// contentLength is the Content-Length the final status declared (-1:
+	// none), written what the handler wrote of the body: as net/http, a
+	// write past the declared length fails with http.ErrContentLength and
+	// is not part of the response.
+	contentLength, written int64
 
 	mu       sync.Mutex
 	body     *[]byte // nil until the first byte, and once released
@@ -64,8 +86,10 @@ var errReleased = errors.New("idemhttp: write to a ResponseWriter after its hand
 func (w *writer) reset(cw http.ResponseWriter) {
 	w.release()
 	w.w, w.header, w.status, w.wroteHeader = cw, http.Header{}, http.StatusOK, false
+	w.snap, w.snapVals, w.snapped = w.snapBuf[:0], w.valBuf[:0], false
 	w.hinted = w.hinted[:0]
 	w.streamed, w.hijacked = false, false
+	w.contentLength, w.written = -1, 0
 	w.mu.Lock()
 	w.released = false
 	w.done.Store(false)
@@ -124,7 +148,7 @@ func (w *writer) writeHeader(code int) {
 		return
 	}
 	if code <= 199 && code != http.StatusSwitchingProtocols {
-		w.finalHeader()
+		w.finalHeader(w.header)
 		for k := range w.header {
 			w.hinted = append(w.hinted, k)
 		}
@@ -132,6 +156,67 @@ func (w *writer) writeHeader(code int) {
 		return
 	}
 	w.status, w.wroteHeader = code, true
+	w.takeSnapshot()
+	if cl := w.header.Get("Content-Length"); cl != "" {
+		if v, err := strconv.ParseInt(strings.TrimSpace(cl), 10, 64); err == nil && v >= 0 {
+			w.contentLength = v
+		}
+	}
+}
+
+// headerKV is one header of a snapshot; isNil marks a value set to nil
+// (suppressed the net/http way).
+type headerKV struct {
+	name  string
+	vals  []string
+	isNil bool
+}
+
+// takeSnapshot fixes the final response's header: the handler's map as
+// it is now.
+func (w *writer) takeSnapshot() {
+	w.snap, w.snapVals = w.snap[:0], w.snapVals[:0]
+	for k, vs := range w.header {
+		start := len(w.snapVals)
+		w.snapVals = append(w.snapVals, vs...)
+		w.snap = append(w.snap, headerKV{name: k, vals: w.snapVals[start:len(w.snapVals):len(w.snapVals)], isNil: vs == nil})
+	}
+	w.snapped = true
+}
+
+// unchanged reports whether the handler's map holds what the snapshot
+// holds.
+func (w *writer) unchanged() bool {
+	if len(w.header) != len(w.snap) {
+		return false
+	}
+	for _, kv := range w.snap {
+		vs, ok := w.header[kv.name]
+		if !ok || (vs == nil) != kv.isNil || !slices.Equal(vs, kv.vals) {
+			return false
+		}
+	}
+	return true
+}
+
+// snapshot returns the final response's header as a map: the handler's
+// own when it still holds the snapshot (no copy: the common case), else a
+// map of the snapshot's values (the exchange's own: never reused by
+// another request). Before any status (a hijacked connection) it is the
+// handler's map.
+func (w *writer) snapshot() http.Header {
+	if !w.snapped || w.unchanged() {
+		return w.header
+	}
+	h := make(http.Header, len(w.snap))
+	for _, kv := range w.snap {
+		if kv.isNil {
+			h[kv.name] = nil
+		} else {
+			h[kv.name] = kv.vals
+		}
+	}
+	return h
 }
 
 func (w *writer) Write(p []byte) (int, error) {
@@ -146,7 +231,14 @@ func (w *writer) Write(p []byte) (int, error) {
 		return 0, http.ErrHijacked
 	case !bodyAllowed(w.status):
 		return 0, http.ErrBodyNotAllowed
-	case w.streamed:
+	}
+	// Counted as net/http counts it, whether streamed or not: once a write
+	// overran, every later one fails too.
+	w.written += int64(len(p))
+	if w.contentLength != -1 && w.written > w.contentLength {
+		return 0, http.ErrContentLength
+	}
+	if w.streamed {
 		return w.w.Write(p)
 	}
 	w.mu.Lock()
@@ -205,7 +297,7 @@ func (w *writer) stream() error {
 		w.writeHeader(http.StatusOK)
 	}
 	w.streamed = true
-	w.finalHeader()
+	w.finalHeader(w.snapshot())
 	w.w.WriteHeader(w.status)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -217,58 +309,127 @@ func (w *writer) stream() error {
 	return err
 }
 
-// commit sends the buffered response to the client, or the trailers of a
-// streamed one.
+// commit sends the buffered response to the client, then the trailers
+// (those of a streamed one too): as net/http, the values the handler's
+// map holds when it returned of the names its response declared in
+// Trailer, and of the names with [http.TrailerPrefix]. The client's writer
+// gets the header as it was at the status (with the prefixed names set by
+// then), the body, then the trailers: so net/http decides, as for the
+// handler alone, whether the response is chunked and a prefixed trailer
+// set after the status goes (a small body is sent with a Content-Length,
+// and such a trailer is then dropped, as net/http drops it).
 func (w *writer) commit() {
 	switch {
 	case w.hijacked:
 		return
-	case w.streamed:
-		dst := w.w.Header()
-		declared := map[string]bool{}
-		for _, v := range w.header.Values("Trailer") {
-			for n := range strings.SplitSeq(v, ",") {
-				declared[http.CanonicalHeaderKey(strings.TrimSpace(n))] = true
+	case !w.streamed:
+		if !w.wroteHeader {
+			w.writeHeader(http.StatusOK)
+		}
+		w.finalHeader(w.snapshot())
+		w.w.WriteHeader(w.status)
+		w.mu.Lock()
+		if b := w.bytes(); len(b) > 0 {
+			_, _ = w.w.Write(b)
+		}
+		w.mu.Unlock()
+	}
+	// The trailers are the handler's map's at return: one it deleted
+	// since the status (copied to the client's map with the header then)
+	// is not sent, as net/http alone would not send it.
+	dst := w.w.Header()
+	declared := trailers(w.snapshot())
+	for k := range dst {
+		if strings.HasPrefix(k, http.TrailerPrefix) || declared[http.CanonicalHeaderKey(k)] {
+			if _, ok := w.header[k]; !ok {
+				delete(dst, k)
 			}
 		}
-		for k, vs := range w.header {
-			if strings.HasPrefix(k, http.TrailerPrefix) || declared[http.CanonicalHeaderKey(k)] {
-				dst[k] = vs
-			}
+	}
+	w.prefixedTrailers()
+	for k, vs := range w.header {
+		if declared[http.CanonicalHeaderKey(k)] {
+			dst[k] = vs
 		}
-		return
-	}
-	if !w.wroteHeader {
-		w.writeHeader(http.StatusOK)
-	}
-	w.finalHeader()
-	w.w.WriteHeader(w.status)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if b := w.bytes(); len(b) > 0 {
-		_, _ = w.w.Write(b)
 	}
 }
 
-// response is what is recorded: the headers that may be stored, and the
-// body unless it was streamed. It shares the writer's header values and
-// body, which nothing changes once the handler returned: the runtime
-// encodes the response before the client's writer gets them.
+// prefixedTrailers gives the client's writer the handler's trailers named
+// with [http.TrailerPrefix].
+func (w *writer) prefixedTrailers() {
+	for k, vs := range w.header {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			w.w.Header()[k] = vs
+		}
+	}
+}
+
+// trailers returns the names h declares in Trailer (canonical) that
+// net/http takes as trailers; nil when it declares none. A name RFC 9110
+// forbids in a trailer (Content-Type, Cache-Control, Authorization...)
+// is ignored by net/http's declaration, and sent as a header: so it is a
+// header here, stored and replayed.
+func trailers(h http.Header) map[string]bool {
+	var declared map[string]bool
+	for _, v := range h["Trailer"] {
+		for n := range strings.SplitSeq(v, ",") {
+			if n = strings.TrimSpace(n); n != "" && httpguts.ValidTrailerHeader(n) {
+				if declared == nil {
+					declared = map[string]bool{}
+				}
+				declared[http.CanonicalHeaderKey(n)] = true
+			}
+		}
+	}
+	return declared
+}
+
+// response is what is recorded: the headers of the final response that
+// may be stored (never a trailer: a name its Trailer header declares, or
+// one with http.TrailerPrefix), and the body unless it was streamed. It
+// shares the writer's header values and body, which nothing changes once
+// the handler returned: the runtime encodes the response before the
+// client's writer gets them.
 func (w *writer) response(cfg *config) Response {
-	h := w.header
-	for k := range w.header {
-		if !cfg.stored(http.CanonicalHeaderKey(k)) {
+	if !w.wroteHeader {
+		w.writeHeader(http.StatusOK) // the handler returned: its map is final
+	}
+	sent := w.snapshot()
+	declared := trailers(sent)
+	keep := func(k string) bool {
+		ck := http.CanonicalHeaderKey(k)
+		if ck == "Content-Length" && k != ck {
+			// net/http does not read a Content-Length under another
+			// spelling (it frames the body itself); replayed under the
+			// canonical name it would refuse the body (review r48).
+			return false
+		}
+		return cfg.stored(ck) && !declared[ck]
+	}
+	h := sent
+	for k := range sent {
+		if !keep(k) {
 			h = nil // some are not stored: a map of those that are
 			break
 		}
 	}
 	if h == nil {
 		h = http.Header{}
-		for k, vs := range w.header {
-			if cfg.stored(http.CanonicalHeaderKey(k)) {
+		for k, vs := range sent {
+			if keep(k) {
 				h[k] = vs
 			}
 		}
+	}
+	if _, typed := sent["Content-Type"]; !typed && len(sent["Transfer-Encoding"]) > 0 && bodyAllowed(w.status) {
+		// net/http does not sniff a Content-Type for a response whose
+		// handler set Transfer-Encoding, which is never stored: the
+		// record says "no Content-Type" (a nil value, as net/http reads
+		// one), so that a replay is not sniffed either (review r47).
+		if len(h) == len(sent) { // h is sent itself (the handler's map): not to be changed
+			h = maps.Clone(sent)
+		}
+		h["Content-Type"] = nil
 	}
 	resp := Response{Status: w.status, Header: storedHeader(h), Streamed: w.streamed}
 	w.mu.Lock()
@@ -280,17 +441,17 @@ func (w *writer) response(cfg *config) Response {
 	return resp
 }
 
-// finalHeader gives the client's writer the headers of the response about
-// to be written (a 1xx or the final one): the handler's, less those it sent
-// with an earlier 1xx and deleted since.
-func (w *writer) finalHeader() {
+// finalHeader gives the client's writer h, the headers of the response
+// about to be written (a 1xx or the final one), less those the handler
+// sent with an earlier 1xx and deleted since.
+func (w *writer) finalHeader(h http.Header) {
 	dst := w.w.Header()
 	for _, k := range w.hinted {
-		if _, ok := w.header[k]; !ok {
+		if _, ok := h[k]; !ok {
 			delete(dst, k)
 		}
 	}
-	copyHeader(dst, w.header)
+	copyHeader(dst, h)
 }
 
 func copyHeader(dst, src http.Header) {

@@ -229,7 +229,11 @@ func TestH36MigrationFileBesideOpenTx(t *testing.T) {
 	stop()
 	took := time.Since(start)
 	t.Logf("the migration file: %v", <-applied)
-	if err != nil || took > 500*time.Millisecond {
+	// Queued behind the file's ALTER TABLE the replay waits out the
+	// tool's 3 s; alone it takes milliseconds, and at a load of 12 on
+	// this 2-core machine once 510 ms (four processes of this suite
+	// beside a build).
+	if err != nil || took > 1500*time.Millisecond {
 		t.Errorf("a replay beside the migration file took %v: %v", took, err)
 	}
 }

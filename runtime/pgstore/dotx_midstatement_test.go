@@ -153,8 +153,8 @@ func testDoTxLeaseRuleMidStatement(t *testing.T, cancelRequest bool, lateLeases 
 	close(returned)
 	t.Logf("DoTx returned after %v: %v", time.Since(start).Round(time.Millisecond), dotxErr)
 	if !cancelRequest {
-		if !errors.Is(dotxErr, pgstore.ErrRollbackRequired) {
-			t.Errorf("DoTx: %v; want ErrRollbackRequired (the connection closed)", dotxErr)
+		if !errors.Is(dotxErr, pgstore.ErrRollbackRequired) || !errors.Is(dotxErr, runtime.ErrLeaseLost) {
+			t.Errorf("DoTx: %v; want ErrRollbackRequired (the connection closed) and ErrLeaseLost (why: the lease rule)", dotxErr)
 		}
 		_ = tx.Commit(context.Background())
 		if eff := count(t, p, "SELECT count(*) FROM "+table+" WHERE ref = 'effect'"); eff != 0 {

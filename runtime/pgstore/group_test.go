@@ -179,15 +179,18 @@ func TestGroupCommitFailingBatchesManyCallers(t *testing.T) {
 					report("claim %v: claimed=%v, %v", id, res.Claimed, err)
 					continue
 				}
-				note := ""
-				if (w+r)%5 == 0 {
-					note = "\xff" // an invalid completion fails its batch too
+				// An invalid completion fails its batch too: a token that is
+				// not UTF-8 (a note no longer does: pgstore stores notes as
+				// valid UTF-8 since review r54).
+				token, invalid := fmt.Sprintf("t-%d-%d", w, r), (w+r)%5 == 0
+				if invalid {
+					token += "\xff"
 				}
 				v, err := s.Transition(ctx, runtime.TransitionParams{ID: id, From: runtime.StateProcessing, Owner: "w",
-					Version: res.Record.Version, To: runtime.StateSuccess, TTL: time.Hour, Response: []byte(`"ok"`), Note: note,
-					Token: fmt.Sprintf("t-%d-%d", w, r)})
+					Version: res.Record.Version, To: runtime.StateSuccess, TTL: time.Hour, Response: []byte(`"ok"`), Note: "\xff",
+					Token: token})
 				switch {
-				case note != "":
+				case invalid:
 					if err == nil {
 						report("invalid completion of %v succeeded", id)
 					}

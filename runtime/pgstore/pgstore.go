@@ -11,6 +11,10 @@
 // the completion's UPDATE) and a replay is one (a SELECT by primary key):
 // a store reads first while its recent claims found records, and inserts
 // first otherwise (see [Store.Claim]).
+//
+// A record's note (an error quoted, a resolution's reason) is stored as
+// text: bytes that are not UTF-8, and NUL, are replaced by U+FFFD, where
+// the memory store and Redis keep them as written.
 package pgstore
 
 import (
@@ -18,7 +22,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -365,7 +371,7 @@ func (s *Store) Transition(ctx context.Context, p runtime.TransitionParams) (int
 func (s *Store) transition(ctx context.Context, q *db.Queries, p runtime.TransitionParams) (int64, error) {
 	arg := db.TransitionParams{
 		ToState: string(p.To), NewOwner: p.NewOwner, Lease: interval(p.Lease), Ttl: interval(p.TTL),
-		Response: p.Response, ResponseOmitted: p.ResponseOmitted, Note: p.Note, Token: p.Token,
+		Response: p.Response, ResponseOmitted: p.ResponseOmitted, Note: pgText(p.Note), Token: p.Token,
 		Scope: p.ID.Scope, Operation: p.ID.Operation, Key: p.ID.Key,
 		FromState: string(p.From), Owner: p.Owner, Version: p.Version,
 	}
@@ -508,3 +514,18 @@ func (s *Store) List(ctx context.Context, p runtime.ListParams) ([]runtime.Recor
 }
 
 var _ runtime.Lister = (*Store)(nil)
+
+// pgText returns s as a PostgreSQL text column takes it: valid UTF-8
+// without NUL: each run of bytes that are not UTF-8, and each NUL,
+// replaced by U+FFFD. A record's note quotes errors and a resolution's reason, which
+// may hold any bytes (an encoding error naming a field with a NUL, a
+// gateway's Latin-1 error page): refused by the server (SQLSTATE 22021),
+// the write that records a call's outcome failed, the record stayed
+// PROCESSING, and every duplicate after the lease ran the effect again
+// (review r54).
+func pgText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idem/internal/stall"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
 )
@@ -163,6 +164,7 @@ func TestReview18DoTxHeldOpenDuplicates(t *testing.T) {
 			}()
 		}
 		var shortClaims []*r18Claims
+		starved := stall.Start()
 		first, err := d.doTx(rtShort, req, func() bool {
 			time.Sleep(50 * time.Millisecond)
 			for range 3 {
@@ -182,6 +184,7 @@ func TestReview18DoTxHeldOpenDuplicates(t *testing.T) {
 			t.Fatalf("the first DoTx: %q, %v", first, err)
 		}
 		wg.Wait()
+		worst := starved.Stop()
 		close(answers)
 		const slack = 300 * time.Millisecond
 		for a := range answers {
@@ -196,7 +199,14 @@ func TestReview18DoTxHeldOpenDuplicates(t *testing.T) {
 				claims := slices.Clone(l.d)
 				l.mu.Unlock()
 				last := claims[len(claims)-1]
-				if bound := 300*time.Millisecond + last + 150*time.Millisecond; !errors.Is(a.err, runtime.ErrInProgress) || a.elapsed > bound {
+				bound := 300*time.Millisecond + last + 150*time.Millisecond
+				if errors.Is(a.err, runtime.ErrInProgress) && a.elapsed > bound && a.elapsed-bound <= worst {
+					// A goroutine woke that much late (the machine's load:
+					// 20 ms past the bound at load 20): not the protocol's.
+					t.Logf("runtime.Do duplicate answered %v past its bound while the process stalled for up to %v: not counted", (a.elapsed - bound).Round(time.Millisecond), worst)
+					continue
+				}
+				if !errors.Is(a.err, runtime.ErrInProgress) || a.elapsed > bound {
 					t.Errorf("runtime.Do duplicate (MaxWait 300 ms) while T1 is open: %q, %v after %v, its claims taking %v; want ErrInProgress within MaxWait + its last claim + 150 ms = %v",
 						a.v, a.err, a.elapsed.Round(time.Millisecond), claims, bound.Round(time.Millisecond))
 				}

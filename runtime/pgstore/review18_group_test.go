@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,11 +134,14 @@ type firstClaim struct {
 // ErrInProgress" (or replays). Here the batch in flight holds the
 // uncommitted INSERT of key K and waits on a row lock of another record.
 // Attack: a runtime.Do duplicate of K (another runtime, MaxWait 300 ms, a
-// context without deadline) while the lock is held 4 s. Its own claim
+// context without deadline) while the lock is held 10 s. Its own claim
 // withdraws after 500 ms and runs alone, but the INSERT's unique check
 // waits for the stuck batch's transaction: the duplicate is neither told
 // "in progress" nor answered at all until the unrelated lock goes, far past
-// MaxWait + the bypass. The test allows 2 s.
+// MaxWait + the bypass. The test allows 5 s: the lock's 10 s tell the
+// fault apart, and a correct answer took 2.4 s on CI's loaded machine
+// (stop 52 of 85f76f3: its claim waited out the batch's lock_timeout and
+// then PostgreSQL's queue under the suite's parallel load).
 //
 // The same holds for a duplicate from another process (a store of its own
 // on the same database, without group commit, reading first): its INSERT
@@ -172,18 +176,18 @@ func TestReview18GroupStuckBatchHoldsDuplicates(t *testing.T) {
 					Effect:      func(context.Context, string) (string, error) { effects.Add(1); return "dup", nil }})
 				got <- answer{err, time.Since(start)}
 			}()
-			const bound = 2 * time.Second // MaxWait 300 ms + the 500 ms bypass + a loaded machine's slack
+			const bound = 5 * time.Second // MaxWait 300 ms + the 500 ms bypass + a loaded machine's slack, half the lock's hold
 			var a answer
 			select {
 			case a = <-got:
-			case <-time.After(4 * time.Second):
+			case <-time.After(10 * time.Second):
 				unlock()
 				a = <-got
 			}
 			unlock()
 			switch {
 			case a.elapsed > bound:
-				t.Errorf("a duplicate of a claim in a stuck batch (MaxWait 300 ms) was answered after %v, when the unrelated lock went (held 4 s): %v",
+				t.Errorf("a duplicate of a claim in a stuck batch (MaxWait 300 ms) was answered after %v, when the unrelated lock went (held 10 s): %v",
 					a.elapsed.Round(time.Millisecond), a.err)
 			case a.err != nil && !errors.Is(a.err, runtime.ErrInProgress):
 				t.Errorf("the duplicate was told %v; want ErrInProgress or the replay", a.err)
@@ -198,7 +202,7 @@ func TestReview18GroupStuckBatchHoldsDuplicates(t *testing.T) {
 				t.Errorf("the first claim: %v", f.err)
 			case f.res.Claimed && n != 0:
 				t.Errorf("the duplicate ran its effect %d times while the first claim held the key", n)
-			case !f.res.Claimed && (n != 1 || f.res.Record.Owner != "dup" && f.res.Record.Token != "dup#1"):
+			case !f.res.Claimed && (n != 1 || f.res.Record.Owner != "dup" && !strings.HasPrefix(f.res.Record.Token, "dup#")):
 				t.Errorf("the first claim was not granted, the duplicate ran %d times; the first claim saw %+v", n, f.res.Record)
 			}
 		})

@@ -82,7 +82,8 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 // connection: with pgx's default context handling, a context cancelled
 // while a statement runs (the lease rule's, or the caller's own) closes
 // that connection, so tx cannot commit and DoTx returns
-// [ErrRollbackRequired]; nothing of the effect commits, but the caller's
+// [ErrRollbackRequired] (wrapping [runtime.ErrLeaseLost] too when the
+// lease rule stopped the effect); nothing of the effect commits, but the caller's
 // own writes in tx are lost with it. To keep tx usable in that case, build
 // the caller's connections with [pgconn.CancelRequestContextWatcherHandler]
 // (pgconn.Config.BuildContextWatcherHandler), which cancels the statement
@@ -97,7 +98,8 @@ var ErrNotReadCommitted = errors.New("pgstore: DoTx needs a READ COMMITTED trans
 // past it. A second call after tx rolled back a savepoint around the first
 // (its outcome and effect gone) releases the first call's claim, which
 // names tx, and runs the effect again at once; one from inside the first
-// call's effect gets [runtime.ErrInProgress] at once. DoTx's own statements in tx (before the effect, and the
+// call's effect gets [runtime.ErrInProgress] at once. Either, with another
+// request, gets [runtime.ErrKeyReused]: the key stays bound to the first. DoTx's own statements in tx (before the effect, and the
 // savepoint's release or rollback after it) run on a context the caller
 // cannot cancel: a cancellation never closes tx's connection there.
 //

@@ -647,15 +647,27 @@ func TestDoTxDuplicateWaitsForAHeldRow(t *testing.T) {
 	ctx := scopedCtx(t.Name())
 	var runs atomic.Int32
 	call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5}, Effect: insertOrder(table, &runs)}
-	tx, err := p.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	// The first call, on a 150 ms lease, may be stopped by the lease rule
+	// on a loaded machine (no renewal answered in time: seen at a load of
+	// 18): its writes are undone and the claim released, as documented,
+	// and the set-up is made again in a new transaction.
+	var tx pgx.Tx
+	var first order
+	for try := 0; ; try++ {
+		if tx, err = p.Begin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if first, err = pgstore.DoTx(ctx, rt, tx, call); err == nil {
+			break
+		}
+		_ = tx.Rollback(context.Background())
+		if try == 2 || !errors.Is(err, runtime.ErrLeaseLost) && !errors.Is(err, pgstore.ErrRollbackRequired) {
+			t.Fatal(err)
+		}
+		t.Logf("the first call was stopped by the lease rule (the machine's load): %v; again", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	first, err := pgstore.DoTx(ctx, rt, tx, call)
-	if err != nil {
-		t.Fatal(err)
-	}
+	base := runs.Load() // stopped runs' writes were undone
 	type result struct {
 		o   order
 		err error
@@ -675,8 +687,8 @@ func TestDoTxDuplicateWaitsForAHeldRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-dup
-	if r.err != nil || r.o != first || runs.Load() != 1 {
-		t.Fatalf("the duplicate: %+v, %v (effect ran %d times); want the first call's %+v replayed", r.o, r.err, runs.Load(), first)
+	if r.err != nil || r.o != first || runs.Load() != base {
+		t.Fatalf("the duplicate: %+v, %v (effect ran %d times, %d before it); want the first call's %+v replayed", r.o, r.err, runs.Load(), base, first)
 	}
 }
 

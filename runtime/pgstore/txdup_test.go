@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -210,7 +211,8 @@ func TestDoTxConcurrentDuplicatesMixedOutcomes(t *testing.T) {
 func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 	p := testPool(t)
 	table := ordersTable(t, p)
-	rt, err := runtime.New(pgstore.New(p, opts...), runtime.WithLease(200*time.Millisecond), runtime.WithMaxWait(3*time.Second))
+	const lease = 200 * time.Millisecond
+	rt, err := runtime.New(pgstore.New(p, opts...), runtime.WithLease(lease), runtime.WithMaxWait(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +226,13 @@ func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 		// txErr is what the caller's transaction ended with (BeginFunc's
 		// error): nil when it committed.
 		txErr error
+		// rowID is the id of the row the caller's own effect inserted
+		// (0: none), whether or not it committed.
+		rowID int64
+		// doCommitted: a runtime.Do caller's effect committed its row;
+		// doSpan is the time from its effect's start to Do's return.
+		doCommitted bool
+		doSpan      time.Duration
 	}
 	for k := range keys {
 		key := fmt.Sprintf("mix-%d", k)
@@ -245,6 +254,10 @@ func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 					switch {
 					case err != nil:
 						return o, err
+					default:
+						a.rowID = o.ID
+					}
+					switch {
 					case outcome == 2:
 						return order{}, runtime.Permanent(fmt.Errorf("declined by caller %d", i))
 					case outcome == 3:
@@ -255,8 +268,10 @@ func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 				}
 				<-start
 				if i%5 == 4 { // a runtime.Do duplicate: its effect's row commits on its own
+					var effStart time.Time
 					a.resp, a.err = runtime.Do(ctx, rt, runtime.Call[orderReq, order]{Operation: "Orders.Create", Key: key, Request: req,
 						Effect: func(ctx context.Context, r orderReq) (order, error) {
+							effStart = time.Now()
 							tx, err := p.Begin(ctx)
 							if err != nil {
 								return order{}, err
@@ -266,8 +281,15 @@ func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 							if err != nil {
 								return o, err
 							}
-							return o, tx.Commit(ctx)
+							if err := tx.Commit(ctx); err != nil {
+								return o, err
+							}
+							a.doCommitted = true
+							return o, nil
 						}})
+					if !effStart.IsZero() {
+						a.doSpan = time.Since(effStart)
+					}
 					a.rollback = false
 					return
 				}
@@ -292,12 +314,65 @@ func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		excused := -1
+		if len(rows) == 2 {
+			// The documented limit of an effect that commits on its own,
+			// with neither a query nor a fencing downstream: a runtime.Do
+			// caller's effect committed its row, but its call outlived
+			// the lease (a 200 ms lease on a loaded machine) and its
+			// SUCCESS write found the record taken over, whose new owner
+			// ran the effect again. Excused only for such a caller: told
+			// the lease was lost, its effect's start to its return past
+			// the lease rule's deadline (nine tenths of the lease). A
+			// duplicate that took over a live lease (the fault this test
+			// is for) finds its victim well inside it. Seen once, load 21.
+			for _, row := range rows {
+				for i, a := range answers {
+					if a.rowID == row.ID && a.doCommitted && a.doSpan >= lease*9/10 &&
+						(errors.Is(a.err, runtime.ErrLeaseLost) || errors.Is(a.err, runtime.ErrOutcomeUnknown)) {
+						excused = i
+						t.Logf("%s: caller %d's (runtime.Do) row %d committed by an effect that outlived its lease (%v from its start to the call's answer %v), and the record's new owner ran the effect again: the documented window of an effect without query or fencing",
+							key, i, row.ID, a.doSpan.Round(time.Millisecond), a.err)
+						rows = slices.DeleteFunc(rows, func(o order) bool { return o.ID == row.ID })
+						break
+					}
+				}
+				if excused >= 0 {
+					break
+				}
+			}
+		}
+		// inserters names the callers whose effects inserted rows, and
+		// what each was told: a failure's diagnosis.
+		inserters := func(rows []order) string {
+			var who []string
+			for _, row := range rows {
+				for i, a := range answers {
+					if a.rowID == row.ID {
+						who = append(who, fmt.Sprintf("row %d: caller %d (Do %v, committed by Do %v, span %v, rollback %v, tx %v): %v",
+							row.ID, i, i%5 == 4, a.doCommitted, a.doSpan.Round(time.Millisecond), a.rollback, a.txErr, a.err))
+					}
+				}
+			}
+			return strings.Join(who, "; ")
+		}
 		if len(rows) > 1 {
-			t.Fatalf("%s: the effect's row exists %d times", key, len(rows))
+			t.Fatalf("%s: the effect's row exists %d times: %s", key, len(rows), inserters(rows))
 		}
 		rec, err := rt.Store().Get(ctx, runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: "Orders.Create", Key: key})
 		if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			t.Fatal(err)
+		}
+		// unknownCommit: the row id was inserted by a runtime.Do caller
+		// whose COMMIT returned an error and who was told the outcome is
+		// unknown.
+		unknownCommit := func(id int64) bool {
+			for i, a := range answers {
+				if a.rowID == id && i%5 == 4 && !a.doCommitted && errors.Is(a.err, runtime.ErrOutcomeUnknown) {
+					return true
+				}
+			}
+			return false
 		}
 		var committed *order
 		switch {
@@ -307,8 +382,16 @@ func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 				t.Fatalf("%s: SUCCESS record %+v (%v) with rows %+v", key, o, err, rows)
 			}
 			committed = &o
+		case rec.State == runtime.StateUnknown && len(rows) == 1 && unknownCommit(rows[0].ID):
+			// UNKNOWN, honestly: a runtime.Do caller's commit was sent but
+			// its answer lost (the lease rule cancelled the effect's
+			// context during COMMIT, which the server applied): the
+			// effect returned the cancellation, recorded UNKNOWN, and its
+			// caller was told ErrOutcomeUnknown (series at 50a3546, run 2,
+			// load 20.1). The operation has no query to tell.
+			t.Logf("%s: record UNKNOWN with the row %d of a runtime.Do caller whose commit's answer was lost: the outcome is unknown, as recorded", key, rows[0].ID)
 		case len(rows) != 0:
-			t.Fatalf("%s: record %s (%v) but the effect's row %+v was committed", key, rec.State, err, rows)
+			t.Fatalf("%s: record %s (%v) but the effect's row %+v was committed: %s", key, rec.State, err, rows, inserters(rows))
 		}
 		tally := map[string]int{}
 		for _, a := range answers {
@@ -327,6 +410,8 @@ func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 		var fe *runtime.FailedError
 		for i, a := range answers {
 			switch {
+			case i == excused:
+				// Told the lease was lost: no outcome claimed.
 			case a.err == nil && a.own && a.rollback:
 				// Its own effect, rolled back by its own caller.
 			case a.err == nil:
@@ -345,7 +430,8 @@ func testDoTxMixedOutcomes(t *testing.T, opts ...pgstore.Option) {
 				fe = nil
 			case errors.Is(a.err, runtime.ErrInProgress), errors.Is(a.err, runtime.ErrLeaseLost), errors.Is(a.err, errAgain):
 				// No outcome claimed.
-			case errors.Is(a.err, runtime.ErrOutcomeUnknown) && rec.State == runtime.StateUnknown && len(rows) == 0:
+			case errors.Is(a.err, runtime.ErrOutcomeUnknown) && rec.State == runtime.StateUnknown &&
+				(len(rows) == 0 || unknownCommit(rows[0].ID)):
 				// No outcome claimed either: an attempt's lease ran out
 				// under it (renewals late on a loaded machine: a 200 ms
 				// lease), the lease rule stopped its effect, its writes

@@ -35,7 +35,7 @@ func (h *failNthAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a := cmd.Args()
 		if name := strings.ToLower(cmd.Name()); (name == "evalsha" || name == "eval") && len(a) > 3 &&
-			fmt.Sprint(a[2]) == "2" && strings.HasSuffix(fmt.Sprint(a[3]), "}:pending") {
+			fmt.Sprint(a[2]) == "3" && strings.HasSuffix(fmt.Sprint(a[3]), "}:pending") {
 			if h.seen.Add(1) == h.n {
 				cmd.SetErr(errInjected)
 				return errInjected

@@ -66,7 +66,7 @@ func CheckIndexes(ctx context.Context, s *Store) (int, error) {
 					return 0, fmt.Errorf("pending index %s names %s, which does not exist (%v)", key, m, err)
 				}
 			}
-		case strings.HasSuffix(key, "}:expiry"), strings.HasSuffix(key, "}:version"), strings.Contains(key, "}:acq:"):
+		case strings.HasSuffix(key, "}:expiry"), strings.HasSuffix(key, "}:version"), strings.Contains(key, "}:acq:"), strings.Contains(key, "}:rel:"):
 		default:
 			return 0, fmt.Errorf("unexpected key %q", key)
 		}
@@ -142,6 +142,11 @@ func (s *Store) checkMember(ctx context.Context, index, key string, want bool, s
 // as a client-side resend of the same call would.
 func ClaimWithNonce(ctx context.Context, s *Store, p runtime.ClaimParams, nonce string) (runtime.ClaimResult, error) {
 	return s.claim(ctx, p, nonce)
+}
+
+// ReleaseWithNonce runs the release script with a given nonce.
+func ReleaseWithNonce(ctx context.Context, s *Store, p runtime.ReleaseParams, nonce string) error {
+	return s.release(ctx, p, nonce)
 }
 
 func TransitionWithNonce(ctx context.Context, s *Store, p runtime.TransitionParams, nonce string) (int64, error) {

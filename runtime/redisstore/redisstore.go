@@ -19,6 +19,7 @@
 //	idem:{b}:expiry                        sorted set: SUCCESS and FAILED records by ExpiresAt
 //	idem:{b}:version                       counter: the bucket's last version (never expires)
 //	idem:{b}:acq:<nonce>                   hash: one acquire call's receipt (expires with its lease)
+//	idem:{b}:rel:<nonce>                   string: one release call's receipt (expires after a minute)
 //
 // The hash tag {b} puts a record and both indexes of its bucket in one
 // Cluster slot, so every script touches one slot. While resharding splits a
@@ -184,6 +185,10 @@ func WithMaxRecordBytes(n int) Option {
 
 // New returns a store on client. The client may be a *redis.Client, a
 // *redis.ClusterClient or a failover client; the store never closes it.
+// Build it with ContextTimeoutEnabled set in its options: go-redis
+// otherwise ignores context deadlines (each command waits its ReadTimeout
+// and is retried), and neither the runtime's completion timeout nor a
+// caller's deadline bounds a call while Redis takes no writes.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -558,11 +563,21 @@ func (s *Store) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, er
 	return until, nil
 }
 
-// Release implements [runtime.Store] in one script.
+// Release implements [runtime.Store] in one script. Each call carries a
+// nonce, so that a resent script (go-redis resends a command whose reply it
+// did not get) reports its own first run's deletion instead of a lost lease.
 func (s *Store) Release(ctx context.Context, p runtime.ReleaseParams) error {
+	return s.release(ctx, p, s.newNonce())
+}
+
+// releaseReceipt is how long a release's receipt lives (see releaseScript):
+// far longer than go-redis takes to resend a command.
+const releaseReceipt = time.Minute
+
+func (s *Store) release(ctx context.Context, p runtime.ReleaseParams, nonce string) error {
 	k := s.keysOf(p.ID)
-	n, err := releaseScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry},
-		string(p.State), p.Owner, p.Version).Int64()
+	n, err := releaseScript.Run(ctx, s.c, []string{k.rec, k.pending, k.expiry, receiptKey(k.pending, "rel:", nonce)},
+		string(p.State), p.Owner, p.Version, nonce, releaseReceipt.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
@@ -613,8 +628,9 @@ func (s *Store) acquirePending(ctx context.Context, p runtime.AcquireParams, non
 	var out []runtime.Record
 	for _, b := range due {
 		for run, start := 0, int64(0); len(out) < limit && start >= 0 && run < maxAcquireRuns; run++ {
-			args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget, nonce(b, run), start}, ops...)
-			vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending, s.tags[b].ver}, args...).Slice()
+			n := nonce(b, run)
+			args := append([]any{p.Owner, us(p.Lease), limit - len(out), p.MaxAttempts, inspectBudget, n, start}, ops...)
+			vals, err := acquireScript.Run(ctx, s.c, []string{s.tags[b].pending, s.tags[b].ver, receiptKey(s.tags[b].pending, "acq:", n)}, args...).Slice()
 			if notNow(err) {
 				break // the bucket's slot is migrating: its records wait for the next call
 			}
@@ -720,6 +736,12 @@ func (s *Store) countDue(ctx context.Context, index string, eval bool) ([]*redis
 		return nil
 	})
 	return cmds, err
+}
+
+// receiptKey returns the key of a script's receipt: the bucket's prefix
+// (its pending index's key less "pending"), kind and the call's nonce.
+func receiptKey(pending, kind, nonce string) string {
+	return strings.TrimSuffix(pending, "pending") + kind + nonce
 }
 
 // notNow reports whether err is Redis Cluster's TRYAGAIN: the keys a script

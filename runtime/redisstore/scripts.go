@@ -150,11 +150,17 @@ if not st or (atv and final(st) and ex > 0 and ex <= now) then
       end
     end -- nil: not on this node while the slot migrates; not now
   end
+  -- A finished record replaced keeps its last transition's token and
+  -- version (lt, lv: see transitionScript), so that a resend of that write
+  -- still finds it.
+  local last = {false, false}
+  if st then last = redis.call('HMGET', key, 'lt', 'lv') end
   redis.call('DEL', key)
   redis.call('HSET', key, 'sc', ARGV[6], 'op', ARGV[7], 'ky', ARGV[8], 'fp', ARGV[1],
     'st', 'PROCESSING', 'ow', ARGV[2], 'v', fmt(nextv(KEYS[4], tonumber(cur[3]))), 'le', fmt(lease), 'ex', '0',
     'rq', ARGV[4], 'to', '0', 'at', '0', 'ca', fmt(now), 'ua', fmt(now), 'cn', ARGV[9],
     'tn', '', 'nt', '', 'om', '0')
+  if last[1] and last[2] then redis.call('HSET', key, 'lt', last[1], 'lv', last[2]) end
   index(key, KEYS[2], KEYS[3], 'PROCESSING', lease, 0)
 elseif atv and st == 'PROCESSING' and le > 0 and le <= now and fp == ARGV[1] then
   redis.call('HINCRBY', key, 'to', 1)
@@ -186,17 +192,28 @@ return read(KEYS[1], {1, fmt(now)})
 // (the same on every retry of one outcome) or, when it gives none, a
 // per-call nonce (the client resending the script): a record that still
 // carries it (no version-changing write since) was written by this very
-// write, and its version comes back.
+// write, and its version comes back. The last transition's token and
+// version are also kept apart ('lt', 'lv'), untouched by claims and
+// acquisitions (and carried over when a claim replaces a finished record
+// past its TTL): a resend that arrives after a reconciler acquired the
+// record, a duplicate took it over or a claim replaced it still finds its
+// own write and gets the version it wrote, not "lease lost" (go-redis
+// resends after a read timeout, seconds later, while UNKNOWN records are
+// due at once). Only the next transition, or the record's deletion (a
+// release, a sweep, Redis's own expiry), forgets it.
 //
 // Finished records get PEXPIRE ttl+grace: Redis deletes them itself, grace
 // after ExpiresAt, so a claim or Sweep in between still sees the record (and
 // a reused key gets a higher version). Other states are PERSISTed.
 var transitionScript = redis.NewScript(prelude + `
 local key = KEYS[1]
-local cur = redis.call('HMGET', key, 'st', 'ow', 'v', 'tn')
+local cur = redis.call('HMGET', key, 'st', 'ow', 'v', 'tn', 'lt', 'lv')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or tonumber(cur[3]) ~= tonumber(ARGV[3]) then
   if cur[4] and cur[4] ~= '' and cur[4] == ARGV[11] then
     return {1, tonumber(cur[3])} -- this very write, retried: it was applied
+  end
+  if cur[5] and cur[5] == ARGV[11] and tonumber(cur[6]) then
+    return {1, tonumber(cur[6])} -- applied, and claimed or acquired since
   end
   return {0}
 end
@@ -207,7 +224,7 @@ local le, ex = 0, 0
 if tonumber(ARGV[6]) > 0 then le = now + tonumber(ARGV[6]) end
 if final(to) then ex = now + tonumber(ARGV[7]) end
 redis.call('HSET', key, 'st', to, 'ow', ARGV[5], 'v', fmt(v), 'le', fmt(le), 'ex', fmt(ex), 'ua', fmt(now),
-  'tn', ARGV[11], 'nt', ARGV[12], 'om', ARGV[13])
+  'tn', ARGV[11], 'nt', ARGV[12], 'om', ARGV[13], 'lt', ARGV[11], 'lv', fmt(v))
 if to == 'PROCESSING' then
   redis.call('HSET', key, 'at', '0') -- a new run of the effect: its outcome gets every attempt
 end
@@ -242,13 +259,37 @@ index(key, KEYS[2], KEYS[3], cur[1], le, tonumber(cur[4]) or 0)
 return {1, fmt(le)}
 `)
 
-// releaseScript: KEYS record, pending, expiry; ARGV state, owner, version.
-// Reply: 1 (deleted) or 0 (lease lost).
+// releaseScript: KEYS record, pending, expiry, receipt; ARGV state, owner,
+// version, nonce, receipt lifetime (ms). Reply: 1 (deleted) or 0 (lease lost).
+//
+// The nonce names the call. A release leaves a receipt (<bucket>rel:<nonce>,
+// the record's key, expiring after the receipt lifetime); a resend of the
+// same call (go-redis resends a command whose reply it did not get) finds
+// the record gone or replaced and the receipt naming it, and answers 1:
+// its own first run deleted the record. The receipt is a declared key, so
+// that Redis Cluster runs the script only on the node that holds it with
+// the record and the indexes: while the bucket's slot migrates and its
+// keys are split (the receipt yet to be created, or left on the source
+// while the indexes moved) the script does not run (TRYAGAIN; go-redis,
+// then the runtime, try again), and a resend finds its receipt wherever
+// the script runs. The receipt is written first, and a release that could
+// not write it deletes nothing (TRYAGAIN). Undeclared, a receipt was left
+// behind on the source: a resend that ran on the slot's new node found
+// neither record nor receipt and answered "lease lost" for the record it
+// had deleted.
 var releaseScript = redis.NewScript(`
 local key = KEYS[1]
+local rcpt = KEYS[4]
 local cur = redis.call('HMGET', key, 'st', 'ow', 'v')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or tonumber(cur[3]) ~= tonumber(ARGV[3]) then
+  if redis.pcall('GET', rcpt) == key then
+    return 1 -- this very release, resent: it was applied
+  end
   return 0
+end
+local w = redis.pcall('SET', rcpt, key, 'PX', ARGV[5])
+if type(w) == 'table' and w.err then
+  return redis.error_reply('TRYAGAIN release receipt not writable (slot migrating): ' .. w.err)
 end
 redis.call('DEL', key)
 redis.call('ZREM', KEYS[2], key)
@@ -256,7 +297,7 @@ redis.call('ZREM', KEYS[3], key)
 return 1
 `)
 
-// acquireScript: KEYS pending index and version counter of one bucket; ARGV owner, lease (us),
+// acquireScript: KEYS pending index, version counter and receipt of one bucket; ARGV owner, lease (us),
 // limit, max attempts, inspection budget, nonce, start, then the operations
 // to keep to (none: all). It walks the index from the oldest lease, from the
 // start'th due entry, acquires due records (PROCESSING with an expired
@@ -275,13 +316,19 @@ return 1
 // it did not get, e.g. after a read timeout) finds it and answers with the
 // records the first run acquired that are still as it left them, instead of
 // acquiring others and leaving those held, unconverged, until their lease
-// ends. (On the source of a migrating slot the receipt cannot be created,
-// which only makes a resend during a migration unrecognized.)
+// ends. The receipt is a declared key (see releaseScript): while the
+// bucket's slot migrates and its keys are split, the script does not run
+// (TRYAGAIN: the bucket waits for a later call), and a resend finds its
+// receipt wherever it runs. (Undeclared, a receipt could not be created
+// on the source of a migrating slot, which the script did not notice, and
+// one was left on the source while the indexes moved: a resend on the
+// slot's new node acquired other records, left held, and its own receipt
+// there made the reshard's MIGRATE of the first one fail, BUSYKEY.)
 var acquireScript = redis.NewScript(prelude + `
 local pend = KEYS[1]
 local now = now_us()
 local out = {fmt(now), '-1'}
-local rcpt = string.sub(pend, 1, #pend - #'pending') .. 'acq:' .. ARGV[6]
+local rcpt = KEYS[3]
 local prev = redis.pcall('HGETALL', rcpt)
 if type(prev) == 'table' and prev.err == nil and #prev > 0 then
   for i = 1, #prev, 2 do
@@ -338,7 +385,8 @@ while n < limit and budget > 0 do
   end
 end
 if n < limit and not ended then out[2] = fmt(offset) end
-if #receipt > 0 and type(redis.pcall('HSET', rcpt, unpack(receipt))) == 'number' then
+if #receipt > 0 then
+  redis.call('HSET', rcpt, unpack(receipt))
   redis.call('PEXPIRE', rcpt, fmt(math.max(1, math.floor(tonumber(ARGV[2]) / 1000))))
 end
 return out

@@ -169,6 +169,32 @@ func TestResentScripts(t *testing.T) {
 	if n, err := redisstore.CheckIndexes(ctx, s); err != nil || n != 1 {
 		t.Fatalf("CheckIndexes = %d, %v", n, err)
 	}
+
+	// A release, resent: the second run reports the first one's deletion,
+	// also once another claim has made the key a new record; another call
+	// of the same release is refused.
+	rid := runtime.Identity{Scope: "resent", Operation: "T.Op", Key: "released"}
+	u := mustClaim(t, s, claimP(rid, "w", time.Minute))
+	rp := runtime.ReleaseParams{ID: rid, State: runtime.StateProcessing, Owner: "w", Version: u.Version}
+	if err := redisstore.ReleaseWithNonce(ctx, s, rp, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := redisstore.ReleaseWithNonce(ctx, s, rp, "r1"); err != nil {
+		t.Fatalf("resent release: %v, want nil", err)
+	}
+	mustClaim(t, s, claimP(rid, "w2", time.Minute))
+	if err := redisstore.ReleaseWithNonce(ctx, s, rp, "r1"); err != nil {
+		t.Fatalf("resent release after a new claim: %v, want nil", err)
+	}
+	if err := redisstore.ReleaseWithNonce(ctx, s, rp, "r2"); !errors.Is(err, runtime.ErrLeaseLost) {
+		t.Fatalf("another stale release: %v, want ErrLeaseLost", err)
+	}
+	if got, err := s.Get(ctx, rid); err != nil || got.Owner != "w2" {
+		t.Fatalf("the new claim = %+v, %v; want it kept", got, err)
+	}
+	if n, err := redisstore.CheckIndexes(ctx, s); err != nil || n != 2 {
+		t.Fatalf("CheckIndexes = %d, %v", n, err)
+	}
 }
 
 // TestResentAcquire runs the acquire script twice with the same nonce, as

@@ -596,12 +596,21 @@ func leaseRenewedTry(t *testing.T, s runtime.Store, key string) string {
 			}
 			return fmt.Sprintf("the duplicate %v after the effect began took the record over", time.Since(begin).Round(time.Millisecond))
 		}
+		if errors.Is(err, runtime.ErrOutcomeUnknown) {
+			break // the first call was stopped by the lease rule: see below
+		}
 		if !errors.Is(err, runtime.ErrInProgress) {
 			t.Fatalf("duplicate during a long effect: %v, want ErrInProgress (lease must be renewed)", err)
 		}
 		time.Sleep(lease / 3)
 	}
 	if err := <-done; err != nil {
+		if errors.Is(err, runtime.ErrLeaseLost) && c.runs.Load() == 0 {
+			// No renewal was answered in time (a starved server or
+			// scheduler: the final check of 3c988d9 on Redis Cluster),
+			// and the lease rule stopped the effect before it charged.
+			return "the lease rule stopped the effect: " + err.Error()
+		}
 		t.Fatal(err)
 	}
 	if c.runs.Load() != 1 {
@@ -657,14 +666,28 @@ func testDoTTL(t *testing.T, s runtime.Store) {
 	ctx := scoped(t)
 	rt := newRuntime(t, s, runtime.WithTTL(shortTTL))
 	var c counter
-	if _, err := runtime.Do(ctx, rt, call("k", chargeReq{"a", 1}, c.charge)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runtime.Do(ctx, rt, call("k", chargeReq{"a", 1}, c.charge)); err != nil || c.runs.Load() != 1 {
-		t.Fatalf("within TTL: %v (runs %d)", err, c.runs.Load())
+	// A replay within the TTL is told only when the second call came
+	// within it: on a loaded machine the two calls may take longer than
+	// the short TTL, and then running the effect again is right. Such a
+	// try proves nothing either way; another key tries again.
+	key := ""
+	for try := 0; ; try++ {
+		key = fmt.Sprintf("k%d", try)
+		c.runs.Store(0)
+		start := time.Now()
+		if _, err := runtime.Do(ctx, rt, call(key, chargeReq{"a", 1}, c.charge)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := runtime.Do(ctx, rt, call(key, chargeReq{"a", 1}, c.charge))
+		if err == nil && c.runs.Load() == 1 {
+			break
+		}
+		if took := time.Since(start); took < shortTTL || try == 2 {
+			t.Fatalf("within TTL (the two calls took %v, TTL %v): %v (runs %d)", took, shortTTL, err, c.runs.Load())
+		}
 	}
 	time.Sleep(shortTTL + 100*time.Millisecond)
-	got, err := runtime.Do(ctx, rt, call("k", chargeReq{"a", 2}, c.charge))
+	got, err := runtime.Do(ctx, rt, call(key, chargeReq{"a", 2}, c.charge))
 	if err != nil || c.runs.Load() != 2 || got.ID != "ch_2" {
 		t.Fatalf("after TTL: %+v, %v (runs %d)", got, err, c.runs.Load())
 	}

@@ -42,26 +42,32 @@ func TestAcyclic(t *testing.T) {
 		name    string
 		err     error
 		cyclic  bool
+		flat    bool    // Acyclic flattens it (a cycle, or a shared subtree)
 		is      []error // errors.Is holds for each
 		isNot   []error
 		code    string // what errors.As finds for a *string, if anything
 		message string
 	}{
-		{"nil", nil, false, nil, nil, "", ""},
-		{"plain", io.EOF, false, []error{io.EOF}, []error{os.ErrNotExist}, "", "EOF"},
-		{"self cycle", loop, true, []error{loop}, []error{io.EOF}, "", "loop"},
-		{"two-error cycle", a, true, []error{a, b}, []error{io.EOF}, "", "a"},
-		{"join cycle", join, true, []error{io.EOF, join}, []error{os.ErrNotExist}, "c1", "multi"},
-		{"dag, no cycle", dag, false, []error{os.ErrNotExist, shared}, []error{io.EOF}, "", "multi"},
-		{"wrapped cycle", fmt.Errorf("outer: %w", loop), true, []error{loop}, []error{io.EOF}, "", "outer: loop"},
+		{"nil", nil, false, false, nil, nil, "", ""},
+		{"plain", io.EOF, false, false, []error{io.EOF}, []error{os.ErrNotExist}, "", "EOF"},
+		{"self cycle", loop, true, true, []error{loop}, []error{io.EOF}, "", "loop"},
+		{"two-error cycle", a, true, true, []error{a, b}, []error{io.EOF}, "", "a"},
+		{"join cycle", join, true, true, []error{io.EOF, join}, []error{os.ErrNotExist}, "c1", "multi"},
+		{"dag, no cycle", dag, false, true, []error{os.ErrNotExist, shared}, []error{io.EOF}, "", "multi"},
+		{"wrapped cycle", fmt.Errorf("outer: %w", loop), true, true, []error{loop}, []error{io.EOF}, "", "outer: loop"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Cyclic(tc.err); got != tc.cyclic {
 				t.Fatalf("Cyclic = %v, want %v", got, tc.cyclic)
 			}
 			out := Acyclic(tc.err)
-			if !tc.cyclic && out != tc.err {
-				t.Fatalf("Acyclic of an acyclic error is another error: %#v", out)
+			if !tc.flat && out != tc.err {
+				t.Fatalf("Acyclic of a tree is another error: %#v", out)
+			}
+			if tc.flat && tc.err != nil {
+				if _, ok := out.(*flat); !ok {
+					t.Fatalf("Acyclic of a cyclic or shared tree is not flat: %#v", out)
+				}
 			}
 			if tc.err == nil {
 				return

@@ -30,7 +30,11 @@
 //     Each worker draws its layout from the seed: the route placements
 //     alone, or inside a per-process placement on a memory store around the
 //     top mux (docs/http.md's two placements), with or without
-//     http.MaxBytesHandler between the two;
+//     http.MaxBytesHandler between the two. Each delivery spells its URL
+//     one of 16 ways: under /v1 (a rewrite in front of every placement
+//     takes it off, setting RequestURI to what it leaves), with the key's
+//     first character percent-encoded (upper- or lower-case hex), with the
+//     Host upper-cased; all name one request;
 //   - [DoorGRPC]: idemgrpc on a loopback grpc server (a hand-written
 //     service on structpb), called through the client interceptor with
 //     grpc's retry policy (UNAVAILABLE); some answers are lost in transport
@@ -68,7 +72,12 @@
 // size. Some deliveries (8%, all doors but DoTx's, whose SUCCESS is
 // written in the caller's transaction) find every SUCCESS write of their
 // call failing, whether their effect ran or their query found the effect
-// done: the runtime answers the response with ErrNotRecorded. Requests
+// done: the runtime answers the response with ErrNotRecorded. Some
+// deliveries (10%) find every FAILED write of their call failing; on
+// DoTx's door (30%, where only a decline writes FAILED, committed on its
+// own by the store) another session holds the record's row from the
+// decline until DoTx returns, so the write waits past the completion
+// timeout. Requests
 // are delivered one to three times: concurrent duplicates, retries just
 // after the first lease would end, later retries; some reuse a key with
 // another payload.
@@ -87,6 +96,9 @@
 //     query, a final successful retry means exactly once;
 //   - no client is told success (or "succeeded, response not stored") for
 //     an effect the downstream did not apply, nor failure for one it did;
+//   - a failure is an answer only once recorded: no client is told its
+//     call failed while its FAILED write failed (or waited on the row)
+//     and no FAILED of its identity had been applied;
 //   - no client gets another identity's response, and two routes are never
 //     stored under one operation;
 //   - a delivery whose SUCCESS writes failed gets the response its call
@@ -111,11 +123,16 @@
 // failed write; with a query, never.
 //
 // A run on a loaded machine may see the process stall (no goroutine runs
-// for a while). Two breaches of the invariants above are what the runtime
-// documents for such a stall, and only those are excused, with the stall
-// measured (see [Run]): a second effect after a lease was lost (on every
-// door but DoTx's), and a store-failure answer caused only by the
-// late-start confirmation's renewal running out of its time.
+// for a while). Three breaches of the invariants above are what the
+// runtime documents for such a stall, and only those are excused, with the
+// stall measured (see [Run]): a second effect after a lease was lost, in a
+// stall past the lease rule's margin (on every door but DoTx's); in a stall
+// past a third of the lease, a store-failure
+// answer or ERROR log caused only by a write of the runtime's own running
+// out of its time (the late-start confirmation's renewal, a failure's
+// FAILED or UNKNOWN write); and, on an operation without a query, the
+// at-least-once window of a SUCCESS write that ran out of its time, as for
+// one failed by injection.
 //
 // # Tenants
 //

@@ -128,6 +128,7 @@ func TestStallExcuses(t *testing.T) {
 		}
 	}
 	late := "ERROR idemgrpc: the idempotency store failed; answered Unavailable err=idem: Op \"k\": " + lateStartText + "; the effect did not run: " + context.DeadlineExceeded.Error()
+	failedWrite := "ERROR idemgrpc: the idempotency store failed; answered Unavailable err=idem: Op \"k\": the effect failed permanently (card declined) but recording it failed; the claim stays until its lease expires: " + context.DeadlineExceeded.Error()
 	for _, c := range []struct {
 		name  string
 		stall time.Duration
@@ -139,14 +140,17 @@ func TestStallExcuses(t *testing.T) {
 		{"another store error", time.Second, []string{"ERROR idemgrpc: the idempotency store failed; err=connection reset"}, false},
 		{"late start and another", time.Second, []string{late, "ERROR idemgrpc: the idempotency store failed; err=connection reset"}, false},
 		{"late start, renewal refused", time.Second, []string{strings.TrimSuffix(late, context.DeadlineExceeded.Error()) + "connection reset"}, false},
+		{"a FAILED write timed out in a long stall", time.Second, []string{failedWrite}, true},
+		{"a FAILED write timed out in a short stall", 199 * time.Millisecond, []string{failedWrite}, false},
+		{"a FAILED write refused", time.Second, []string{strings.TrimSuffix(failedWrite, context.DeadlineExceeded.Error()) + "connection reset"}, false},
 	} {
 		r := &run{cfg: Config{Lease: lease}, stall: c.stall}
-		if got := r.lateStartStalled(&delivery{errorLogs: c.logs}); got != c.want {
-			t.Errorf("%s: lateStartStalled = %v, want %v", c.name, got, c.want)
+		if got := r.stalledWrite(&delivery{errorLogs: c.logs}); got != c.want {
+			t.Errorf("%s: stalledWrite = %v, want %v", c.name, got, c.want)
 		}
 	}
 	r := &run{cfg: Config{Lease: lease}, stall: time.Second}
-	if !r.lateStartStalled(&delivery{ans: answer{detail: late}}) {
+	if !r.stalledWrite(&delivery{ans: answer{detail: late}}) {
 		t.Error("runtime.Do's answer naming the late start in a stall: not excused")
 	}
 }

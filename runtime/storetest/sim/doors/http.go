@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +40,20 @@ type httpDoor struct {
 }
 
 var httpRoutes = [2]string{"/payments/", "/refunds/"}
+
+// httpAlias is a path prefix a rewrite in front of the placements takes
+// off (see setup).
+const httpAlias = "/v1"
+
+// httpSpelling is how a delivery spells its request's URL, from a stream
+// of its own (the rest of a seed's schedule stays as it was): bit 0 sends
+// it under httpAlias, bit 1 percent-encodes the key's first character (an
+// unreserved one, so the same resource), in upper- or lower-case hex by
+// bit 2, and bit 3 upper-cases the Host. Every spelling is the same
+// request: one identity, one effect.
+func (h *httpDoor) httpSpelling(dl *delivery) int {
+	return rand.New(rand.NewPCG(h.r.seed^0x5e11, uint64(dl.id))).IntN(16)
+}
 
 func (h *httpDoor) setup(r *run) error {
 	h.r = r
@@ -90,10 +105,20 @@ func (h *httpDoor) setup(r *run) error {
 		if err != nil {
 			return err
 		}
-		// The delivery's id, for the logger.
+		// The delivery's id, for the logger; and a rewrite in front of
+		// every placement: /v1/payments/k is /payments/k (the rewrite
+		// sets RequestURI to what it leaves, as docs/http.md asks).
 		top := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if id, err := strconv.Atoi(req.Header.Get("X-Sim-Delivery")); err == nil {
 				req = req.WithContext(context.WithValue(req.Context(), deliveryKey{}, id))
+			}
+			if rest, ok := strings.CutPrefix(req.URL.Path, httpAlias); ok {
+				u := *req.URL
+				u.Path, u.RawPath = rest, strings.TrimPrefix(u.RawPath, httpAlias)
+				r2 := new(http.Request)
+				*r2 = *req
+				r2.URL, r2.RequestURI = &u, u.RequestURI()
+				req = r2
 			}
 			outer.ServeHTTP(w, req)
 		})
@@ -146,7 +171,10 @@ func (h *httpDoor) query(ctx context.Context, sr idemhttp.StoredRequest) (idemht
 	if err := json.Unmarshal(sr.Body, &in); err != nil {
 		return idemhttp.Response{}, runtime.OutcomeUnknown, fmt.Errorf("the stored body: %w", err)
 	}
-	if sr.Method != http.MethodPost || sr.Target != httpRoutes[0]+in.Key {
+	// The stored target is the first delivery's, as it spelled it (see
+	// httpSpelling).
+	target, err := url.PathUnescape(sr.Target)
+	if err != nil || sr.Method != http.MethodPost || target != httpRoutes[0]+in.Key {
 		return idemhttp.Response{}, runtime.OutcomeUnknown, fmt.Errorf("the stored request %s %s is not the request of key %q", sr.Method, sr.Target, in.Key)
 	}
 	rc, out, err := h.r.query(0)(ctx, in)
@@ -180,10 +208,24 @@ func (h *httpDoor) encodeSuccess(rc simpay.Receipt) ([]byte, error) {
 func (h *httpDoor) call(ctx context.Context, dl *delivery) answer {
 	rq := dl.req
 	body, _ := json.Marshal(rq.req)
-	url := h.addrs[dl.plan.worker] + httpRoutes[rq.route] + rq.key
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	sp := h.httpSpelling(dl)
+	path := httpRoutes[rq.route] + rq.key
+	if sp&2 != 0 {
+		hex := fmt.Sprintf("%%%02X", rq.key[0])
+		if sp&4 != 0 {
+			hex = strings.ToLower(hex)
+		}
+		path = httpRoutes[rq.route] + hex + rq.key[1:]
+	}
+	if sp&1 != 0 {
+		path = httpAlias + path
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.addrs[dl.plan.worker]+path, bytes.NewReader(body))
 	if err != nil {
 		return answer{kind: ansOther, detail: err.Error()}
+	}
+	if sp&8 != 0 {
+		req.Host = "LOCALHOST" + req.URL.Host[strings.LastIndexByte(req.URL.Host, ':'):]
 	}
 	req.Header.Set(idemhttp.DefaultHeader, rq.key)
 	req.Header.Set("X-Sim-Delivery", strconv.Itoa(dl.id))
@@ -217,6 +259,12 @@ func (h *httpDoor) call(ctx context.Context, dl *delivery) answer {
 	case http.StatusGone:
 		a.kind = ansNotStored
 	case http.StatusConflict, http.StatusGatewayTimeout, http.StatusBadGateway, http.StatusInternalServerError, http.StatusTooManyRequests:
+		a.kind = ansLater
+	case 499:
+		// The request's context ended while it waited (problem type
+		// "canceled"): not this client's doing here (an outer placement's
+		// lease rule, in a process stall, once answered so: now 409). Not
+		// an outcome: the client retries.
 		a.kind = ansLater
 	case http.StatusUnprocessableEntity:
 		// 422 is key reuse (problem type key-reused), or another stable

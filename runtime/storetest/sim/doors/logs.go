@@ -45,6 +45,12 @@ func (h *errorLog) Handle(ctx context.Context, rec slog.Record) error {
 	if strings.Contains(b.String(), runtime.ErrLeaseLost.Error()) {
 		d.leaseLost = true
 	}
+	if notRecordedTimeout(b.String()) {
+		d.notRecordedTimeout = true
+	}
+	if strings.Contains(b.String(), lateStartText) {
+		d.lateStart = true
+	}
 	r.mu.Unlock()
 	return nil
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/pgstore"
@@ -93,11 +95,13 @@ func (x *txDoor) call(ctx context.Context, dl *delivery) answer {
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	ran := false // an effect of this transaction's that it still holds
 	doTx := func(n int) (simpay.Receipt, error) {
-		return pgstore.DoTx(ctx, x.workers[dl.plan.worker], tx, pgstore.TxCall[simpay.Request, simpay.Receipt]{
+		var held *rowLock // the record's row, locked by another session
+		rc, err := pgstore.DoTx(ctx, x.workers[dl.plan.worker], tx, pgstore.TxCall[simpay.Request, simpay.Receipt]{
 			Operation: x.ops()[rq.route], Key: rq.key, Request: rq.req,
 			Effect: func(ctx context.Context, tx pgx.Tx, req simpay.Request) (simpay.Receipt, error) {
 				ran = true
-				if a, ok := runtime.AttemptFrom(ctx); ok {
+				a, ok := runtime.AttemptFrom(ctx)
+				if ok {
 					r.learn(rq.route, a.ID.Operation)
 				}
 				r.note(ident, "DoTx effect runs for delivery %d, call %d (%s)", dl.id, n, dl.plan.mode)
@@ -107,6 +111,9 @@ func (x *txDoor) call(ctx context.Context, dl *delivery) answer {
 					// claim row meanwhile.
 					if err := sleepCtx(ctx, r.cfg.Lease/5); err != nil {
 						return simpay.Receipt{}, err
+					}
+					if dl.plan.failFailed && ok && held == nil {
+						held = x.lockRow(dl, a.ID)
 					}
 					return simpay.Receipt{}, runtime.Permanent(fmt.Errorf("%w: %s", errDeclined, failurePage()))
 				case mSlow:
@@ -119,6 +126,17 @@ func (x *txDoor) call(ctx context.Context, dl *delivery) answer {
 				return rc, err
 			},
 		})
+		if held != nil {
+			// No one could write the record while the row was held: a
+			// failure answer now was never recorded.
+			if a := classifyRuntime(ctx, rc, err); a.kind == ansFailed {
+				r.violate("a failure is an answer only once recorded", ident,
+					"delivery %d, DoTx call %d: another session held the record's row from the decline until DoTx returned, so its FAILED write could not be made, and it was told the call failed: %s", dl.id, n, short(a.detail))
+			}
+			held.release()
+			r.note(ident, "delivery %d: the row lock on the record is released", dl.id)
+		}
+		return rc, err
 	}
 	var rc simpay.Receipt
 	switch dl.plan.inTx {
@@ -142,6 +160,11 @@ func (x *txDoor) call(ctx context.Context, dl *delivery) answer {
 		}
 		_, err1 := doTx(1)
 		r.note(ident, "delivery %d: first DoTx returned (its effect ran: %v): %s; the caller rolls back its savepoint", dl.id, ran, short(fmt.Sprint(err1)))
+		if err1 != nil && strings.Contains(err1.Error(), lateStartText) {
+			r.mu.Lock()
+			dl.firstLateStart = true
+			r.mu.Unlock()
+		}
 		if errors.Is(err1, pgstore.ErrRollbackRequired) {
 			err = err1
 			break
@@ -212,4 +235,53 @@ func (x *txDoor) loadLedger() error {
 		r.ledger[e.receipt.Identity] = append(r.ledger[e.receipt.Identity], e)
 	}
 	return rows.Err()
+}
+
+// rowLock is a transaction of a connection of its own (not the pool's,
+// which the callers' transactions and DoTx's claims share) that holds a
+// record's row locked.
+type rowLock struct {
+	conn *pgx.Conn
+	tx   pgx.Tx
+}
+
+// lockRow locks the row of id's record from another session, so that
+// DoTx's FAILED write, committed on its own, waits for it past the
+// completion timeout and is not made (the row lock a FAILED write can meet
+// in production: a long transaction of the caller's, an operator's
+// session). It returns nil, with a note, when the lock is not had at once.
+func (x *txDoor) lockRow(dl *delivery, id runtime.Identity) *rowLock {
+	r := x.r
+	ctx, cancel := context.WithTimeout(context.Background(), 2*r.cfg.Lease)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, r.cfg.Pool.Config().ConnConfig.Copy())
+	if err != nil {
+		r.note(r.ident(dl.req), "delivery %d: no row lock (connect: %v)", dl.id, err)
+		return nil
+	}
+	tx, err := conn.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, "SET LOCAL lock_timeout = '200ms'")
+	}
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = tx.Exec(ctx, "SELECT 1 FROM idem_records WHERE scope = $1 AND operation = $2 AND key = $3 FOR UPDATE", id.Scope, id.Operation, id.Key)
+	}
+	if err != nil || tag.RowsAffected() != 1 {
+		r.note(r.ident(dl.req), "delivery %d: no row lock (%d rows: %v)", dl.id, tag.RowsAffected(), err)
+		_ = conn.Close(context.Background())
+		return nil
+	}
+	r.mu.Lock()
+	dl.storeFault = true
+	r.faults["FAILED writes wait on a row lock (DoTx)"]++
+	r.mu.Unlock()
+	r.note(r.ident(dl.req), "fault: delivery %d declines while another session holds the record's row: its FAILED write waits", dl.id)
+	return &rowLock{conn: conn, tx: tx}
+}
+
+// release ends the lock's transaction and closes its connection.
+func (l *rowLock) release() {
+	_ = l.tx.Rollback(context.Background())
+	_ = l.conn.Close(context.Background())
 }
