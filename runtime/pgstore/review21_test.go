@@ -167,7 +167,8 @@ func (r21NilConnTx) Conn() *pgx.Conn { return nil }
 // not run again.
 func TestR21NilConnSavepointRetry(t *testing.T) {
 	f := newR21Fixture(t)
-	p, table, rt, ctx, runs := f.p, f.table, f.rt, f.ctx, &f.runs
+	p, table, ctx, runs := f.p, f.table, f.ctx, &f.runs
+	rt := r21UntrackedRuntime(t, p)
 	call := r20Call(table, "k1", runs, 10)
 
 	tx := r21NilConnTx{r20Begin(ctx, t, p)}
@@ -186,11 +187,34 @@ func TestR21NilConnSavepointRetry(t *testing.T) {
 	r21WantUntrackedWait(t, second, d, runs)
 }
 
+// r21UntrackedLease is the lease of the tests whose second call waits for
+// a claim it cannot tell is its own transaction's: far longer than
+// MaxWait, so that the wait ends while the claim's lease is live even on
+// a loaded machine. (With r20Lease, 1 s past MaxWait, a poll of the wait
+// that returned a second late found the lease expired, and the waiter
+// rightly took the claim over and ran the effect again, its first run
+// rolled back with the savepoint: CI, stop 53.)
+const r21UntrackedLease = 20 * time.Second
+
+// r21UntrackedRuntime is a runtime on its own Store of p with
+// r21UntrackedLease and r20MaxWait.
+func r21UntrackedRuntime(t *testing.T, p *pgxpool.Pool) *runtime.Runtime {
+	t.Helper()
+	rt, err := runtime.New(pgstore.New(p), runtime.WithLease(r21UntrackedLease), runtime.WithMaxWait(r20MaxWait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
 // r21WantUntrackedWait checks the documented answer to a second call whose
 // transaction's own claim DoTx cannot tell: ErrInProgress after MaxWait,
 // the effect run once in all.
 func r21WantUntrackedWait(t *testing.T, err error, d time.Duration, runs *atomic.Int32) {
 	t.Helper()
+	if d >= r21UntrackedLease {
+		t.Fatalf("second DoTx: %v after %v: the wait outlasted the claim's lease (%v), MaxWait %v", err, d.Round(time.Millisecond), r21UntrackedLease, r20MaxWait)
+	}
 	if !errors.Is(err, runtime.ErrInProgress) || d < r20MaxWait-50*time.Millisecond {
 		t.Errorf("second DoTx (claim not tracked): %v after %v, want ErrInProgress after MaxWait (%v)", err, d.Round(time.Millisecond), r20MaxWait)
 	}
@@ -210,7 +234,7 @@ func TestR21TwoStoresSavepointRetry(t *testing.T) {
 		t.Run(fmt.Sprintf("twoPools=%v", twoPools), func(t *testing.T) {
 			p := testPool(t)
 			table := ordersTable(t, p)
-			rt1, _ := r20Runtime(t)
+			rt1 := r21UntrackedRuntime(t, p)
 			p2 := p
 			if twoPools {
 				var err error
@@ -220,11 +244,7 @@ func TestR21TwoStoresSavepointRetry(t *testing.T) {
 				}
 				t.Cleanup(p2.Close)
 			}
-			s2 := pgstore.New(p2)
-			rt2, err := runtime.New(s2, runtime.WithLease(r20Lease), runtime.WithMaxWait(r20MaxWait))
-			if err != nil {
-				t.Fatal(err)
-			}
+			rt2 := r21UntrackedRuntime(t, p2)
 			ctx := scopedCtx(t.Name())
 			var runs atomic.Int32
 			call := r20Call(table, "k1", &runs, 10)
@@ -386,7 +406,10 @@ func TestR21SavepointPatterns(t *testing.T) {
 		{"nested-rollback-outer", false, []step{{sql: "SAVEPOINT a"}, {sql: "SAVEPOINT b"}, {req: 1}, {sql: "RELEASE SAVEPOINT b"}, {sql: "ROLLBACK TO SAVEPOINT a"}, {req: 1}}, nil},
 		{"release-then-again", false, []step{{sql: "SAVEPOINT a"}, {req: 1}, {sql: "RELEASE SAVEPOINT a"}, {req: 1}}, nil},
 		{"rollback-twice", false, []step{{sql: "SAVEPOINT a"}, {req: 1}, {sql: "ROLLBACK TO SAVEPOINT a"}, {req: 1}, {sql: "ROLLBACK TO SAVEPOINT a"}, {req: 1}}, nil},
-		{"rollback-other-payload", false, []step{{sql: "SAVEPOINT a"}, {req: 1}, {sql: "ROLLBACK TO SAVEPOINT a"}, {req: 2}}, nil},
+		// Another request with the key after the rollback: the key stays
+		// bound to the first request (review r46), as for a void claim of a
+		// transaction that ended.
+		{"rollback-other-payload", false, []step{{sql: "SAVEPOINT a"}, {req: 1}, {sql: "ROLLBACK TO SAVEPOINT a"}, {req: 2}}, runtime.ErrKeyReused},
 		{"rollback-past-lease", false, []step{{sql: "SAVEPOINT a"}, {req: 1}, {sql: "ROLLBACK TO SAVEPOINT a", wait: r20Lease + 200*time.Millisecond}, {req: 1}}, nil},
 		{"group-rollback", true, []step{{sql: "SAVEPOINT a"}, {req: 1}, {sql: "ROLLBACK TO SAVEPOINT a"}, {req: 1}}, nil},
 		{"group-nested", true, []step{{sql: "SAVEPOINT a"}, {sql: "SAVEPOINT b"}, {req: 1}, {sql: "ROLLBACK TO SAVEPOINT b"}, {req: 1}, {sql: "ROLLBACK TO SAVEPOINT a"}, {req: 1}}, nil},
@@ -580,7 +603,13 @@ func TestR21KilledCallerThenRetry(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			// The pool's one connection may be the one the last round
+			// killed: pgx finds it dead on use, and the next Begin gets a
+			// new one.
 			tx, err := ap.Begin(ctx)
+			for try := 1; err != nil && try < 3; try++ {
+				tx, err = ap.Begin(ctx)
+			}
 			if err != nil {
 				aErr = err
 				return
@@ -593,7 +622,12 @@ func TestR21KilledCallerThenRetry(t *testing.T) {
 			aO, aErr = pgstore.DoTx(ctx, rt, tx, call)
 			aOK = aErr == nil && tx.Commit(ctx) == nil
 		}()
-		pid := <-pidc
+		var pid uint32
+		select {
+		case pid = <-pidc:
+		case <-done: // A could not begin (it sent no PID): it would wait forever
+			t.Fatalf("%s: A's transaction did not begin: %v", key, aErr)
+		}
 		time.Sleep(killAfter)
 		_, _ = p.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
 		<-done
@@ -695,9 +729,10 @@ func TestR21ObserverPanicHeartbeatLeaks(t *testing.T) {
 }
 
 // TestR21RollbackOtherPayloadPastLease: SAVEPOINT; DoTx(k, amount 1);
-// ROLLBACK TO; then, past the first claim's lease, DoTx(k, amount 2).
-// Within the lease the same schedule runs the effect with the new payload
-// (TestR21SavepointPatterns/rollback-other-payload); past it?
+// ROLLBACK TO; then, past the first claim's lease, DoTx(k, amount 2): the
+// same answer as within the lease (TestR21SavepointPatterns/
+// rollback-other-payload): ErrKeyReused, the key bound to the first
+// request (review r46; review r21 had them both run the effect).
 func TestR21RollbackOtherPayloadPastLease(t *testing.T) {
 	p := testPool(t)
 	table := ordersTable(t, p)
@@ -718,8 +753,8 @@ func TestR21RollbackOtherPayloadPastLease(t *testing.T) {
 	var second error
 	d := timed(func() { _, second = pgstore.DoTx(ctx, rt, tx, r20Call(table, "k1", &runs, 2)) })
 	t.Logf("second DoTx (other payload, past the lease): %v after %v", second, d.Round(time.Millisecond))
-	if second != nil {
-		t.Errorf("second DoTx: %v: within the lease the same call runs the effect", second)
+	if !errors.Is(second, runtime.ErrKeyReused) || runs.Load() != 1 {
+		t.Errorf("second DoTx: %v (effect runs %d): within the lease the same call is ErrKeyReused", second, runs.Load())
 	}
 }
 
