@@ -94,7 +94,7 @@ func Emit(s *Service, taken map[string]bool) ([]byte, error) {
 			}
 		}
 	}
-	e.f.HeaderComment(Header + "\n\n//go:build !" + BuildTag)
+	e.f.HeaderComment(Header + "\n\n" + wrapperConstraint(s.Build))
 	e.file()
 	var buf bytes.Buffer
 	if err := e.f.Render(&buf); err != nil {

@@ -122,7 +122,9 @@ func packageNames(pkg *packages.Package, svcs []*Service) map[string]bool {
 }
 
 // staleFiles lists the files in pkg's directory that idemgen generated but
-// that are not in produced.
+// that are not in produced. A wrapper whose //go:build line is that of
+// source files this build left out, and of none it built, is of another
+// build (a service in a file this build does not see): it is not stale.
 func staleFiles(pkg *packages.Package, produced map[string]bool) []string {
 	var dir string
 	switch {
@@ -138,28 +140,40 @@ func staleFiles(pkg *packages.Package, produced map[string]bool) []string {
 		return nil
 	}
 	var out []string
+	var b *builds
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
 			continue
 		}
 		path := filepath.Join(dir, name)
-		if produced[path] {
+		if produced[path] || !isGeneratedFile(path) {
 			continue
 		}
-		f, err := os.Open(path)
-		if err != nil {
-			continue
+		if build := generatedFor(path); build != "" {
+			if b == nil {
+				b = packageBuilds(pkg)
+			}
+			if b.other(build) {
+				continue
+			}
 		}
-		head := make([]byte, len(Header)+2)
-		n, _ := f.Read(head)
-		f.Close()
-		if IsGenerated(head[:n]) || bytes.Equal(bytes.TrimRight(head[:n], "\r\n"), []byte(Header)) {
-			out = append(out, path)
-		}
+		out = append(out, path)
 	}
 	slices.Sort(out)
 	return out
+}
+
+// isGeneratedFile reports whether the file at path starts with [Header].
+func isGeneratedFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, len(Header)+2)
+	n, _ := f.Read(head)
+	return IsGenerated(head[:n]) || bytes.Equal(bytes.TrimRight(head[:n], "\r\n"), []byte(Header))
 }
 
 // shadowedBuiltins reports, at its declaration, each builtin a generated

@@ -42,6 +42,7 @@ type Service struct {
 	Pkg         *types.Package
 	Dir         string // the package directory
 	File        string // base name of the generated file
+	Build       string // build constraint of the file declaring it ("" none)
 	Wrapper     string // unexported wrapper type
 	Constructor string // NewIdempotentX
 	Methods     []*Method
