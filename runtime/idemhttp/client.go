@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Client defaults; a zero field of [Transport] means its default.
@@ -54,7 +56,8 @@ var ErrBodyNotReplayable = errors.New("idemhttp: request body cannot be replayed
 // client's bug, other 4xx and 5xx definitive), a response marked
 // "Idempotent-Replayed: true" (a recorded outcome does not change), and
 // errors that another attempt cannot fix (a certificate or a host that
-// does not exist, a body that cannot be replayed).
+// does not exist, a request net/http refuses to send, a body that cannot
+// be replayed).
 //
 // Waits between attempts grow exponentially from MinBackoff, capped at
 // MaxBackoff, with jitter (a random half of each); a Retry-After header
@@ -63,7 +66,7 @@ var ErrBodyNotReplayable = errors.New("idemhttp: request body cannot be replayed
 // response. The request context bounds everything: when the next attempt
 // would start after its deadline, RoundTrip returns the last response (or
 // error) at once instead of sleeping; when it is cancelled during a wait,
-// RoundTrip returns its error. An [http.Client]'s Timeout is such a
+// RoundTrip returns its error (and its cause, when it has one). An [http.Client]'s Timeout is such a
 // deadline, on the whole logical request.
 //
 // The body is sent again on each attempt: through Request.GetBody when set,
@@ -112,6 +115,34 @@ type Transport struct {
 	// RetryStatus reports whether a response status, not replayed, is
 	// retried (default: 408, 409, 425, 429, 502, 503, 504).
 	RetryStatus func(status int) bool
+	// QuotedKey sends a key the Transport sets (from [WithKey] or minted)
+	// as the draft's field value, a Structured Field String: in double
+	// quotes, with " and \ escaped. By default it is sent bare, as most
+	// servers read the field (a plain token, stored and looked up as
+	// written: a payment provider's "find the charge by its key"), and as
+	// idem's middleware reads either form; set QuotedKey for a server that
+	// parses the field strictly as the draft says (it ignores a bare key).
+	// A key holding a comma, a double quote or a backslash, which a bare
+	// field cannot carry as one key, is sent quoted either way. A key in
+	// the request's own header is sent as written.
+	QuotedKey bool
+}
+
+// sfString is key as a Structured Field String (RFC 8941 section 3.3.3):
+// in double quotes, with '"' and '\' escaped. Keys are visible ASCII
+// (runtime.ValidateKey), which a String holds.
+func sfString(key string) string {
+	var b strings.Builder
+	b.Grow(len(key) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c == '"' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(key[i])
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // NewClient returns an http.Client whose transport is t (a zero Transport
@@ -200,16 +231,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if header == "" {
 		header = DefaultHeader
 	}
-	key := ""
+	key, field := "", "" // the key, and the field value sent for it ("": the request's own)
 	if !safeMethod(req.Method) {
 		if vs := headerValues(req.Header, header); len(vs) > 0 {
 			key = vs[0]
-		} else if k, ok := KeyFrom(ctx); ok && k != "" {
-			key = k
-		} else if t.NewKey != nil {
-			key = t.NewKey()
 		} else {
-			key = NewKey()
+			if k, ok := KeyFrom(ctx); ok && k != "" {
+				key = k
+			} else if t.NewKey != nil {
+				key = t.NewKey()
+			} else {
+				key = NewKey()
+			}
+			field = key
+			if t.QuotedKey || strings.ContainsAny(key, `,"\`) {
+				field = sfString(key)
+			}
 		}
 	}
 	body, err := t.replayable(req)
@@ -217,10 +254,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, &RequestError{Key: key, Err: err}
 	}
 	maxAttempts := orDefault(t.MaxAttempts, DefaultMaxAttempts)
+	malformed := malformedRequest(req, header, field)
 	for attempt := 1; ; attempt++ {
-		resp, cancel, err := t.send(ctx, req, header, key, body, attempt)
+		resp, cancel, err := t.send(ctx, req, header, field, body, attempt)
 		res := Result{Key: key, Attempts: attempt}
 		retry, after := t.retryable(ctx, resp, err)
+		if err != nil && malformed {
+			retry = false // net/http refuses it before sending: so will every attempt (review r55)
+		}
 		wait := t.backoff(attempt)
 		if after > wait {
 			wait = after
@@ -250,7 +291,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, &RequestError{Key: key, Attempts: attempt, Err: fmt.Errorf("%w while waiting to retry after %v", context.Cause(ctx), last)}
+			err := ctx.Err()
+			if cause := context.Cause(ctx); cause != err {
+				// Both: errors.Is(err, context.Canceled) holds, and the
+				// cause is kept (review r55).
+				err = fmt.Errorf("%w: %w", err, cause)
+			}
+			return nil, &RequestError{Key: key, Attempts: attempt, Err: fmt.Errorf("%w while waiting to retry after %v", err, last)}
 		case <-timer.C:
 		}
 	}
@@ -289,14 +336,14 @@ func headerValues(h http.Header, name string) []string {
 
 // send sends one attempt. cancel releases the attempt's timeout; the
 // caller calls it when done with the response.
-func (t *Transport) send(ctx context.Context, req *http.Request, header, key string, body func() (io.ReadCloser, error), attempt int) (*http.Response, context.CancelFunc, error) {
+func (t *Transport) send(ctx context.Context, req *http.Request, header, field string, body func() (io.ReadCloser, error), attempt int) (*http.Response, context.CancelFunc, error) {
 	cancel := context.CancelFunc(func() {})
 	if t.AttemptTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, t.AttemptTimeout)
 	}
 	r := req.Clone(ctx)
-	if key != "" && len(headerValues(r.Header, header)) == 0 {
-		r.Header.Set(header, key)
+	if field != "" && len(headerValues(r.Header, header)) == 0 {
+		r.Header.Set(header, field)
 	}
 	if body != nil {
 		r.GetBody = body
@@ -380,6 +427,29 @@ func defaultRetryStatus(s int) bool {
 	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests,
 		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return true
+	}
+	return false
+}
+
+// malformedRequest reports whether net/http refuses req before sending
+// it, whatever the attempt: no host, or a header field name or value it
+// cannot send (the key's field, value field, included).
+func malformedRequest(req *http.Request, header, field string) bool {
+	if req.URL == nil || (req.Host == "" && req.URL.Host == "") {
+		return true
+	}
+	if field != "" && (!httpguts.ValidHeaderFieldName(header) || !httpguts.ValidHeaderFieldValue(field)) {
+		return true
+	}
+	for name, values := range req.Header {
+		if !httpguts.ValidHeaderFieldName(name) {
+			return true
+		}
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return true
+			}
+		}
 	}
 	return false
 }

@@ -97,7 +97,7 @@ func (b *clBackend) charge(w http.ResponseWriter, r *http.Request) {
 func (b *clBackend) faults(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		key := r.Header.Get("Idempotency-Key")
+		key := fieldKey(r)
 		var in struct{ ID string }
 		_ = json.Unmarshal(body, &in)
 		b.mu.Lock()
@@ -653,7 +653,7 @@ func newDraftServer(next http.Handler) *draftServer {
 }
 
 func (s *draftServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	key := r.Header.Get("Idempotency-Key")
+	key := fieldKey(r)
 	if key == "" {
 		http.Error(w, "Idempotency-Key required", http.StatusBadRequest)
 		return
@@ -715,4 +715,22 @@ func TestClientCloseIdleConnections(t *testing.T) {
 	if base.closed.Load() != 1 {
 		t.Fatal("CloseIdleConnections did not reach the base transport")
 	}
+}
+
+// fieldKey is the key of r's Idempotency-Key field read as the draft's
+// Structured Field String (RFC 8941 section 3.3.3: quoted, with \" and
+// \\ escaped), or a bare field as it is (idem's middleware reads both).
+func fieldKey(r *http.Request) string {
+	v := r.Header.Get("Idempotency-Key")
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return v
+	}
+	var b strings.Builder
+	for i := 1; i < len(v)-1; i++ {
+		if v[i] == '\\' && i+1 < len(v)-1 {
+			i++
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
 }
