@@ -59,7 +59,9 @@ var (
 
 	// ErrNotReplayable: the call with this identity succeeded, but its
 	// response was not stored (larger than the store accepts, or not
-	// encodable), so it cannot be replayed. The effect is not run again;
+	// encodable), or was stored but cannot be decoded as the caller's
+	// response type (an interface type, a type changed since), so it
+	// cannot be replayed. The effect is not run again;
 	// the answer is stable for the record's TTL (HTTP: 409 or 410; a client
 	// must look the result up another way).
 	ErrNotReplayable = errors.New("idem: succeeded, but the response was not stored and cannot be replayed")

@@ -246,7 +246,10 @@ func replayInto[Resp any](rt *Runtime, rec Record, fingerprint []byte, resp *Res
 			return fmt.Errorf("%w: %s %q (%s)", ErrNotReplayable, id.Operation, id.Key, rec.Note)
 		}
 		if err := decodeResponse(rt, rec.Response, resp); err != nil {
-			return fmt.Errorf("idem: %s %q: decoding stored response: %w", id.Operation, id.Key, err)
+			// Stored, but not as the caller's type (an interface, a type
+			// changed since): not replayable, and not a reason to run the
+			// effect again (review r55: it matched no sentinel).
+			return fmt.Errorf("%w: %s %q: decoding stored response: %w", ErrNotReplayable, id.Operation, id.Key, err)
 		}
 		return nil
 	case StateFailed:

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults of a [Runtime].
@@ -75,8 +77,8 @@ type config struct {
 // taken for another's applied one.
 func WithOwner(owner string) Option {
 	return func(c *config) error {
-		if owner == "" || len(owner) > MaxKeyLen {
-			return fmt.Errorf("idem: owner must be 1 to %d bytes, got %d", MaxKeyLen, len(owner))
+		if err := checkOwner(owner); err != nil {
+			return fmt.Errorf("idem: %w", err)
 		}
 		c.owner = owner
 		return nil
@@ -205,4 +207,18 @@ func defaultOwner() string {
 		owner = owner[len(owner)-MaxKeyLen:]
 	}
 	return owner
+}
+
+// checkOwner checks an owner id: 1 to MaxKeyLen bytes of UTF-8 text
+// without NUL. Every store writes it into records, PostgreSQL as text,
+// which refuses NUL and bytes that are not UTF-8: such an owner failed
+// every claim there, after New had accepted it (review r55).
+func checkOwner(owner string) error {
+	switch {
+	case owner == "" || len(owner) > MaxKeyLen:
+		return fmt.Errorf("owner must be 1 to %d bytes, got %d", MaxKeyLen, len(owner))
+	case !utf8.ValidString(owner) || strings.ContainsRune(owner, 0):
+		return fmt.Errorf("owner %q must be UTF-8 text without NUL", owner)
+	}
+	return nil
 }

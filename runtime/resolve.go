@@ -202,7 +202,10 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 		}
 	}
 
-	note := ResolveNotePrefix + r.Reason
+	// The reason as text: bytes that are not UTF-8, and NUL, as U+FFFD
+	// on every store (PostgreSQL stores notes so; the result's Note is
+	// the note stored: review r55).
+	note := ResolveNotePrefix + strings.ReplaceAll(strings.ToValidUTF8(r.Reason, "\uFFFD"), "\x00", "\uFFFD")
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCompletionTimeout)
 	defer cancel()
 	token := r.Owner + "#" + randomHex(8)
@@ -271,8 +274,8 @@ func (r *Resolution) validate() error {
 		return fmt.Errorf("%w: a reason is required", ErrInvalidResolution)
 	case len(r.Reason) > MaxResolveReason:
 		return fmt.Errorf("%w: the reason is %d bytes, the limit is %d", ErrInvalidResolution, len(r.Reason), MaxResolveReason)
-	case r.Owner == "" || len(r.Owner) > MaxKeyLen:
-		return fmt.Errorf("%w: owner (who resolves) must be 1 to %d bytes, got %d", ErrInvalidResolution, MaxKeyLen, len(r.Owner))
+	case checkOwner(r.Owner) != nil:
+		return fmt.Errorf("%w: owner (who resolves): %w", ErrInvalidResolution, checkOwner(r.Owner))
 	case r.TTL < 0:
 		return fmt.Errorf("%w: TTL must not be negative, got %v", ErrInvalidResolution, r.TTL)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/user"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem/runtime"
 )
@@ -59,7 +60,9 @@ func defaultWho() string {
 	if err != nil || host == "" {
 		host = "unknown-host"
 	}
-	return name + "@" + host
+	// The record's owner is UTF-8 text without NUL (runtime.Resolution):
+	// a name or host in another encoding is written with U+FFFD.
+	return strings.ToValidUTF8(strings.ReplaceAll(name+"@"+host, "\x00", ""), "\uFFFD")
 }
 
 func parseResolve(args []string, env func(string) string, stdout, stderr io.Writer) (resolveConfig, error) {
@@ -147,6 +150,9 @@ func parseResolve(args []string, env func(string) string, stdout, stderr io.Writ
 	cfg.r.Owner = "idemctl:" + w
 	if len(cfg.r.Owner) > runtime.MaxKeyLen {
 		return resolveConfig{}, usagef("-who is too long (%d bytes with the idemctl: prefix, the limit is %d)", len(cfg.r.Owner), runtime.MaxKeyLen)
+	}
+	if !utf8.ValidString(w) || strings.ContainsRune(w, 0) {
+		return resolveConfig{}, usagef("-who %q is not UTF-8 text without NUL", w)
 	}
 	if cfg.store, err = sf.spec(fs, env); err != nil {
 		return resolveConfig{}, err
