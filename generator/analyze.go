@@ -502,6 +502,14 @@ func (a *analyzer) checkOp(s *Service, m *Method, d *directive, opts map[string]
 	} else if results.Len() != 2 {
 		a.at(m.Pos, "op method %s returns %d values besides the error; an op returns exactly one, (Resp, error)", m.Name, results.Len()-1)
 		shapeOK = false
+	} else if resp := results.At(0).Type(); types.IsInterface(resp) && !isInvalid(resp) {
+		// The stored response is decoded into a new Resp for a duplicate:
+		// into an interface it fails (the duplicate gets
+		// ErrNotReplayable), or, for the empty interface, gives maps and
+		// float64s where the first caller got the handler's types
+		// (review r55).
+		a.at(paramPos(results.At(0), m.Pos), "op method %s returns the interface %s: a duplicate's replay cannot decode the stored response into it; return a concrete type", m.Name, a.typeString(resp))
+		shapeOK = false
 	}
 	txIdx := -1
 	for i := range params.Len() {
