@@ -57,11 +57,11 @@ func TestR55InterfaceResponseReplay(t *testing.T) {
 
 type r55Money struct{ amount int64 }
 
-// Review r55, observation (recorded as held: the JSON codec's own rule).
-// A response whose fields JSON does not see (unexported) is replayed as
-// its zero value: the first caller got 4200, a duplicate 0, with no error.
-// Requests of such types are fingerprinted by every part (README, "The
-// fingerprint is the whole request"); responses are not checked at all.
+// Review r55, observation: a response whose fields JSON does not see
+// (unexported) is replayed as its zero value: the first caller got 4200, a
+// duplicate 0, with no error. JSON's own rule, which the README now states
+// ("Unexported fields and fields tagged json:"-" come back as zero
+// values"): pinned here.
 func TestR55UnexportedResponseReplayedZero(t *testing.T) {
 	rt, err := runtime.New(memstore.New())
 	if err != nil {
@@ -73,7 +73,10 @@ func TestR55UnexportedResponseReplayedZero(t *testing.T) {
 	first, err1 := runtime.Do(ctx, rt, call)
 	second, err2 := runtime.Do(ctx, rt, call)
 	t.Logf("first: %+v, %v; duplicate: %+v, %v", first, err1, second, err2)
-	if err2 == nil && second != first {
-		t.Logf("observed: the duplicate was replayed %+v where the first caller got %+v (JSON leaves unexported fields out)", second, first)
+	if err1 != nil || first != (r55Money{amount: 4200}) {
+		t.Fatalf("first call: %+v, %v", first, err1)
+	}
+	if err2 != nil || second != (r55Money{}) {
+		t.Errorf("duplicate: %+v, %v; want the zero value, as the README says of unexported fields", second, err2)
 	}
 }

@@ -66,8 +66,8 @@ var ErrBodyNotReplayable = errors.New("idemhttp: request body cannot be replayed
 // response. The request context bounds everything: when the next attempt
 // would start after its deadline, RoundTrip returns the last response (or
 // error) at once instead of sleeping; when it is cancelled during a wait,
-// RoundTrip returns its error (and its cause, when it has one). An [http.Client]'s Timeout is such a
-// deadline, on the whole logical request.
+// RoundTrip returns its error (and its cause, when it has one). An
+// [http.Client]'s Timeout is such a deadline, on the whole logical request.
 //
 // The body is sent again on each attempt: through Request.GetBody when set,
 // otherwise buffered once, up to MaxBufferedBody bytes (beyond it,
