@@ -70,7 +70,8 @@ type config struct {
 }
 
 // WithOwner sets the owner id written into the records this runtime claims
-// (idemctl shows it; the default is host/pid/random). Runtimes may share
+// (idemctl shows it; the default is host/pid/random): 1 to 255 bytes of
+// UTF-8 text without NUL. Runtimes may share
 // one, in a process or across a restart under the same name: the tokens
 // that identify a runtime's writes (see [TransitionParams].Token) carry a
 // random part of each runtime's own, so no runtime's failed write is ever
@@ -202,11 +203,21 @@ func defaultOwner() string {
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	owner := fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-	if len(owner) > MaxKeyLen {
-		owner = owner[len(owner)-MaxKeyLen:]
+	return ownerOf(host, fmt.Sprintf("/%d/%s", os.Getpid(), hex.EncodeToString(b[:])))
+}
+
+// ownerOf is the default owner of a host name and a suffix of ASCII.
+func ownerOf(host, suffix string) string {
+	// An owner is UTF-8 text without NUL (checkOwner), cut to MaxKeyLen
+	// at the front of the host name, at a rune's start.
+	host = strings.ToValidUTF8(strings.ReplaceAll(host, "\x00", ""), "?")
+	if keep := MaxKeyLen - len(suffix); len(host) > keep {
+		host = host[len(host)-keep:]
+		for host != "" && !utf8.RuneStart(host[0]) {
+			host = host[1:]
+		}
 	}
-	return owner
+	return host + suffix
 }
 
 // checkOwner checks an owner id: 1 to MaxKeyLen bytes of UTF-8 text

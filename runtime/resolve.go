@@ -82,11 +82,12 @@ type Resolution struct {
 	// failed, refused otherwise.
 	Failure error
 	// Reason says why, in words: required. It is stored in the record's
-	// Note as "resolved by hand: <reason>" and logged.
+	// Note as "resolved by hand: <reason>" (as text: bytes that are not
+	// UTF-8, and NUL, as U+FFFD) and logged.
 	Reason string
 	// Owner says who resolves (for example "idemctl:alice@host"): it is
 	// the record's owner while Resolve holds it, and it is logged.
-	// Required, at most 255 bytes.
+	// Required, at most 255 bytes of UTF-8 text without NUL.
 	Owner string
 	// TTL of the SUCCESS or FAILED record (0: [DefaultTTL]). Set it to the
 	// operation's TTL.
