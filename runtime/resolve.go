@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/runtime/internal/utf8text"
 )
 
 // Errors of [Resolve].
@@ -206,7 +208,7 @@ func Resolve(ctx context.Context, store Store, r Resolution) (ResolveResult, err
 	// The reason as text: bytes that are not UTF-8, and NUL, as U+FFFD
 	// on every store (PostgreSQL stores notes so; the result's Note is
 	// the note stored: review r55).
-	note := ResolveNotePrefix + strings.ReplaceAll(strings.ToValidUTF8(r.Reason, "\uFFFD"), "\x00", "\uFFFD")
+	note := ResolveNotePrefix + utf8text.Clean(r.Reason)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCompletionTimeout)
 	defer cancel()
 	token := r.Owner + "#" + randomHex(8)

@@ -22,9 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,6 +31,7 @@ import (
 
 	"github.com/idemkit/idem/internal/claimorder"
 	"github.com/idemkit/idem/runtime"
+	"github.com/idemkit/idem/runtime/internal/utf8text"
 	"github.com/idemkit/idem/runtime/pgstore/internal/db"
 )
 
@@ -523,9 +522,4 @@ var _ runtime.Lister = (*Store)(nil)
 // the write that records a call's outcome failed, the record stayed
 // PROCESSING, and every duplicate after the lease ran the effect again
 // (review r54).
-func pgText(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-}
+func pgText(s string) string { return utf8text.Clean(s) }
