@@ -654,12 +654,39 @@ func (r *run) runtimeOptions(owner string, policy runtime.ErrorPolicy) []runtime
 	}
 }
 
-func (r *run) observe(_ context.Context, e runtime.Event) {
-	if e.Kind == runtime.EventReconcileGaveUp {
+// observe counts the reconciler's give-ups, and notes the leases the
+// runtime reports lost against the delivery whose call lost it: a door can
+// answer such a call with its handler's own answer (idemgrpc does when the
+// handler returned an error), and the adapter need not log it, yet a lost
+// lease is what lets a stalled process's late effect run twice (see
+// secondEffectExcused).
+func (r *run) observe(ctx context.Context, e runtime.Event) {
+	switch e.Kind {
+	case runtime.EventReconcileGaveUp:
 		r.mu.Lock()
 		r.gaveUp++
 		r.mu.Unlock()
+	case runtime.EventLeaseLost:
+		d := r.deliveryByID(deliveryIn(ctx))
+		if d == nil {
+			return
+		}
+		r.note(r.ident(d.req), "runtime: delivery %d's lease was lost (another worker took over): %v", d.id, short(fmt.Sprint(e.Err)))
+		r.mu.Lock()
+		d.leaseLost = true
+		r.mu.Unlock()
 	}
+}
+
+// deliveryIn is the id of the delivery a context of the runtime's or an
+// adapter's belongs to: the deliveryKey set by deliver or the HTTP door's
+// server, or the gRPC door's incoming metadata; -1 for none (the
+// reconciler's).
+func deliveryIn(ctx context.Context) int {
+	if id, ok := ctx.Value(deliveryKey{}).(int); ok {
+		return id
+	}
+	return deliveryOf(ctx)
 }
 
 func (r *run) setup() error {
@@ -1104,6 +1131,9 @@ func (r *run) check() {
 		if timedOut > 0 {
 			window += fmt.Sprintf(", %d timed out in a stall of %v", timedOut, r.stall)
 		}
+		// stallWhy: a second effect was excused by a measured stall and the
+		// leases lost in it (secondEffectExcused); "" when not.
+		stallWhy := ""
 		if len(effs) > 1 {
 			var ds []string
 			lost := 0
@@ -1118,8 +1148,8 @@ func (r *run) check() {
 			if len(effs) <= 1+windowed {
 				r.excuse(window, "at-most-once", ident, "the downstream applied the effect %d times: %s", len(effs), strings.Join(ds, ", "))
 			} else if !r.cfg.NoStallExcuses && secondEffectExcused(r.name, r.stall, r.cfg.Lease, len(effs)-windowed, lost) {
-				r.excuse(fmt.Sprintf("a stall of %v (the lease rule's margin is %v) and %d lease(s) lost", r.stall, r.cfg.Lease/10, lost),
-					"at-most-once", ident, "the downstream applied the effect %d times: %s", len(effs), strings.Join(ds, ", "))
+				stallWhy = fmt.Sprintf("a stall of %v (the lease rule's margin is %v) and %d lease(s) lost", r.stall, r.cfg.Lease/10, lost)
+				r.excuse(stallWhy, "at-most-once", ident, "the downstream applied the effect %d times: %s", len(effs), strings.Join(ds, ", "))
 			} else {
 				r.violate("at-most-once", ident, "the downstream applied the effect %d times: %s", len(effs), strings.Join(ds, ", "))
 			}
@@ -1198,7 +1228,13 @@ func (r *run) check() {
 			}
 		}
 		if hasQuery && final != nil && final.req.route == 0 && final.ans.kind == ansSuccess && len(effs) != 1 {
-			r.violate("exactly-once (with a query)", ident, "the final retry succeeded but the downstream applied the effect %d times", len(effs))
+			// A second effect the stall excused (the query was asked before
+			// the late effect reached the downstream) is the same window.
+			if stallWhy != "" && len(effs) > 1 {
+				r.excuse(stallWhy, "exactly-once (with a query)", ident, "the final retry succeeded but the downstream applied the effect %d times", len(effs))
+			} else {
+				r.violate("exactly-once (with a query)", ident, "the final retry succeeded but the downstream applied the effect %d times", len(effs))
+			}
 		}
 		r.checkRecord(ident, byIdent[ident][0].req, effs, windowed > 0, window)
 	}
@@ -1320,12 +1356,8 @@ func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams)
 	if p.To != runtime.StateSuccess && p.To != runtime.StateFailed {
 		return f.Store.Transition(ctx, p)
 	}
-	id, ok := ctx.Value(deliveryKey{}).(int)
-	if !ok {
-		id = deliveryOf(ctx)
-	}
 	r := f.r
-	d := r.deliveryByID(id)
+	d := r.deliveryByID(deliveryIn(ctx))
 	if d != nil && p.To == runtime.StateFailed && d.plan.failFailed {
 		r.mu.Lock()
 		first := !d.failedFailed

@@ -22,11 +22,7 @@ func (h *errorLog) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h *errorLog) Handle(ctx context.Context, rec slog.Record) error {
 	r := h.r
-	id, ok := ctx.Value(deliveryKey{}).(int)
-	if !ok {
-		id = deliveryOf(ctx)
-	}
-	d := r.deliveryByID(id)
+	d := r.deliveryByID(deliveryIn(ctx))
 	if d == nil {
 		return nil
 	}
