@@ -287,9 +287,22 @@ type delivery struct {
 	storeFault bool
 	// errorLogs are the ERROR records the adapter logged for it.
 	errorLogs []string
-	// leaseLost: the adapter logged that the delivery's lease was lost
-	// (another worker took the record over).
+	// leaseLost: the adapter logged, or the runtime reported
+	// (EventLeaseLost), that the delivery's lease was lost (another worker
+	// took the record over).
 	leaseLost bool
+	// lateEffect: the delivery's effect reached the downstream after its
+	// record was taken over (by a duplicate's claim or the reconciler)
+	// while the handler ran (see takenOver): after a query asked at the
+	// takeover, or beside the effect of the worker that took over.
+	lateEffect bool
+	// lostAfterEffect: the record was taken over after the delivery's
+	// effect reached the downstream, its outcome never recorded (see
+	// takenOver).
+	lostAfterEffect bool
+	// recorded: the runtime reported the outcome of the delivery's call
+	// recorded (EventSucceeded, EventFailed, EventUnknown, EventReleased).
+	recorded bool
 	// successFailed: a SUCCESS write of the delivery's call failed by
 	// plan.failSuccess.
 	successFailed bool
@@ -364,8 +377,14 @@ type run struct {
 	faults     map[string]int
 	modes      map[string]int
 	renewing   map[runtime.Identity]*delivery // slow-renewal deliveries in their effect
-	learned    [2]string                      // the operations the adapter stored, by route
-	faulted    map[string]bool                // identities with store faults in flight
+	// inHandler: the handlers running, by the identity the runtime gave
+	// their call (see takenOver).
+	inHandler map[runtime.Identity]map[*handlerRun]bool
+	// identOf: the run's identity of each runtime identity a handler ran
+	// for.
+	identOf map[runtime.Identity]string
+	learned [2]string       // the operations the adapter stored, by route
+	faulted map[string]bool // identities with store faults in flight
 	// failedAt: when a FAILED write of each identity was first applied
 	// (by a delivery, a duplicate or the reconciler).
 	failedAt   map[runtime.Identity]time.Time
@@ -476,7 +495,7 @@ func Run(t testing.TB, doorName string, cfg Config) Report {
 		scope:  fmt.Sprintf("doors/%s/%s/%d-%s", cfg.Name, doorName, cfg.Seed, hex.EncodeToString(b[:])),
 		byID:   map[int]*delivery{},
 		ledger: map[string][]effectRec{}, trail: map[string][]string{}, faults: map[string]int{}, modes: map[string]int{},
-		renewing: map[runtime.Identity]*delivery{}, faulted: map[string]bool{}, declined: map[string]bool{},
+		renewing: map[runtime.Identity]*delivery{}, inHandler: map[runtime.Identity]map[*handlerRun]bool{}, identOf: map[runtime.Identity]string{}, faulted: map[string]bool{}, declined: map[string]bool{},
 		failedAt: map[runtime.Identity]time.Time{}}
 	for _, name := range tenantNames {
 		scope := r.scope + "/" + name
@@ -654,26 +673,42 @@ func (r *run) runtimeOptions(owner string, policy runtime.ErrorPolicy) []runtime
 	}
 }
 
-// observe counts the reconciler's give-ups, and notes the leases the
-// runtime reports lost against the delivery whose call lost it: a door can
-// answer such a call with its handler's own answer (idemgrpc does when the
-// handler returned an error), and the adapter need not log it, yet a lost
-// lease is what lets a stalled process's late effect run twice (see
-// secondEffectExcused).
+// observe counts the reconciler's give-ups, and notes in the trail of a
+// delivery what the runtime reports of its call (the phases but the
+// query's left out). A lease the runtime reports lost marks the delivery:
+// a door can answer such a call with its handler's own answer (idemgrpc
+// does when the handler returned an error) and the adapter need not log
+// it, yet a lost lease is what lets a stalled process's late effect run
+// twice (see secondEffectExcused).
 func (r *run) observe(ctx context.Context, e runtime.Event) {
-	switch e.Kind {
-	case runtime.EventReconcileGaveUp:
+	if e.Kind == runtime.EventReconcileGaveUp {
 		r.mu.Lock()
 		r.gaveUp++
 		r.mu.Unlock()
+	}
+	d := r.deliveryByID(deliveryIn(ctx))
+	if d == nil || e.Kind == runtime.EventPhase && e.Phase != runtime.PhaseQuery {
+		return
+	}
+	what := e.Kind.String()
+	if e.Kind == runtime.EventPhase {
+		what = fmt.Sprintf("query asked (%v)", e.Duration.Round(time.Millisecond))
+	}
+	if e.State != "" {
+		what += " " + string(e.State)
+	}
+	if e.Err != nil {
+		what += ": " + short(e.Err.Error())
+	}
+	r.note(r.ident(d.req), "runtime, delivery %d: %s", d.id, what)
+	switch e.Kind {
 	case runtime.EventLeaseLost:
-		d := r.deliveryByID(deliveryIn(ctx))
-		if d == nil {
-			return
-		}
-		r.note(r.ident(d.req), "runtime: delivery %d's lease was lost (another worker took over): %v", d.id, short(fmt.Sprint(e.Err)))
 		r.mu.Lock()
 		d.leaseLost = true
+		r.mu.Unlock()
+	case runtime.EventSucceeded, runtime.EventFailed, runtime.EventUnknown, runtime.EventReleased:
+		r.mu.Lock()
+		d.recorded = true
 		r.mu.Unlock()
 	}
 }
@@ -744,10 +779,41 @@ func (r *run) handle(ctx context.Context, route int, dID int, req simpay.Request
 	m := d.plan.mode
 	r.note(ident, "handler runs for delivery %d (%s)", d.id, m)
 	id := runtime.Identity{Scope: idname.Fit(r.tenants[d.req.tenant], runtime.MaxKeyLen), Operation: r.door.ops()[route], Key: req.Key}
-	if a, ok := runtime.AttemptFrom(ctx); ok {
+	a, attempt := runtime.AttemptFrom(ctx)
+	if attempt {
 		id = a.ID
 		r.learn(route, a.ID.Operation)
 	}
+	hr := &handlerRun{d: d}
+	r.mu.Lock()
+	r.identOf[id] = ident
+	if r.inHandler[id] == nil {
+		r.inHandler[id] = map[*handlerRun]bool{}
+	}
+	r.inHandler[id][hr] = true
+	r.mu.Unlock()
+	// A takeover before the handler started (the process stalled between
+	// the claim's last confirmation and the handler): the record no longer
+	// is at the attempt's version, as a fencing downstream would see.
+	// Takeovers from now on are noted by takenOver. (Only for a call on
+	// this run's store: the HTTP door's outer placement is on a memory
+	// store of its own.)
+	if _, onStore := r.rrt.Running(ctx); attempt && onStore {
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease)
+		rec, err := r.store.Get(gctx, id)
+		cancel()
+		if errors.Is(err, runtime.ErrNotFound) || err == nil && rec.Version != a.FencingToken {
+			r.mu.Lock()
+			hr.takenOver = true
+			r.mu.Unlock()
+			r.note(ident, "store: delivery %d's handler starts at version %d, but the record is gone or at another version: taken over", d.id, a.FencingToken)
+		}
+	}
+	defer func() {
+		r.mu.Lock()
+		delete(r.inHandler[id], hr)
+		r.mu.Unlock()
+	}()
 	apply := func() simpay.Receipt {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -756,7 +822,12 @@ func (r *run) handle(ctx context.Context, route int, dID int, req simpay.Request
 			rc.Pad = strings.Repeat("x", r.cfg.RecordLimit+256)
 		}
 		r.ledger[ident] = append(r.ledger[ident], effectRec{receipt: rc, delivery: d.id})
-		r.trail[ident] = append(r.trail[ident], fmt.Sprintf("%7.3fs downstream applies %s for delivery %d", time.Since(r.t0).Seconds(), rc.ID, d.id))
+		late := ""
+		if hr.takenOver {
+			d.lateEffect = true
+			late = " (late: its record was taken over while the handler ran)"
+		}
+		r.trail[ident] = append(r.trail[ident], fmt.Sprintf("%7.3fs downstream applies %s for delivery %d%s", time.Since(r.t0).Seconds(), rc.ID, d.id, late))
 		return rc
 	}
 	switch m {
@@ -849,8 +920,8 @@ func (r *run) deliver(rq *request, pl plan, final bool) *delivery {
 	d.start = time.Now()
 	ans := r.door.call(ctx, d)
 	cancel()
-	d.end = time.Now()
 	r.mu.Lock()
+	d.end = time.Now() // under mu: takenOver reads it
 	d.ans = ans
 	d.storeFault = d.storeFault || r.faulted[ident]
 	r.mu.Unlock()
@@ -1028,7 +1099,9 @@ func (r *run) resolveLeft() {
 // runs it again, and behind one with a query the query may have been
 // asked before the late effect reached the downstream. That is the limit
 // fencing tokens cover. Only then, and one extra run per lease lost, is a
-// second effect excused. DoTx's effect commits with its record (a late
+// second effect excused: a lease counts as lost when the runtime told its
+// call so, or when the call's effect reached the downstream after its
+// record was taken over (delivery.lateEffect). DoTx's effect commits with its record (a late
 // one's transaction cannot commit): never excused.
 func secondEffectExcused(door string, stall, lease time.Duration, effects, lost int) bool {
 	switch door {
@@ -1044,9 +1117,11 @@ func secondEffectExcused(door string, stall, lease time.Duration, effects, lost 
 const lateStartText = "the lease may have expired before the effect could start and renewing it failed"
 
 // unrecordedTexts are what the runtime says when a write of the call's own
-// timed out (its deadline ran out): the late start's renewal, and the
-// FAILED and UNKNOWN writes of an effect's failure.
-var unrecordedTexts = []string{lateStartText, "but recording it failed", "recording the outcome failed"}
+// timed out (its deadline ran out): the late start's renewal, the FAILED
+// and UNKNOWN writes of an effect's failure, and the writes of a takeover's
+// query's answer (PROCESSING for "not happened", SUCCESS, FAILED, UNKNOWN).
+var unrecordedTexts = []string{lateStartText, "but recording it failed", "recording the outcome failed",
+	": recording PROCESSING: ", ": recording SUCCESS: ", ": recording FAILED: ", ": recording UNKNOWN: "}
 
 // stalledWrite reports whether d's store-failure answer or ERROR logs are
 // all a write of the runtime's own timing out (see unrecordedTexts), in a
@@ -1115,7 +1190,11 @@ func (r *run) check() {
 		// excused.
 		// A SUCCESS write that timed out while the process stalled opens
 		// the same window (the runtime returns ErrNotRecorded alike).
-		windowed, timedOut := 0, 0
+		// So does, in a run that stalled past the lease rule's margin, a
+		// takeover after an effect whose outcome was never recorded
+		// (delivery.lostAfterEffect), or an effect that reached the
+		// downstream after its record was taken over (lateEffect).
+		windowed, timedOut, lostAfter := 0, 0, 0
 		if len(effs) > 0 && (!hasQuery || byIdent[ident][0].req.route != 0) {
 			for _, d := range byIdent[ident] {
 				switch {
@@ -1124,12 +1203,18 @@ func (r *run) check() {
 				case !r.cfg.NoStallExcuses && r.stall >= r.cfg.Lease/3 && (d.notRecordedTimeout || notRecordedTimeout(d.ans.detail)):
 					windowed++
 					timedOut++
+				case !r.cfg.NoStallExcuses && r.stall >= r.cfg.Lease/10 && (d.lostAfterEffect || d.lateEffect):
+					windowed++
+					lostAfter++
 				}
 			}
 		}
-		window := fmt.Sprintf("the at-least-once window of an operation without a query: %d SUCCESS write(s) failed by injection", windowed-timedOut)
+		window := fmt.Sprintf("the at-least-once window of an operation without a query: %d SUCCESS write(s) failed by injection", windowed-timedOut-lostAfter)
 		if timedOut > 0 {
 			window += fmt.Sprintf(", %d timed out in a stall of %v", timedOut, r.stall)
+		}
+		if lostAfter > 0 {
+			window += fmt.Sprintf(", %d call(s) taken over around their effect in a stall of %v", lostAfter, r.stall)
 		}
 		// stallWhy: a second effect was excused by a measured stall and the
 		// leases lost in it (secondEffectExcused); "" when not.
@@ -1141,7 +1226,7 @@ func (r *run) check() {
 				ds = append(ds, fmt.Sprintf("%s by delivery %d", e.receipt.ID, e.delivery))
 			}
 			for _, d := range byIdent[ident] {
-				if d.leaseLost || strings.Contains(d.ans.detail, runtime.ErrLeaseLost.Error()) {
+				if d.leaseLost || d.lateEffect || strings.Contains(d.ans.detail, runtime.ErrLeaseLost.Error()) {
 					lost++
 				}
 			}
@@ -1396,6 +1481,72 @@ func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams)
 		r.note(r.ident(d.req), "fault: delivery %d's SUCCESS write fails (from %s, version %d)", d.id, p.From, p.Version)
 	}
 	return 0, errors.New("doors: injected SUCCESS write failure: connection reset")
+}
+
+// Claim and AcquirePending note the takeovers of a record whose call's
+// handler is running (see takenOver).
+func (f *faultStore) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
+	res, err := f.Store.Claim(ctx, p)
+	if err == nil && res.Claimed && res.Record.Takeovers > 0 {
+		f.r.takenOver(p.ID, fmt.Sprintf("a claim (owner %s, version %d)", p.Owner, res.Record.Version))
+	}
+	return res, err
+}
+
+func (f *faultStore) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]runtime.Record, error) {
+	recs, err := f.Store.AcquirePending(ctx, p)
+	for _, rec := range recs {
+		f.r.takenOver(rec.ID, fmt.Sprintf("the reconciler (version %d)", rec.Version))
+	}
+	return recs, err
+}
+
+// takenOver marks the deliveries whose handler runs for id as taken over
+// live. A handler runs only while its call holds the lease, and the lease
+// rule stops its effect a tenth of the lease before the lease could end:
+// so a takeover during a handler means the process did not run for that
+// margin (a stall, which the runtime documents as the limit of its
+// guarantee without fencing), and the late effect may then reach the
+// downstream after the query asked at the takeover, or beside the effect
+// of the worker that took over (see secondEffectExcused).
+//
+// A takeover after a delivery's effect reached the downstream, whose
+// outcome the runtime never recorded, is the other half of that window:
+// its process stalled past the lease between the effect and the
+// completion (or its completion timed out in the stall), and the worker
+// that took over, with no query to ask, runs the effect again, whatever
+// that run returns (see the at-least-once window in check).
+func (r *run) takenOver(id runtime.Identity, by string) {
+	r.mu.Lock()
+	var live, after []*delivery
+	for hr := range r.inHandler[id] {
+		hr.takenOver = true
+		live = append(live, hr.d)
+	}
+	if ident, ok := r.identOf[id]; ok {
+		for _, e := range r.ledger[ident] {
+			if d := r.byID[e.delivery]; d != nil && !d.recorded && !d.lostAfterEffect && !slices.Contains(live, d) {
+				d.lostAfterEffect = true
+				after = append(after, d)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, d := range live {
+		r.note(r.ident(d.req), "store: the record was taken over by %s while delivery %d's handler ran", by, d.id)
+	}
+	for _, d := range after {
+		r.note(r.ident(d.req), "store: the record was taken over by %s after delivery %d's effect, before its outcome was recorded", by, d.id)
+	}
+}
+
+// handlerRun is one run of a delivery's handler (a delivery's call can run
+// it again: grpc retries an answer lost in transport).
+type handlerRun struct {
+	d *delivery
+	// takenOver: the call's record was taken over while it ran (under
+	// run.mu).
+	takenOver bool
 }
 
 func (f *faultStore) Renew(ctx context.Context, p runtime.RenewParams) (time.Time, error) {
