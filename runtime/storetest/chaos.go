@@ -160,12 +160,26 @@ func testChaos(t *testing.T, s runtime.Store) {
 	time.Sleep(200 * time.Millisecond) // frozen leases expire
 	stopReconciler()
 	<-reconciled
-	for range 20 { // drain what is left
+	// Drain what is left: until a pass acquires nothing while no key is
+	// pending. A record the reconciler left UNKNOWN is held off for a
+	// moment before it may be acquired again; a pass inside that hold-off
+	// acquires nothing, and stopping there left the record UNKNOWN on a
+	// loaded machine (bench/ciload.sh, run 2 at f764a30).
+	pending := func() bool {
+		for k := range keys {
+			r, err := s.Get(context.Background(), runtime.Identity{Scope: scope, Operation: op, Key: fmt.Sprintf("k%d", k)})
+			if err == nil && !r.State.Final() {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		st, err := rec.RunOnce(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Acquired == 0 {
+		if st.Acquired == 0 && !pending() {
 			break
 		}
 		time.Sleep(60 * time.Millisecond)

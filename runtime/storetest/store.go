@@ -218,7 +218,7 @@ func testTakeover(t *testing.T, s runtime.Store) {
 	old := mustClaim(t, s, claimParams(id, "dead", shortLease))
 	sleep(2 * shortLease)
 	rec := mustClaim(t, s, claimParams(id, "w2", longLease))
-	if rec.Owner != "w2" || rec.Version <= old.Version || rec.Takeovers != 1 || rec.State != runtime.StateProcessing {
+	if rec.Owner != "w2" || rec.Version <= old.Version || rec.Takeovers != old.Takeovers+1 || rec.State != runtime.StateProcessing {
 		t.Fatalf("takeover record = %+v (old version %d)", rec, old.Version)
 	}
 	// The dead owner wakes up: every write it tries is rejected.
@@ -243,14 +243,17 @@ func testTakeover(t *testing.T, s runtime.Store) {
 // testTakeoverSameOwner: two calls of one process write under one owner
 // id; when the second takes over the first's expired claim, only the
 // version tells their writes apart, and every write of the first (renew,
-// completion, release) must be refused.
+// completion, release) must be refused. (One takeover more than the first
+// claim's: a store wrapper that resends a write, as a client does after a
+// lost reply, can make the first claim take over its own claim already
+// when the resend comes after the short lease, on a loaded machine.)
 func testTakeoverSameOwner(t *testing.T, s runtime.Store) {
 	ctx := context.Background()
 	id := ident(t, "k1")
 	old := mustClaim(t, s, claimParams(id, "proc", shortLease))
 	sleep(2 * shortLease)
 	rec := mustClaim(t, s, claimParams(id, "proc", longLease))
-	if rec.Version <= old.Version || rec.Takeovers != 1 {
+	if rec.Version <= old.Version || rec.Takeovers != old.Takeovers+1 {
 		t.Fatalf("takeover by the same owner: %+v (old version %d)", rec, old.Version)
 	}
 	if _, err := s.Renew(ctx, runtime.RenewParams{ID: id, State: runtime.StateProcessing, Owner: "proc", Version: old.Version, Lease: longLease}); !errors.Is(err, runtime.ErrLeaseLost) {
