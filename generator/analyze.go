@@ -252,7 +252,7 @@ func (a *analyzer) service(f *ast.File, ts *ast.TypeSpec, d *directive) {
 	s := &Service{
 		Name: name, Pos: ts.Name.Pos(), Pkg: a.pkg.Types, Dir: a.dir,
 		File:  snakeCase(name) + "_idem.go",
-		Build: constraintText(fileConstraint(a.pkg.Fset.File(f.Pos()).Name(), f)),
+		Build: constraintText(sourceConstraint(a.pkg.Fset, f)),
 	}
 	if o, ok := opts["file"]; ok {
 		if strings.ContainsAny(o.value, `/\`) || !strings.HasSuffix(o.value, ".go") || strings.HasSuffix(o.value, "_test.go") || o.value == ".go" {
@@ -502,13 +502,17 @@ func (a *analyzer) checkOp(s *Service, m *Method, d *directive, opts map[string]
 	} else if results.Len() != 2 {
 		a.at(m.Pos, "op method %s returns %d values besides the error; an op returns exactly one, (Resp, error)", m.Name, results.Len()-1)
 		shapeOK = false
-	} else if resp := results.At(0).Type(); types.IsInterface(resp) && !isInvalid(resp) {
+	} else if resp := results.At(0).Type(); interfaceResponse(resp) && !isInvalid(resp) {
 		// The stored response is decoded into a new Resp for a duplicate:
 		// into an interface it fails (the duplicate gets
 		// ErrNotReplayable), or, for the empty interface, gives maps and
 		// float64s where the first caller got the handler's types
 		// (review r55).
-		a.at(paramPos(results.At(0), m.Pos), "op method %s returns the interface %s: a duplicate's replay cannot decode the stored response into it; return a concrete type", m.Name, a.typeString(resp))
+		what := "the interface " + a.typeString(resp)
+		if !types.IsInterface(resp) {
+			what = a.typeString(resp) + ", a pointer to an interface"
+		}
+		a.at(paramPos(results.At(0), m.Pos), "op method %s returns %s: a duplicate's replay cannot decode the stored response into it; return a concrete type", m.Name, what)
 		shapeOK = false
 	}
 	txIdx := -1
@@ -854,4 +858,18 @@ func snakeCase(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// interfaceResponse reports whether t is an interface type or a pointer (to
+// a pointer...) to one: the runtime cannot replay such a response (it does
+// not know which type to decode it into). An interface inside a slice, map
+// or struct holds JSON's generic values on a replay, as the README says.
+func interfaceResponse(t types.Type) bool {
+	for {
+		p, ok := types.Unalias(t).(*types.Pointer)
+		if !ok {
+			return types.IsInterface(t)
+		}
+		t = p.Elem()
+	}
 }

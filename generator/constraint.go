@@ -19,11 +19,38 @@ import (
 // another build, not stale (see [staleFiles]).
 
 // fileConstraint returns the build constraint of the Go file at path, whose
-// header is f (nil: read from disk), as one expression: its //go:build line
-// (or its // +build lines) and the GOOS and GOARCH its name implies. It is
-// nil when the file has none, or its header cannot be read.
+// header and imports are f (nil: read from disk), as one expression: its
+// //go:build line (or its // +build lines), the GOOS and GOARCH its name
+// implies, and cgo when it imports "C" (the go command leaves such a file
+// out of a build without cgo, CGO_ENABLED=0). It is nil when the file has
+// none, or its header cannot be read.
 func fileConstraint(path string, f *ast.File) constraint.Expr {
-	return and(headerConstraint(path, f), nameConstraint(filepath.Base(path)))
+	if f == nil {
+		var err error
+		f, err = parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly|parser.ParseComments)
+		if err != nil {
+			return nameConstraint(filepath.Base(path))
+		}
+	}
+	x := and(headerConstraint(path, f), nameConstraint(filepath.Base(path)))
+	for _, imp := range f.Imports {
+		if imp.Path != nil && imp.Path.Value == `"C"` {
+			return and(x, &constraint.TagExpr{Tag: "cgo"})
+		}
+	}
+	return x
+}
+
+// sourceConstraint is the build constraint of the source file f was parsed
+// from. A file that imports "C" reaches a load with cgo as the go command's
+// cgo output (a file of the build cache, whose //line comments name the
+// source): its constraint is read from the source file, which imports "C".
+func sourceConstraint(fset *token.FileSet, f *ast.File) constraint.Expr {
+	parsed := fset.File(f.Pos()).Name()
+	if src := fset.Position(f.Package).Filename; src != "" && src != parsed {
+		return fileConstraint(src, nil)
+	}
+	return fileConstraint(parsed, f)
 }
 
 // headerConstraint is the constraint of the //go:build line (or the

@@ -333,6 +333,12 @@ func decodeResponse[Resp any](rt *Runtime, data []byte, resp *Resp) error {
 	// From a fresh value, as json.Unmarshal into a new Resp.
 	var zero Resp
 	*resp = zero
+	if t := reflect.TypeFor[Resp](); interfaceResponse(t) {
+		// JSON decodes into an interface (the empty one) as its generic
+		// values: maps and float64s where the first caller got the
+		// effect's own types. Not the response: not replayable.
+		return fmt.Errorf("the response type %v is an interface: JSON cannot tell which type to decode the stored response into", t)
+	}
 	if p := jsonfast.For[Resp](&rt.enc.plans); p != nil {
 		if jsonfast.Decode(p, data, resp) {
 			return nil
@@ -346,6 +352,17 @@ func decodeResponse[Resp any](rt *Runtime, data []byte, resp *Resp) error {
 	// json.Unmarshal says about it, from a fresh value.
 	*resp = zero
 	return json.Unmarshal(bytes.Clone(data), resp) // a copy: see jsonfast's Plan.own
+}
+
+// interfaceResponse reports whether t is an interface type, or a pointer
+// (to a pointer...) to one: a type the stored JSON does not say how to fill.
+// (An interface inside a slice, a map or a struct field holds JSON's generic
+// values, as the README says.)
+func interfaceResponse(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind() == reflect.Interface
 }
 
 type jsonDecoder struct {

@@ -291,7 +291,8 @@ func TestEncodeRequestMatchesMarshal(t *testing.T) {
 }
 
 // encodeCase encodes v as a request and as a response, and checks that
-// decodeResponse decodes the response as json.Unmarshal does.
+// decodeResponse decodes the response as json.Unmarshal does (or refuses
+// it, for an interface type).
 func encodeCase[T any](v T) func(*Runtime) (any, []byte, []byte, []byte, error) {
 	return func(rt *Runtime) (any, []byte, []byte, []byte, error) {
 		fp, b, err := encodeRequest(rt, &v, nil)
@@ -304,6 +305,14 @@ func encodeCase[T any](v T) func(*Runtime) (any, []byte, []byte, []byte, error) 
 		}
 		var got, want T
 		gerr := decodeResponse(rt, resp, &got)
+		if interfaceResponse(reflect.TypeFor[T]()) {
+			// Refused: JSON would give its generic values, not the
+			// response's type (review r56).
+			if gerr == nil {
+				return nil, nil, nil, nil, fmt.Errorf("decodeResponse(%s) into an interface: %#v, no error", resp, got)
+			}
+			return v, fp, b, resp, nil
+		}
 		werr := json.Unmarshal(resp, &want)
 		if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
 			return nil, nil, nil, nil, fmt.Errorf("decodeResponse(%s): %#v, %v; json.Unmarshal: %#v, %v", resp, got, gerr, want, werr)

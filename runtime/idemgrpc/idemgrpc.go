@@ -432,14 +432,14 @@ func serve(ctx context.Context, rt *runtime.Runtime, cfg *config, req any, info 
 		return out, herr
 	}
 	if err == nil {
-		return cfg.replay(ctx, rec)
+		return cfg.replay(ctx, info.FullMethod, rec)
 	}
 	if errtree.SafeIs(err, runtime.ErrNotRecorded) && rec.Type != "" {
 		// The method's query found the call done, and the store could not
 		// record it: its response is the answer (the runtime's
 		// ErrNotRecorded), as a caller whose handler ran gets its own.
 		cfg.logger.WarnContext(ctx, "idemgrpc: the query found the call done but its outcome was not recorded", "method", info.FullMethod, "err", err)
-		return cfg.replay(ctx, rec)
+		return cfg.replay(ctx, info.FullMethod, rec)
 	}
 	return nil, cfg.answer(ctx, info.FullMethod, err)
 }
@@ -454,6 +454,12 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 		re *recordError
 	)
 	switch {
+	case errtree.SafeAs(err, &re):
+		// Before ErrNotReplayable, which the runtime wraps around a stored
+		// response it cannot decode: a record of this interceptor's that
+		// it cannot read (one resolved by hand in a wrong form) is not a
+		// response left unstored.
+		return unreadable(ctx, cfg.logger, fullMethod, err)
 	case errtree.SafeIs(err, runtime.ErrNotReplayable):
 		return notStored(ctx)
 	case errtree.SafeIs(err, runtime.ErrInvalidKey):
@@ -472,9 +478,6 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 		return cfg.failed(ctx, &runtime.FailedError{Message: "the call with this idempotency key failed"})
 	case errtree.SafeIs(err, runtime.ErrTooLarge):
 		return errStatus(ctx, codes.ResourceExhausted, ReasonRequestTooLarge, "the request is too large to record", 0)
-	case errtree.SafeAs(err, &re):
-		cfg.logger.ErrorContext(ctx, "idemgrpc: the stored outcome cannot be read; answered Internal", "method", fullMethod, "err", err)
-		return errStatus(ctx, codes.Internal, ReasonRecordUnreadable, "the stored outcome of the call with this idempotency key cannot be read", 0)
 	case errtree.SafeIs(context.Cause(ctx), runtime.ErrLeaseLost):
 		// An interceptor chained around this one (on another store) could
 		// not confirm its lease and stopped its handler, this call's wait
@@ -711,14 +714,14 @@ func (e *statusFailure) FailureDetail() []byte {
 	return b
 }
 
-func (cfg *config) replay(ctx context.Context, rec record) (any, error) {
+func (cfg *config) replay(ctx context.Context, fullMethod string, rec record) (any, error) {
 	md := cfg.storedHeader(rec.Header)
 	md.Set(ReplayedMetadata, "true")
 	_ = grpc.SetHeader(ctx, md)
 	if rec.Status != nil {
 		sp := &spb.Status{}
 		if err := proto.Unmarshal(rec.Status, sp); err != nil {
-			return nil, status.Error(codes.Internal, "the stored error cannot be decoded")
+			return nil, unreadable(ctx, cfg.logger, fullMethod, fmt.Errorf("the stored status cannot be decoded: %w", err))
 		}
 		return nil, status.ErrorProto(sp)
 	}
@@ -727,8 +730,7 @@ func (cfg *config) replay(ctx context.Context, rec record) (any, error) {
 	}
 	mt, err := cfg.resolver.FindMessageByName(protoreflect.FullName(rec.Type))
 	if err != nil {
-		cfg.logger.ErrorContext(ctx, "idemgrpc: the stored response's type is not registered", "type", rec.Type, "err", err)
-		return nil, status.Error(codes.Internal, "the stored response cannot be decoded")
+		return nil, unreadable(ctx, cfg.logger, fullMethod, fmt.Errorf("the stored response's type %q is not registered: %w", rec.Type, err))
 	}
 	m := mt.New().Interface()
 	if rec.JSONMessage != nil {
@@ -737,10 +739,18 @@ func (cfg *config) replay(ctx context.Context, rec record) (any, error) {
 		err = proto.Unmarshal(rec.Message, m)
 	}
 	if err != nil {
-		cfg.logger.ErrorContext(ctx, "idemgrpc: the stored response cannot be decoded", "type", rec.Type, "err", err)
-		return nil, status.Error(codes.Internal, "the stored response cannot be decoded")
+		return nil, unreadable(ctx, cfg.logger, fullMethod, fmt.Errorf("the stored response (type %q) cannot be decoded: %w", rec.Type, err))
 	}
 	return m, nil
+}
+
+// unreadable is the answer to a stored outcome the interceptor cannot read
+// (a record resolved by hand in a wrong form, a type not registered, a
+// message its type cannot parse): logged, and answered Internal with
+// RECORD_UNREADABLE.
+func unreadable(ctx context.Context, logger *slog.Logger, fullMethod string, err error) error {
+	logger.ErrorContext(ctx, "idemgrpc: the stored outcome cannot be read; answered Internal", "method", fullMethod, "err", err)
+	return errStatus(ctx, codes.Internal, ReasonRecordUnreadable, "the stored outcome of the call with this idempotency key cannot be read", 0)
 }
 
 func notStored(ctx context.Context) error {

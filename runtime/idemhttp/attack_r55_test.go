@@ -104,7 +104,9 @@ func TestR55TransportUnfixableHeaderErrorRetried(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hits.Store(0)
-			tr := &idemhttp.Transport{Header: tc.header, MaxAttempts: 4, MinBackoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+			var tries atomic.Int32 // what reached net/http: each attempt, sent or refused
+			base := r55CountingRT{RoundTripper: http.DefaultTransport, n: &tries}
+			tr := &idemhttp.Transport{Header: tc.header, Base: base, MaxAttempts: 4, MinBackoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
 			ctx := idemhttp.WithKey(context.Background(), tc.key)
 			url := srv.URL
 			if tc.url != "" {
@@ -122,8 +124,13 @@ func TestR55TransportUnfixableHeaderErrorRetried(t *testing.T) {
 				t.Fatalf("err = %v, want a *RequestError", err)
 			}
 			t.Logf("err: %v (took %v, %d reached the server)", err, time.Since(start).Round(time.Millisecond), hits.Load())
-			if rerr.Attempts != 1 {
-				t.Errorf("Attempts = %d, want 1: an error no attempt can fix was retried", rerr.Attempts)
+			if n := tries.Load(); n != 1 {
+				t.Errorf("%d attempts, want 1: an error no attempt can fix was retried", n)
+			}
+			// RequestError.Attempts: "attempts sent; 0 when the request was
+			// refused before" (review r56).
+			if rerr.Attempts != 0 {
+				t.Errorf("Attempts = %d, want 0: net/http refused the request before sending it", rerr.Attempts)
 			}
 		})
 	}
@@ -295,4 +302,15 @@ func TestR55TransportKeyWithQuoteThroughMiddleware(t *testing.T) {
 			}
 		})
 	}
+}
+
+// r55CountingRT counts the attempts that reach its RoundTripper.
+type r55CountingRT struct {
+	http.RoundTripper
+	n *atomic.Int32
+}
+
+func (c r55CountingRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.RoundTripper.RoundTrip(r)
 }

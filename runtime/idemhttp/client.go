@@ -15,9 +15,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/idemkit/idem/runtime"
 )
 
 // Client defaults; a zero field of [Transport] means its default.
@@ -56,8 +59,10 @@ var ErrBodyNotReplayable = errors.New("idemhttp: request body cannot be replayed
 // client's bug, other 4xx and 5xx definitive), a response marked
 // "Idempotent-Replayed: true" (a recorded outcome does not change), and
 // errors that another attempt cannot fix (a certificate or a host that
-// does not exist, a request net/http refuses to send, a body that cannot
-// be replayed).
+// does not exist, a request net/http refuses to send, such as one with no
+// host in its URL, no Header, a method that is not a token or a header or
+// trailer field it cannot send, a body shorter or longer than the
+// request's ContentLength, a body that cannot be replayed).
 //
 // Waits between attempts grow exponentially from MinBackoff, capped at
 // MaxBackoff, with jitter (a random half of each); a Retry-After header
@@ -65,8 +70,9 @@ var ErrBodyNotReplayable = errors.New("idemhttp: request body cannot be replayed
 // long. A Retry-After over MaxRetryAfter ends the retries with that
 // response. The request context bounds everything: when the next attempt
 // would start after its deadline, RoundTrip returns the last response (or
-// error) at once instead of sleeping; when it is cancelled during a wait,
-// RoundTrip returns its error (and its cause, when it has one). An
+// error) at once instead of sleeping; when it is cancelled, during a wait
+// or an attempt, RoundTrip returns its error (and its cause, when it has
+// one: errors.Is matches both). An
 // [http.Client]'s Timeout is such a deadline, on the whole logical request.
 //
 // The body is sent again on each attempt: through Request.GetBody when set,
@@ -157,7 +163,10 @@ func NewClient(t *Transport) *http.Client {
 type clientKeyCtx struct{}
 
 // WithKey returns a context whose requests through a [Transport] carry key
-// (unless they have the header already). Set it once per logical operation,
+// (unless they have the header already). The key is 1 to 255 bytes of
+// visible ASCII ([runtime.ValidateKey]), as the middleware wants it: the
+// Transport refuses another before sending (a [*RequestError] wrapping
+// [runtime.ErrInvalidKey]), as it does a key of [Transport.NewKey]'s. Set it once per logical operation,
 // before any retry loop of your own, and persist it with the intent: every
 // attempt, in this process or after a restart, then sends the same key.
 func WithKey(ctx context.Context, key string) context.Context {
@@ -243,6 +252,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			} else {
 				key = NewKey()
 			}
+			if err := runtime.ValidateKey(key); err != nil {
+				// A key the middleware refuses, or reads as another: net/http
+				// sends " k1" as it is, and the server's reader trims it to
+				// k1 (review r56).
+				if req.Body != nil {
+					_ = req.Body.Close() // a RoundTripper closes the body, errors included
+				}
+				return nil, &RequestError{Key: key, Err: fmt.Errorf("idemhttp: the key to send: %w", err)}
+			}
 			field = key
 			if t.QuotedKey || strings.ContainsAny(key, `,"\`) {
 				field = sfString(key)
@@ -256,11 +274,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	maxAttempts := orDefault(t.MaxAttempts, DefaultMaxAttempts)
 	malformed := malformedRequest(req, header, field)
 	for attempt := 1; ; attempt++ {
-		resp, cancel, err := t.send(ctx, req, header, field, body, attempt)
+		resp, cancel, fate, err := t.send(ctx, req, header, field, body, attempt)
 		res := Result{Key: key, Attempts: attempt}
 		retry, after := t.retryable(ctx, resp, err)
-		if err != nil && malformed {
-			retry = false // net/http refuses it before sending: so will every attempt (review r55)
+		sent := attempt
+		if err != nil && (malformed || fate != attemptSent) {
+			// net/http refuses it before sending, or its body is not as
+			// long as its ContentLength: so will every attempt (reviews
+			// r55, r56). One whose body could not be had again was not
+			// sent either.
+			retry = false
+		}
+		if err != nil && (malformed || fate == attemptUnsent) {
+			sent--
 		}
 		wait := t.backoff(attempt)
 		if after > wait {
@@ -273,7 +299,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if stop {
 			if err != nil {
 				cancel()
-				return nil, &RequestError{Key: key, Attempts: attempt, Err: err}
+				if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+					// Cancelled with a cause while the attempt ran: net/http
+					// returns the cause alone. Both, as for a cancellation
+					// during a wait.
+					err = fmt.Errorf("%w: %w", ctxErr, err)
+				}
+				return nil, &RequestError{Key: key, Attempts: sent, Err: err}
 			}
 			res.Replayed = strings.EqualFold(resp.Header.Get(ReplayedHeader), "true")
 			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
@@ -297,7 +329,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				// cause is kept (review r55).
 				err = fmt.Errorf("%w: %w", err, cause)
 			}
-			return nil, &RequestError{Key: key, Attempts: attempt, Err: fmt.Errorf("%w while waiting to retry after %v", err, last)}
+			return nil, &RequestError{Key: key, Attempts: sent, Err: fmt.Errorf("%w while waiting to retry after %v", err, last)}
 		case <-timer.C:
 		}
 	}
@@ -334,15 +366,29 @@ func headerValues(h http.Header, name string) []string {
 	return nil
 }
 
+// attemptFate is what became of an attempt that failed: sent (for all
+// the Transport knows), not sent (its body could not be had again), or
+// sent with a body whose length is not the request's ContentLength, which
+// every attempt would send alike.
+type attemptFate int
+
+const (
+	attemptSent attemptFate = iota
+	attemptUnsent
+	attemptBadLength
+)
+
 // send sends one attempt. cancel releases the attempt's timeout; the
 // caller calls it when done with the response.
-func (t *Transport) send(ctx context.Context, req *http.Request, header, field string, body func() (io.ReadCloser, error), attempt int) (*http.Response, context.CancelFunc, error) {
+func (t *Transport) send(ctx context.Context, req *http.Request, header, field string, body func() (io.ReadCloser, error), attempt int) (*http.Response, context.CancelFunc, attemptFate, error) {
 	cancel := context.CancelFunc(func() {})
 	if t.AttemptTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, t.AttemptTimeout)
 	}
 	r := req.Clone(ctx)
-	if field != "" && len(headerValues(r.Header, header)) == 0 {
+	// A request without Header is net/http's to refuse (malformedRequest),
+	// not a map to write the key in.
+	if field != "" && r.Header != nil && len(headerValues(r.Header, header)) == 0 {
 		r.Header.Set(header, field)
 	}
 	if body != nil {
@@ -351,10 +397,15 @@ func (t *Transport) send(ctx context.Context, req *http.Request, header, field s
 			b, err := body()
 			if err != nil {
 				cancel()
-				return nil, cancel, fmt.Errorf("%w: GetBody: %w", ErrBodyNotReplayable, err)
+				return nil, cancel, attemptUnsent, fmt.Errorf("%w: GetBody: %w", ErrBodyNotReplayable, err)
 			}
 			r.Body = b
 		}
+	}
+	var counted *lengthBody
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength > 0 {
+		counted = &lengthBody{ReadCloser: r.Body, want: r.ContentLength}
+		r.Body = counted
 	}
 	base := t.Base
 	if base == nil {
@@ -363,12 +414,41 @@ func (t *Transport) send(ctx context.Context, req *http.Request, header, field s
 	resp, err := base.RoundTrip(r)
 	if err != nil {
 		cancel()
-		return nil, cancel, err
+		if counted != nil && counted.mismatch() {
+			return nil, cancel, attemptBadLength, err
+		}
+		return nil, cancel, attemptSent, err
 	}
 	if resp.Request == nil {
 		resp.Request = r
 	}
-	return resp, cancel, nil
+	return resp, cancel, attemptSent, nil
+}
+
+// lengthBody counts what the base transport reads of an attempt's body:
+// net/http fails a request whose body is shorter or longer than its
+// ContentLength, and another attempt with the same body fails alike.
+// (Atomics: the transport may still be reading it on its own goroutine.)
+type lengthBody struct {
+	io.ReadCloser
+	want int64
+	n    atomic.Int64
+	eof  atomic.Bool
+}
+
+func (b *lengthBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	if err == io.EOF {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
+// mismatch reports whether the body read so far is not ContentLength long.
+func (b *lengthBody) mismatch() bool {
+	n := b.n.Load()
+	return n > b.want || b.eof.Load() && n != b.want
 }
 
 // replayable returns how to get the request's body again (nil: no body),
@@ -432,16 +512,27 @@ func defaultRetryStatus(s int) bool {
 }
 
 // malformedRequest reports whether net/http refuses req before sending
-// it, whatever the attempt: no host, or a header field name or value it
-// cannot send (the key's field, value field, included).
+// it, whatever the attempt (its Transport's checks): no URL or no host in
+// it (whatever req.Host says), no Header, a method that is not a token, or
+// a header or trailer field name or value it cannot send (the key's field,
+// value included).
 func malformedRequest(req *http.Request, header, field string) bool {
-	if req.URL == nil || (req.Host == "" && req.URL.Host == "") {
+	if req.URL == nil || req.URL.Host == "" || req.Header == nil {
 		return true
+	}
+	if strings.IndexFunc(req.Method, func(r rune) bool { return !httpguts.IsTokenRune(r) }) >= 0 {
+		return true // "" is GET
 	}
 	if field != "" && (!httpguts.ValidHeaderFieldName(header) || !httpguts.ValidHeaderFieldValue(field)) {
 		return true
 	}
-	for name, values := range req.Header {
+	return badFields(req.Header) || badFields(req.Trailer)
+}
+
+// badFields reports whether h has a field name or value net/http cannot
+// send.
+func badFields(h http.Header) bool {
+	for name, values := range h {
 		if !httpguts.ValidHeaderFieldName(name) {
 			return true
 		}

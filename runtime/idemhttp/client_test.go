@@ -734,3 +734,70 @@ func fieldKey(r *http.Request) string {
 	}
 	return b.String()
 }
+
+// closeTracker records whether a request body was closed.
+type closeTracker struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (c *closeTracker) Close() error { c.closed.Store(true); return nil }
+
+// TestTransportRefusesInvalidKey: a key of WithKey's or NewKey's that the
+// middleware would refuse, or read as another (net/http sends " k1" as it
+// is; the server's reader trims it to k1), is refused before anything is
+// sent, with the request's body closed (review r56).
+func TestTransportRefusesInvalidKey(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	for _, tt := range []struct {
+		name   string
+		key    string
+		newKey bool
+	}{
+		{"leading space", " k1", false},
+		{"inner space", "k 1", false},
+		{"non-ASCII", "clé", false},
+		{"too long", strings.Repeat("k", runtime.MaxKeyLen+1), false},
+		{"NewKey's", "k\t1", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := &idemhttp.Transport{}
+			ctx := context.Background()
+			if tt.newKey {
+				tr.NewKey = func() string { return tt.key }
+			} else {
+				ctx = idemhttp.WithKey(ctx, tt.key)
+			}
+			body := &closeTracker{Reader: strings.NewReader("{}")}
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := tr.RoundTrip(req)
+			if resp != nil {
+				resp.Body.Close()
+				t.Fatalf("sent: %s", resp.Status)
+			}
+			var rerr *idemhttp.RequestError
+			if !errors.As(err, &rerr) || !errors.Is(err, runtime.ErrInvalidKey) || rerr.Attempts != 0 || rerr.Key != tt.key {
+				t.Fatalf("err = %#v (%v), want a *RequestError for the key, 0 attempts, wrapping ErrInvalidKey", rerr, err)
+			}
+			if !body.closed.Load() {
+				t.Error("the request's body was not closed")
+			}
+		})
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d requests reached the server", n)
+	}
+	// A valid key with the characters the middleware wants quoted is sent.
+	tr := &idemhttp.Transport{}
+	req, _ := http.NewRequestWithContext(idemhttp.WithKey(context.Background(), `a,"b\`), http.MethodPost, srv.URL, strings.NewReader("{}"))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}

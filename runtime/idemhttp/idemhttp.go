@@ -716,6 +716,13 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 	)
 	ctx := r.Context()
 	switch {
+	case errtree.SafeAs(err, &re):
+		// Before ErrNotReplayable, which the runtime wraps around a stored
+		// response it cannot decode: a record of this middleware's that it
+		// cannot read (one resolved by hand in a wrong form) is not a
+		// response left unstored.
+		m.cfg.logger.ErrorContext(ctx, "idemhttp: the stored outcome cannot be read; answered 500", "method", r.Method, "target", r.URL.RequestURI(), "err", err)
+		m.problem(w, probRecordUnreadable, "The stored outcome of the request with this key cannot be read.")
 	case errtree.SafeIs(err, runtime.ErrNotReplayable):
 		m.problem(w, probNotReplayable, notReplayable(0, "was too large to store"))
 	case errtree.SafeIs(err, runtime.ErrInvalidKey):
@@ -734,9 +741,6 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 		m.failed(w, "", "The request with this key failed.")
 	case errtree.SafeIs(err, runtime.ErrTooLarge):
 		m.problem(w, probBodyTooLarge, "The request is too large to record.")
-	case errtree.SafeAs(err, &re):
-		m.cfg.logger.ErrorContext(ctx, "idemhttp: the stored outcome cannot be read; answered 500", "method", r.Method, "target", r.URL.RequestURI(), "err", err)
-		m.problem(w, probRecordUnreadable, "The stored outcome of the request with this key cannot be read.")
 	case errtree.SafeIs(context.Cause(ctx), runtime.ErrLeaseLost):
 		// A placement of the middleware around this one (on another
 		// store) could not confirm its lease and stopped its handler,
