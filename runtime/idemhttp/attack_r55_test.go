@@ -124,8 +124,17 @@ func TestR55TransportUnfixableHeaderErrorRetried(t *testing.T) {
 				t.Fatalf("err = %v, want a *RequestError", err)
 			}
 			t.Logf("err: %v (took %v, %d reached the server)", err, time.Since(start).Round(time.Millisecond), hits.Load())
-			if n := tries.Load(); n != 1 {
-				t.Errorf("%d attempts, want 1: an error no attempt can fix was retried", n)
+			// A key that is not visible ASCII is refused before any
+			// attempt (review r56: runtime.ValidateKey on the client).
+			wantTries := int32(1)
+			if runtime.ValidateKey(tc.key) != nil {
+				wantTries = 0
+				if !errors.Is(err, runtime.ErrInvalidKey) {
+					t.Errorf("err = %v, want ErrInvalidKey", err)
+				}
+			}
+			if n := tries.Load(); n != wantTries {
+				t.Errorf("%d attempts, want %d: an error no attempt can fix was retried", n, wantTries)
 			}
 			// RequestError.Attempts: "attempts sent; 0 when the request was
 			// refused before" (review r56).
