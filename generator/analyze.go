@@ -865,11 +865,15 @@ func snakeCase(s string) string {
 // not know which type to decode it into). An interface inside a slice, map
 // or struct holds JSON's generic values on a replay, as the README says.
 func interfaceResponse(t types.Type) bool {
-	for {
-		p, ok := types.Unalias(t).(*types.Pointer)
+	// At most a few levels: type P *P is a pointer to itself.
+	for range 64 {
+		// Underlying: a defined type of a pointer (type Ref *fmt.Stringer)
+		// is a pointer too (review r57).
+		p, ok := t.Underlying().(*types.Pointer)
 		if !ok {
 			return types.IsInterface(t)
 		}
 		t = p.Elem()
 	}
+	return false
 }

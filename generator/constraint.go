@@ -75,7 +75,10 @@ func headerConstraint(path string, f *ast.File) constraint.Expr {
 				if x, err := constraint.Parse(c.Text); err == nil && goBuild == nil {
 					goBuild = x
 				}
-			case constraint.IsPlusBuild(c.Text):
+			case constraint.IsPlusBuild(c.Text) && g != f.Doc:
+				// The go command reads // +build lines only when a blank
+				// line follows them: not in the package's doc comment,
+				// the comment right above the package clause (review r57).
 				if x, err := constraint.Parse(c.Text); err == nil {
 					plusBuild = and(plusBuild, x)
 				}

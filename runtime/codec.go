@@ -359,7 +359,8 @@ func decodeResponse[Resp any](rt *Runtime, data []byte, resp *Resp) error {
 // (An interface inside a slice, a map or a struct field holds JSON's generic
 // values, as the README says.)
 func interfaceResponse(t reflect.Type) bool {
-	for t.Kind() == reflect.Pointer {
+	// At most a few levels: type P *P is a pointer to itself.
+	for i := 0; i < 64 && t.Kind() == reflect.Pointer; i++ {
 		t = t.Elem()
 	}
 	return t.Kind() == reflect.Interface

@@ -453,8 +453,12 @@ func (cfg *config) answer(ctx context.Context, fullMethod string, err error) err
 		fe *runtime.FailedError
 		re *recordError
 	)
+	var syn *json.SyntaxError
 	switch {
-	case errtree.SafeAs(err, &re):
+	case errtree.SafeAs(err, &re), errtree.SafeAs(err, &syn):
+		// A stored record that is not one JSON value (resolved by hand
+		// through runtime.Resolve) fails before the record's own reader
+		// runs: unreadable too (review r57).
 		// Before ErrNotReplayable, which the runtime wraps around a stored
 		// response it cannot decode: a record of this interceptor's that
 		// it cannot read (one resolved by hand in a wrong form) is not a
@@ -728,6 +732,12 @@ func (cfg *config) replay(ctx context.Context, fullMethod string, rec record) (a
 	if rec.Type == "" {
 		return nil, notStored(ctx)
 	}
+	if out, ok := methodOutput(fullMethod); ok && out != protoreflect.FullName(rec.Type) {
+		// A record resolved by hand naming another registered type: the
+		// client would decode its bytes as its own reply type, a made-up
+		// answer (review r57).
+		return nil, unreadable(ctx, cfg.logger, fullMethod, fmt.Errorf("the stored response is a %s, but %s answers %s", rec.Type, fullMethod, out))
+	}
 	mt, err := cfg.resolver.FindMessageByName(protoreflect.FullName(rec.Type))
 	if err != nil {
 		return nil, unreadable(ctx, cfg.logger, fullMethod, fmt.Errorf("the stored response's type %q is not registered: %w", rec.Type, err))
@@ -742,6 +752,30 @@ func (cfg *config) replay(ctx context.Context, fullMethod string, rec record) (a
 		return nil, unreadable(ctx, cfg.logger, fullMethod, fmt.Errorf("the stored response (type %q) cannot be decoded: %w", rec.Type, err))
 	}
 	return m, nil
+}
+
+// methodOutput is the full name of the reply type of the method named by
+// fullMethod ("/pkg.Service/Method"), when its service is in the global
+// registry of proto files (a generated service is; a hand-written one need
+// not be).
+func methodOutput(fullMethod string) (protoreflect.FullName, bool) {
+	svc, method, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	if !ok {
+		return "", false
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		return "", false
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return "", false
+	}
+	md := sd.Methods().ByName(protoreflect.Name(method))
+	if md == nil {
+		return "", false
+	}
+	return md.Output().FullName(), true
 }
 
 // unreadable is the answer to a stored outcome the interceptor cannot read

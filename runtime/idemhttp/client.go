@@ -61,8 +61,9 @@ var ErrBodyNotReplayable = errors.New("idemhttp: request body cannot be replayed
 // errors that another attempt cannot fix (a certificate or a host that
 // does not exist, a request net/http refuses to send, such as one with no
 // host in its URL, no Header, a method that is not a token or a header or
-// trailer field it cannot send, a body shorter or longer than the
-// request's ContentLength, a body that cannot be replayed).
+// trailer field it cannot send, when Base is net/http's own and the scheme
+// http or https, a body shorter or longer than the request's
+// ContentLength, a body that cannot be replayed).
 //
 // Waits between attempts grow exponentially from MinBackoff, capped at
 // MaxBackoff, with jitter (a random half of each); a Retry-After header
@@ -272,7 +273,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, &RequestError{Key: key, Err: err}
 	}
 	maxAttempts := orDefault(t.MaxAttempts, DefaultMaxAttempts)
-	malformed := malformedRequest(req, header, field)
+	malformed := t.refusedByNetHTTP(req, header, field)
 	for attempt := 1; ; attempt++ {
 		resp, cancel, fate, err := t.send(ctx, req, header, field, body, attempt)
 		res := Result{Key: key, Attempts: attempt}
@@ -299,11 +300,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if stop {
 			if err != nil {
 				cancel()
-				if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-					// Cancelled with a cause while the attempt ran: net/http
-					// returns the cause alone. Both, as for a cancellation
-					// during a wait.
-					err = fmt.Errorf("%w: %w", ctxErr, err)
+				if ctxErr := ctx.Err(); ctxErr != nil {
+					// Cancelled while the attempt ran: net/http's HTTP/1
+					// returns the cause alone, its HTTP/2 the context's
+					// error alone (reviews r56, r57). Both, as for a
+					// cancellation during a wait.
+					if !errors.Is(err, ctxErr) {
+						err = fmt.Errorf("%w: %w", ctxErr, err)
+					}
+					if cause := context.Cause(ctx); !errors.Is(err, cause) {
+						err = fmt.Errorf("%w: %w", err, cause)
+					}
 				}
 				return nil, &RequestError{Key: key, Attempts: sent, Err: err}
 			}
@@ -511,14 +518,30 @@ func defaultRetryStatus(s int) bool {
 	return false
 }
 
-// malformedRequest reports whether net/http refuses req before sending
-// it, whatever the attempt (its Transport's checks): no URL or no host in
-// it (whatever req.Host says), no Header, a method that is not a token, or
-// a header or trailer field name or value it cannot send (the key's field,
-// value included).
-func malformedRequest(req *http.Request, header, field string) bool {
-	if req.URL == nil || req.URL.Host == "" || req.Header == nil {
+// refusedByNetHTTP reports whether net/http refuses req before sending
+// it, whatever the attempt: no URL, no Header, no host at all, a method
+// that is not a token, or a header or trailer field name or value it
+// cannot send (the key's field, value included). A URL without a host but
+// with req.Host set counts only when Base is net/http's own (nil or an
+// *http.Transport): another base may route by req.Host. A scheme other
+// than http and https is never judged: net/http hands it to the protocol
+// registered for it (Transport.RegisterProtocol) without these checks
+// (review r57).
+func (t *Transport) refusedByNetHTTP(req *http.Request, header, field string) bool {
+	if req.URL == nil || req.Header == nil {
 		return true
+	}
+	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+		return false
+	}
+	if req.URL.Host == "" {
+		switch t.Base.(type) {
+		case nil, *http.Transport:
+			return true
+		}
+		if req.Host == "" {
+			return true
+		}
 	}
 	if strings.IndexFunc(req.Method, func(r rune) bool { return !httpguts.IsTokenRune(r) }) >= 0 {
 		return true // "" is GET

@@ -38,7 +38,7 @@ func parseStored(b []byte) (resp Response, ok bool) {
 		return resp, false
 	}
 	status, ok := p.int()
-	if !ok || status < 100 || status > 999 || !p.lit(`,"header":`) {
+	if !ok || status < 200 || status > 999 || !p.lit(`,"header":`) {
 		return resp, false
 	}
 	resp.Status = status

@@ -79,6 +79,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -715,8 +716,12 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, err error) {
 		re *recordError
 	)
 	ctx := r.Context()
+	var syn *json.SyntaxError
 	switch {
-	case errtree.SafeAs(err, &re):
+	case errtree.SafeAs(err, &re), errtree.SafeAs(err, &syn):
+		// A stored record that is not one JSON value (resolved by hand
+		// through runtime.Resolve) fails before the record's own reader
+		// runs: unreadable too (review r57).
 		// Before ErrNotReplayable, which the runtime wraps around a stored
 		// response it cannot decode: a record of this middleware's that it
 		// cannot read (one resolved by hand in a wrong form) is not a

@@ -72,7 +72,7 @@ func (cfg *config) query(q QueryFunc) runtime.QueryFunc[request, Response] {
 		scope := idname.QueryScope(ctx, idname.StoredScope(rq.Scope, rq.ScopeBytes))
 		resp, o, err := q(runtime.WithScope(ctx, scope), StoredRequest{Method: rq.Method, Target: rq.URL, Body: rq.Body, Scope: scope})
 		if o == runtime.OutcomeSucceeded {
-			if resp.Status < 100 || resp.Status > 999 {
+			if resp.Status < 200 || resp.Status > 999 {
 				return Response{}, runtime.OutcomeUnknown, fmt.Errorf("idemhttp: the query answered status %d", resp.Status)
 			}
 			h := http.Header{}
@@ -101,8 +101,10 @@ func (r *Response) unmarshalAny(b []byte) error {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return &recordError{err}
 	}
-	if raw.Status == nil || *raw.Status < 100 || *raw.Status > 999 {
-		return &recordError{errors.New(`"status" must be an HTTP status, 100 to 999`)}
+	// A final status: net/http sends a 1xx as an informational response,
+	// then 200 (101: a protocol switch), never as the answer (review r57).
+	if raw.Status == nil || *raw.Status < 200 || *raw.Status > 999 {
+		return &recordError{errors.New(`"status" must be a final HTTP status, 200 to 999`)}
 	}
 	*r = Response{Status: *raw.Status, Streamed: raw.Streamed, Truncated: raw.Truncated}
 	if raw.Header != nil || raw.Headers != nil {
@@ -117,6 +119,13 @@ func (r *Response) unmarshalAny(b []byte) error {
 			var one string
 			var many []string
 			ck := http.CanonicalHeaderKey(k)
+			if ck == "Content-Length" || ck == "Transfer-Encoding" {
+				// Framing is net/http's, for the body replayed: a length
+				// the body does not have, or an encoding it is not in,
+				// would break the response (review r57). The middleware
+				// stores neither.
+				continue
+			}
 			switch {
 			case string(bytes.TrimSpace(v)) == "null":
 				// Suppressed the net/http way (Header()["Content-Type"] =

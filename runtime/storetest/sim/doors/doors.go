@@ -377,6 +377,9 @@ type run struct {
 	faults     map[string]int
 	modes      map[string]int
 	renewing   map[runtime.Identity]*delivery // slow-renewal deliveries in their effect
+	// versions: the version of each record as the last write through the
+	// run's store left it (0: released), for the handlers' takeover check.
+	versions map[runtime.Identity]int64
 	// inHandler: the handlers running, by the identity the runtime gave
 	// their call (see takenOver).
 	inHandler map[runtime.Identity]map[*handlerRun]bool
@@ -495,7 +498,7 @@ func Run(t testing.TB, doorName string, cfg Config) Report {
 		scope:  fmt.Sprintf("doors/%s/%s/%d-%s", cfg.Name, doorName, cfg.Seed, hex.EncodeToString(b[:])),
 		byID:   map[int]*delivery{},
 		ledger: map[string][]effectRec{}, trail: map[string][]string{}, faults: map[string]int{}, modes: map[string]int{},
-		renewing: map[runtime.Identity]*delivery{}, inHandler: map[runtime.Identity]map[*handlerRun]bool{}, identOf: map[runtime.Identity]string{}, faulted: map[string]bool{}, declined: map[string]bool{},
+		renewing: map[runtime.Identity]*delivery{}, inHandler: map[runtime.Identity]map[*handlerRun]bool{}, versions: map[runtime.Identity]int64{}, identOf: map[runtime.Identity]string{}, faulted: map[string]bool{}, declined: map[string]bool{},
 		failedAt: map[runtime.Identity]time.Time{}}
 	for _, name := range tenantNames {
 		scope := r.scope + "/" + name
@@ -798,15 +801,18 @@ func (r *run) handle(ctx context.Context, route int, dID int, req simpay.Request
 	// Takeovers from now on are noted by takenOver. (Only for a call on
 	// this run's store: the HTTP door's outer placement is on a memory
 	// store of its own.)
+	// (The version is the last one a write through this run's store
+	// returned: no store round trip in the handler, which would stretch
+	// it under load.)
 	if _, onStore := r.rrt.Running(ctx); attempt && onStore {
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease)
-		rec, err := r.store.Get(gctx, id)
-		cancel()
-		if errors.Is(err, runtime.ErrNotFound) || err == nil && rec.Version != a.FencingToken {
-			r.mu.Lock()
+		r.mu.Lock()
+		v, known := r.versions[id]
+		if known && v != a.FencingToken {
 			hr.takenOver = true
-			r.mu.Unlock()
-			r.note(ident, "store: delivery %d's handler starts at version %d, but the record is gone or at another version: taken over", d.id, a.FencingToken)
+		}
+		r.mu.Unlock()
+		if known && v != a.FencingToken {
+			r.note(ident, "store: delivery %d's handler starts at version %d, but the record is gone or at version %d: taken over", d.id, a.FencingToken, v)
 		}
 	}
 	defer func() {
@@ -1438,6 +1444,14 @@ type faultStore struct {
 // by deliver or the HTTP door's server, the gRPC door's incoming metadata).
 // The reconciler's writes carry none and never fail.
 func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
+	v, err := f.transition(ctx, p)
+	if err == nil {
+		f.r.wrote(p.ID, v)
+	}
+	return v, err
+}
+
+func (f *faultStore) transition(ctx context.Context, p runtime.TransitionParams) (int64, error) {
 	if p.To != runtime.StateSuccess && p.To != runtime.StateFailed {
 		return f.Store.Transition(ctx, p)
 	}
@@ -1487,8 +1501,11 @@ func (f *faultStore) Transition(ctx context.Context, p runtime.TransitionParams)
 // handler is running (see takenOver).
 func (f *faultStore) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.ClaimResult, error) {
 	res, err := f.Store.Claim(ctx, p)
-	if err == nil && res.Claimed && res.Record.Takeovers > 0 {
-		f.r.takenOver(p.ID, fmt.Sprintf("a claim (owner %s, version %d)", p.Owner, res.Record.Version))
+	if err == nil && res.Claimed {
+		f.r.wrote(p.ID, res.Record.Version)
+		if res.Record.Takeovers > 0 {
+			f.r.takenOver(p.ID, fmt.Sprintf("a claim (owner %s, version %d)", p.Owner, res.Record.Version))
+		}
 	}
 	return res, err
 }
@@ -1496,9 +1513,25 @@ func (f *faultStore) Claim(ctx context.Context, p runtime.ClaimParams) (runtime.
 func (f *faultStore) AcquirePending(ctx context.Context, p runtime.AcquireParams) ([]runtime.Record, error) {
 	recs, err := f.Store.AcquirePending(ctx, p)
 	for _, rec := range recs {
+		f.r.wrote(rec.ID, rec.Version)
 		f.r.takenOver(rec.ID, fmt.Sprintf("the reconciler (version %d)", rec.Version))
 	}
 	return recs, err
+}
+
+func (f *faultStore) Release(ctx context.Context, p runtime.ReleaseParams) error {
+	err := f.Store.Release(ctx, p)
+	if err == nil {
+		f.r.wrote(p.ID, 0)
+	}
+	return err
+}
+
+// wrote notes the version a write left a record at (0: released).
+func (r *run) wrote(id runtime.Identity, version int64) {
+	r.mu.Lock()
+	r.versions[id] = version
+	r.mu.Unlock()
 }
 
 // takenOver marks the deliveries whose handler runs for id as taken over
