@@ -103,14 +103,19 @@ func TestR57CustomBaseAttemptsCounted(t *testing.T) {
 		return nil, &net.OpError{Op: "read", Net: "unix", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 	})
 	tr := &idemhttp.Transport{Base: base, MaxAttempts: 1}
-	req := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: "/pay"}, Host: "payments", Header: http.Header{}}
-	_, err := tr.RoundTrip(req)
-	var re *idemhttp.RequestError
-	if !errors.As(err, &re) {
-		t.Fatalf("err = %v", err)
-	}
-	if re.Attempts != int(calls.Load()) {
-		t.Fatalf("RequestError.Attempts = %d, but the base sent %d attempt(s): %v", re.Attempts, calls.Load(), err)
+	// Without a scheme, and with http (which net/http's own transport
+	// would refuse without a URL host: this base routes by req.Host).
+	for _, scheme := range []string{"", "http"} {
+		calls.Store(0)
+		req := &http.Request{Method: http.MethodPost, URL: &url.URL{Scheme: scheme, Path: "/pay"}, Host: "payments", Header: http.Header{}}
+		_, err := tr.RoundTrip(req)
+		var re *idemhttp.RequestError
+		if !errors.As(err, &re) {
+			t.Fatalf("scheme %q: err = %v", scheme, err)
+		}
+		if re.Attempts != int(calls.Load()) {
+			t.Fatalf("scheme %q: RequestError.Attempts = %d, but the base sent %d attempt(s): %v", scheme, re.Attempts, calls.Load(), err)
+		}
 	}
 }
 
