@@ -59,11 +59,11 @@ var ErrBodyNotReplayable = errors.New("idemhttp: request body cannot be replayed
 // client's bug, other 4xx and 5xx definitive), a response marked
 // "Idempotent-Replayed: true" (a recorded outcome does not change), and
 // errors that another attempt cannot fix (a certificate or a host that
-// does not exist, a request net/http refuses to send, such as one with no
-// host in its URL, no Header, a method that is not a token or a header or
-// trailer field it cannot send, when Base is net/http's own and the scheme
-// http or https, a body shorter or longer than the request's
-// ContentLength, a body that cannot be replayed).
+// does not exist; for http and https, a request net/http refuses to send:
+// no Header, no host at all, a method that is not a token, a header or
+// trailer field it cannot send, and, with Base nil or an *http.Transport,
+// a URL without a host whatever req.Host says; a body shorter or longer
+// than the request's ContentLength; a body that cannot be replayed).
 //
 // Waits between attempts grow exponentially from MinBackoff, capped at
 // MaxBackoff, with jitter (a random half of each); a Retry-After header
