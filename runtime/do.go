@@ -610,7 +610,12 @@ func (ex *execution[Req, Resp]) abandon(ctx context.Context, rec Record, hb *hea
 // another worker taken the record over: the effect must not start beside
 // that worker's. A renewal's compare-and-set succeeds only if no one took
 // over. When the lease cannot be confirmed, nothing has run: the call fails
-// and the record is left to its lease.
+// and gives a fresh claim back (a release, by compare-and-set on its
+// version: a takeover since is kept), so that a retry claims at once
+// instead of waiting out a lease no one works under (a DoTx caller's
+// savepoint retry would wait on its own transaction's claim). A record an
+// earlier attempt may have acted on (UNKNOWN, or taken over) is left to
+// its lease, as is a claim whose release fails too.
 func (ex *execution[Req, Resp]) confirmLateStart(ctx context.Context, rec Record) error {
 	if time.Since(ex.granted) < ex.lease-ex.lease/leaseMargin {
 		return nil
@@ -625,8 +630,18 @@ func (ex *execution[Req, Resp]) confirmLateStart(ctx context.Context, rec Record
 		return fmt.Errorf("%w: %s %q: the lease (version %d) expired before the effect could start and another worker took over; the effect did not run",
 			ErrLeaseLost, ex.id.Operation, ex.id.Key, rec.Version)
 	case err != nil:
-		return fmt.Errorf("idem: %s %q: the lease may have expired before the effect could start and renewing it failed; the effect did not run: %w",
+		err = fmt.Errorf("idem: %s %q: the lease may have expired before the effect could start and renewing it failed; the effect did not run: %w",
 			ex.id.Operation, ex.id.Key, err)
+		if ex.hold.unknown || ex.hold.mayHaveActed {
+			return err
+		}
+		ex.run.tp = TransitionParams{ID: ex.id, From: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version}
+		if _, rerr := ex.complete(ctx, true, &ex.run.tp); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+			return errors.Join(err, fmt.Errorf("idem: %s %q: releasing the claim failed too; it is left to its lease: %w", ex.id.Operation, ex.id.Key, rerr))
+		} else if rerr == nil {
+			ex.rt.emit(ctx, Event{Kind: EventReleased, Operation: ex.id.Operation, Err: err})
+		}
+		return err
 	}
 	ex.granted = sent
 	return nil

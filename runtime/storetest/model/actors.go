@@ -185,9 +185,9 @@ type Config struct {
 	SharedOwner bool
 	// ConfirmLateStart: a worker whose lease is no longer known to hold
 	// when its effect is about to start (a compare-and-set to PROCESSING
-	// retried that long) confirms it with a renewal before starting. The
-	// runtime does not (yet): it starts the effect and renews at once,
-	// concurrently.
+	// retried that long) confirms it with a renewal before starting, as
+	// the runtime does (confirmLateStart in runtime/do.go); off, it starts
+	// the effect and renews at once, concurrently, as the runtime once did.
 	ConfirmLateStart bool
 	// NoOverlap also checks the strict form of the lease invariant: no two
 	// workers run the effect at once, whether or not they know their lease
