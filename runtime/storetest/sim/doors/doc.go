@@ -86,7 +86,8 @@
 // operator resolves what is left by runtime.Resolve to what the downstream
 // knows (SUCCESS with the door's stored form of the response, or FAILED
 // with the HTML page), and every identity is retried once by a healthy
-// client.
+// client. A record that retry leaves PROCESSING or UNKNOWN (its lease lost
+// in a stall) is converged the same way once more.
 //
 // # Invariants
 //
@@ -111,6 +112,8 @@
 //   - every outcome is recorded whatever its size (Resolve included), the
 //     final record agrees with the downstream (SUCCESS only if applied,
 //     FAILED only if not), and no record is left PROCESSING or UNKNOWN;
+//   - a healthy retry settles the record: the final retry ends it SUCCESS
+//     or FAILED;
 //   - (DoTx) a transaction's second call replays its first's response, and
 //     a caller never waits for its own transaction: a savepoint retry told
 //     ErrInProgress had another delivery of its identity in flight.
@@ -123,16 +126,18 @@
 // failed write; with a query, never.
 //
 // A run on a loaded machine may see the process stall (no goroutine runs
-// for a while). Three breaches of the invariants above are what the
-// runtime documents for such a stall, and only those are excused, with the
-// stall measured (see [Run]): a second effect after a lease was lost, in a
-// stall past the lease rule's margin (on every door but DoTx's); in a stall
-// past a third of the lease, a store-failure
-// answer or ERROR log caused only by a write of the runtime's own running
-// out of its time (the late-start confirmation's renewal, a failure's
-// FAILED or UNKNOWN write); and, on an operation without a query, the
-// at-least-once window of a SUCCESS write that ran out of its time, as for
-// one failed by injection.
+// for a while). Four breaches of the invariants above are what the runtime
+// documents for such a stall, and only those are excused, with the stall
+// measured (see [Run]): a second effect after a lease was lost, in a stall
+// past the lease rule's margin (on every door but DoTx's); in a stall past
+// a third of the lease, a store-failure answer or ERROR log caused only by
+// a write of the runtime's own running out of its time (the late-start
+// confirmation's renewal, a failure's FAILED or UNKNOWN write); on an
+// operation without a query, the at-least-once window of a SUCCESS write
+// that ran out of its time, as for one failed by injection; and, in a
+// stall past the lease rule's margin, a final retry that leaves its record
+// UNKNOWN or PROCESSING (its lease lost to the machine): the record must
+// still converge.
 //
 // # Tenants
 //
