@@ -143,6 +143,14 @@ type mstate struct {
 	// a claim or an acquisition): a retry of that very write is answered with
 	// the current version instead of ErrLeaseLost.
 	token string
+	// lastToken and lastVer are the last Transition's token and the version
+	// it wrote, kept across claims and acquisitions until the next
+	// Transition or the record's deletion: a store may still recognise a
+	// resend of that write after the record took a new version (Redis keeps
+	// them apart, as go-redis resends a script seconds later) and answer
+	// with the version it wrote; others answer ErrLeaseLost.
+	lastToken string
+	lastVer   int64
 }
 
 func (s mstate) String() string {
@@ -263,6 +271,9 @@ func step1(s mstate, in histIn, out histOut) (mstate, bool) {
 			return s, false
 		}
 		ns := mstate{exists: true, st: r.st, owner: r.owner, version: r.version, maxVer: r.version, fp: r.fp}
+		if s.exists {
+			ns.lastToken, ns.lastVer = s.lastToken, s.lastVer
+		}
 		return ns.learn(r), true
 	case opGet:
 		if out.err == errNotFound {
@@ -282,7 +293,8 @@ func step1(s mstate, in histIn, out histOut) (mstate, bool) {
 		default:
 			return s, false
 		}
-		ns := mstate{exists: true, st: r.st, owner: r.owner, version: r.version, maxVer: r.version, fp: r.fp}
+		ns := mstate{exists: true, st: r.st, owner: r.owner, version: r.version, maxVer: r.version, fp: r.fp,
+			lastToken: s.lastToken, lastVer: s.lastVer}
 		return ns.learn(r), true
 	case opTransition:
 		held := s.held(in.from, in.owner, in.version)
@@ -290,6 +302,15 @@ func step1(s mstate, in histIn, out histOut) (mstate, bool) {
 			// A retry of the write that put the record where it is: the
 			// store recognises its token and answers with the version.
 			return s, out.err == errNone && out.v == s.version
+		}
+		if !held && in.token != "" && s.exists && s.lastToken == in.token && out.err == errNone && out.v == s.lastVer {
+			// A resend of the last transition, answered after a claim or
+			// an acquisition took the record to a new version: the store
+			// still recognises it (see lastToken). The writer's lease
+			// ended before that takeover; the runtime counts it from the
+			// first try's sending, and confirms it before starting an
+			// effect.
+			return s, true
 		}
 		switch out.err {
 		case errLeaseLost:
@@ -307,6 +328,7 @@ func step1(s mstate, in histIn, out histOut) (mstate, bool) {
 		ns.st, ns.owner, ns.version, ns.maxVer = in.to, in.newOwner, out.v, out.v
 		ns.lease, ns.leaseKnown = 0, !in.lease
 		ns.token, ns.omitted = in.token, in.omitted
+		ns.lastToken, ns.lastVer = in.token, out.v
 		if in.to.Final() {
 			ns.resp, ns.expires, ns.expiresKnown = in.resp, 0, false
 		} else {

@@ -171,3 +171,58 @@ func TestStallExcused(t *testing.T) {
 		}
 	}
 }
+
+// TestModelResendAfterTakeover: a transition whose reply was lost, resent
+// after another worker took the record over (its lease had ended), may be
+// answered with the version it wrote (the Redis store keeps the last
+// transition's token apart for that) or ErrLeaseLost; any other version,
+// or a success for a token the record never had, is not linearizable. A
+// CI run of the Redis Cluster simulation (load 17.6) recorded the first
+// answer and the model, which forgot the token at the takeover, rejected
+// it.
+func TestModelResendAfterTakeover(t *testing.T) {
+	const a, b, fp = "w-a", "w-b", "fp"
+	steps := []struct {
+		in  histIn
+		out histOut
+	}{
+		{histIn{kind: opClaim, owner: a, fp: fp},
+			histOut{claimed: true, rec: recView{found: true, st: runtime.StateProcessing, owner: a, version: 1, fp: fp, lease: 10, now: 1}}},
+		{histIn{kind: opTransition, from: runtime.StateProcessing, owner: a, version: 1, to: runtime.StateProcessing, newOwner: a, lease: true, token: "t1"},
+			histOut{v: 2}},
+		{histIn{kind: opClaim, owner: b, fp: fp},
+			histOut{claimed: true, rec: recView{found: true, st: runtime.StateProcessing, owner: b, version: 3, fp: fp, lease: 40, now: 30, takeovers: 1}}},
+	}
+	states := []mstate{{}}
+	for i, st := range steps {
+		var next []mstate
+		for _, s := range states {
+			next = append(next, modelStep(s, st.in, st.out)...)
+		}
+		if len(next) == 0 {
+			t.Fatalf("step %d (%s) rejected", i, describeOp(st.in, st.out))
+		}
+		states = next
+	}
+	resend := histIn{kind: opTransition, from: runtime.StateProcessing, owner: a, version: 1, to: runtime.StateProcessing, newOwner: a, lease: true, token: "t1"}
+	for _, tc := range []struct {
+		name string
+		in   histIn
+		out  histOut
+		ok   bool
+	}{
+		{"the version it wrote", resend, histOut{v: 2}, true},
+		{"lease lost", resend, histOut{err: errLeaseLost}, true},
+		{"the current version", resend, histOut{v: 3}, false},
+		{"a new version", resend, histOut{v: 4}, false},
+		{"another token", func() histIn { in := resend; in.token = "t9"; return in }(), histOut{v: 2}, false},
+	} {
+		got := 0
+		for _, s := range states {
+			got += len(modelStep(s, tc.in, tc.out))
+		}
+		if (got > 0) != tc.ok {
+			t.Errorf("%s: %s accepted in %d states, want accepted %v", tc.name, describeOp(tc.in, tc.out), got, tc.ok)
+		}
+	}
+}
