@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/stall"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/runtime"
 	"github.com/idemkit/idem/runtime/memstore"
@@ -576,59 +577,100 @@ func TestDoTxLeaseRenewal(t *testing.T) {
 		t.Run(fmt.Sprintf("stolen=%v", stolen), func(t *testing.T) {
 			p := testPool(t)
 			table := ordersTable(t, p)
-			rt, err := runtime.New(pgstore.New(p), runtime.WithLease(lease), runtime.WithMaxWait(5*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := scopedCtx(t.Name())
-			var runs atomic.Int32
-			dupDone := make(chan error, 1)
-			call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5},
-				Effect: func(ectx context.Context, tx pgx.Tx, r orderReq) (order, error) {
-					o, err := insertOrder(table, &runs)(ectx, tx, r)
-					if err != nil {
-						return o, err
-					}
-					if stolen {
-						if _, err := p.Exec(ectx, "UPDATE idem_records SET version = nextval('idem_records_version_seq') WHERE scope = $1",
-							runtime.ScopeFrom(ectx)); err != nil {
-							return o, err
-						}
-						<-ectx.Done() // the next renewal finds the lease lost
-						return o, context.Cause(ectx)
-					}
-					go func() {
-						_, err := runtime.Do(ctx, rt, runtime.Call[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: r,
-							Effect: func(context.Context, orderReq) (order, error) {
-								runs.Add(1)
-								return order{}, errors.New("the duplicate ran")
-							}})
-						dupDone <- err
-					}()
-					time.Sleep(4 * lease) // a long effect: four leases
-					return o, nil
-				}}
-			err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error { _, err := pgstore.DoTx(ctx, rt, tx, call); return err })
-			if stolen {
-				if !errors.Is(err, runtime.ErrLeaseLost) {
-					t.Fatalf("DoTx: %v, want ErrLeaseLost", err)
+			for try := 1; ; try++ {
+				if doTxLeaseRenewalTry(t, p, table, lease, stolen, try) {
+					return
 				}
-				if n := count(t, p, "SELECT count(*) FROM "+table); n != 0 {
-					t.Fatalf("%d business rows after the lease was lost, want 0", n)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := <-dupDone; err != nil {
-				t.Fatalf("duplicate: %v, want the response replayed", err)
-			}
-			if n := runs.Load(); n != 1 {
-				t.Fatalf("the effect ran %d times", n)
 			}
 		})
 	}
+}
+
+// doTxLeaseRenewalTry runs one try of TestDoTxLeaseRenewal and reports
+// whether it is done. A try whose long effect lost its lease in a stall
+// past the lease rule's margin (the process, or a renewal the server
+// answered that late: a CI run at load 21 lost one) says nothing of the
+// renewals and is tried again, at most 3 times; without such a stall a
+// lost lease fails the test.
+func doTxLeaseRenewalTry(t *testing.T, p *pgxpool.Pool, table string, lease time.Duration, stolen bool, try int) bool {
+	t.Helper()
+	if _, err := p.Exec(context.Background(), "DELETE FROM "+table); err != nil {
+		t.Fatal(err)
+	}
+	s := pgstore.New(p)
+	starved := stall.Start()
+	defer starved.Stop()
+	pgstore.SetRenewHook(s, func(ctx context.Context, n int, renew func() (time.Time, error)) (time.Time, error) {
+		start := time.Now()
+		defer func() { starved.Note(time.Since(start)) }()
+		return renew()
+	})
+	rt, err := runtime.New(s, runtime.WithLease(lease), runtime.WithMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := scopedCtx(t.Name())
+	var runs atomic.Int32
+	var spawned atomic.Bool
+	dupDone := make(chan error, 1)
+	call := pgstore.TxCall[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: orderReq{"o-1", 5},
+		Effect: func(ectx context.Context, tx pgx.Tx, r orderReq) (order, error) {
+			o, err := insertOrder(table, &runs)(ectx, tx, r)
+			if err != nil {
+				return o, err
+			}
+			if stolen {
+				if _, err := p.Exec(ectx, "UPDATE idem_records SET version = nextval('idem_records_version_seq') WHERE scope = $1",
+					runtime.ScopeFrom(ectx)); err != nil {
+					return o, err
+				}
+				<-ectx.Done() // the next renewal finds the lease lost
+				return o, context.Cause(ectx)
+			}
+			spawned.Store(true)
+			go func() {
+				_, err := runtime.Do(ctx, rt, runtime.Call[orderReq, order]{Operation: "Orders.Create", Key: "o-1", Request: r,
+					Effect: func(context.Context, orderReq) (order, error) {
+						runs.Add(1)
+						return order{}, errors.New("the duplicate ran")
+					}})
+				dupDone <- err
+			}()
+			time.Sleep(4 * lease) // a long effect: four leases
+			return o, nil
+		}}
+	err = pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error { _, err := pgstore.DoTx(ctx, rt, tx, call); return err })
+	if stolen {
+		if !errors.Is(err, runtime.ErrLeaseLost) {
+			t.Fatalf("DoTx: %v, want ErrLeaseLost", err)
+		}
+		if n := count(t, p, "SELECT count(*) FROM "+table); n != 0 {
+			t.Fatalf("%d business rows after the lease was lost, want 0", n)
+		}
+		return true
+	}
+	if errors.Is(err, runtime.ErrLeaseLost) {
+		if spawned.Load() {
+			<-dupDone // the duplicate runs its effect once the claim is free
+		}
+		if n := count(t, p, "SELECT count(*) FROM "+table); n != 0 {
+			t.Fatalf("%d business rows after the lease was lost, want 0", n)
+		}
+		if worst := starved.Stop(); worst >= lease/10 && try < 3 {
+			t.Logf("try %d: the lease was lost in a stall of %v (the lease rule's margin is %v): trying again: %v", try, worst, lease/10, err)
+			return false
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-dupDone; err != nil {
+		t.Fatalf("duplicate: %v, want the response replayed", err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the effect ran %d times", n)
+	}
+	return true
 }
 
 // TestDoTxDuplicateWaitsForAHeldRow: a DoTx duplicate that finds the
