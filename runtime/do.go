@@ -276,8 +276,9 @@ func (ex *execution[Req, Resp]) runClaimed(ctx context.Context, rec Record, star
 	// An UNKNOWN record, or one taken over, may have been acted on by an
 	// earlier attempt, unless the attempt was a local call's (its writes
 	// are undone unless its outcome is recorded).
+	earlier := ex.local == nil && (rec.State == StateUnknown || rec.Takeovers > 0)
 	ex.hold = holding{version: rec.Version, unknown: rec.State == StateUnknown, note: rec.Note,
-		mayHaveActed: ex.local == nil && (rec.State == StateUnknown || rec.Takeovers > 0)}
+		mayHaveActed: earlier, earlier: earlier}
 	returned := false
 	defer func() {
 		if !returned && !ex.hold.owned {
@@ -433,6 +434,12 @@ type holding struct {
 	unknown      bool
 	owned        bool
 	mayHaveActed bool
+	// earlier: the record was UNKNOWN or taken over when claimed (an
+	// earlier attempt may have acted), whatever a query has said since. A
+	// late start not confirmed leaves such a record to its lease, so that
+	// the next call takes it over and asks the query again (an earlier
+	// attempt still on its way to the downstream may have landed by then).
+	earlier bool
 	// note is the held record's: an UNKNOWN record written back UNKNOWN
 	// keeps it (a record the reconciler gave up on stays marked).
 	note string
@@ -614,8 +621,9 @@ func (ex *execution[Req, Resp]) abandon(ctx context.Context, rec Record, hb *hea
 // version: a takeover since is kept), so that a retry claims at once
 // instead of waiting out a lease no one works under (a DoTx caller's
 // savepoint retry would wait on its own transaction's claim). A record an
-// earlier attempt may have acted on (UNKNOWN, or taken over) is left to
-// its lease, as is a claim whose release fails too.
+// earlier attempt may have acted on (UNKNOWN, or taken over: hold.earlier,
+// even once a query has said the effect did not happen) is left to its
+// lease, as is a claim whose release fails too.
 func (ex *execution[Req, Resp]) confirmLateStart(ctx context.Context, rec Record) error {
 	if time.Since(ex.granted) < ex.lease-ex.lease/leaseMargin {
 		return nil
@@ -632,7 +640,7 @@ func (ex *execution[Req, Resp]) confirmLateStart(ctx context.Context, rec Record
 	case err != nil:
 		err = fmt.Errorf("idem: %s %q: the lease may have expired before the effect could start and renewing it failed; the effect did not run: %w",
 			ex.id.Operation, ex.id.Key, err)
-		if ex.hold.unknown || ex.hold.mayHaveActed {
+		if ex.hold.earlier {
 			return err
 		}
 		ex.run.tp = TransitionParams{ID: ex.id, From: rec.State, Owner: ex.rt.cfg.owner, Version: rec.Version}
@@ -1159,7 +1167,7 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 		rec.State, rec.Version = StateProcessing, v
 		// The query found that nothing happened: a call that leaves now
 		// releases the claim (see runClaimed).
-		ex.hold = holding{version: v}
+		ex.hold = holding{version: v, earlier: ex.hold.earlier}
 		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateProcessing})
 		ex.granted = granted
 		return ex.execute(ctx, rec)
