@@ -5,6 +5,7 @@ import (
 	"go/build/constraint"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -19,7 +20,7 @@ import (
 // another build, not stale (see [staleFiles]).
 
 // fileConstraint returns the build constraint of the Go file at path, whose
-// header and imports are f (nil: read from disk), as one expression: its
+// imports are f (nil: read from disk), as one expression: its
 // //go:build line (or its // +build lines), the GOOS and GOARCH its name
 // implies, and cgo when it imports "C" (the go command leaves such a file
 // out of a build without cgo, CGO_ENABLED=0). It is nil when the file has
@@ -32,7 +33,7 @@ func fileConstraint(path string, f *ast.File) constraint.Expr {
 			return nameConstraint(filepath.Base(path))
 		}
 	}
-	x := and(headerConstraint(path, f), nameConstraint(filepath.Base(path)))
+	x := and(headerConstraint(path), nameConstraint(filepath.Base(path)))
 	for _, imp := range f.Imports {
 		if imp.Path != nil && imp.Path.Value == `"C"` {
 			return and(x, &constraint.TagExpr{Tag: "cgo"})
@@ -54,41 +55,93 @@ func sourceConstraint(fset *token.FileSet, f *ast.File) constraint.Expr {
 }
 
 // headerConstraint is the constraint of the //go:build line (or the
-// // +build lines) of the file at path, whose header is f (nil: read from
-// disk); nil when it has none, or its header cannot be read.
-func headerConstraint(path string, f *ast.File) constraint.Expr {
-	if f == nil {
-		var err error
-		f, err = parser.ParseFile(token.NewFileSet(), path, nil, parser.PackageClauseOnly|parser.ParseComments)
-		if err != nil {
-			return nil
-		}
+// // +build lines) of the file at path, read as the go command reads them
+// (see [sourceHeader]); nil when it has none, or cannot be read.
+func headerConstraint(path string) constraint.Expr {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
 	}
-	var goBuild, plusBuild constraint.Expr
-	for _, g := range f.Comments {
-		if g.Pos() >= f.Package {
-			break
+	return sourceHeaderConstraint(b)
+}
+
+// sourceHeaderConstraint is the build constraint of a Go file whose source
+// is content: its //go:build line, or else its // +build lines, as the go
+// command reads them (see [sourceHeader]).
+func sourceHeaderConstraint(content []byte) constraint.Expr {
+	header, goBuild := sourceHeader(content)
+	if goBuild != "" {
+		if x, err := constraint.Parse(goBuild); err == nil {
+			return x
 		}
-		for _, c := range g.List {
-			switch {
-			case constraint.IsGoBuild(c.Text):
-				if x, err := constraint.Parse(c.Text); err == nil && goBuild == nil {
-					goBuild = x
-				}
-			case constraint.IsPlusBuild(c.Text) && g != f.Doc:
-				// The go command reads // +build lines only when a blank
-				// line follows them: not in the package's doc comment,
-				// the comment right above the package clause (review r57).
-				if x, err := constraint.Parse(c.Text); err == nil {
-					plusBuild = and(plusBuild, x)
-				}
+		return nil
+	}
+	var plusBuild constraint.Expr
+	for line := range strings.SplitSeq(header, "\n") {
+		line = strings.TrimSpace(line)
+		if constraint.IsPlusBuild(line) {
+			if x, err := constraint.Parse(line); err == nil {
+				plusBuild = and(plusBuild, x)
 			}
 		}
 	}
-	if goBuild != nil {
-		return goBuild
-	}
 	return plusBuild
+}
+
+// sourceHeader splits a Go file's source the way go/build does (its
+// parseFileHeader): the //go:build line is the first one among the
+// comments before the first text that is not a comment; // +build lines
+// count only in header, the lines up to the last blank line before the
+// first line that is not a // comment (a /* */ comment ends that run: a
+// // +build line above a block comment with no blank line between is not
+// read, review r58; nor is one in the package's doc comment, review r57).
+func sourceHeader(content []byte) (header, goBuild string) {
+	src := string(content)
+	end := 0
+	ended := false
+	inSlashStar := false
+	rest := src
+Lines:
+	for len(rest) > 0 {
+		line := rest
+		if i := strings.IndexByte(line, '\n'); i >= 0 {
+			line, rest = line[:i], rest[i+1:]
+		} else {
+			rest = ""
+		}
+		line = strings.TrimSpace(line)
+		if line == "" && !ended {
+			end = len(src) - len(rest)
+			continue
+		}
+		if !strings.HasPrefix(line, "//") {
+			ended = true
+		}
+		if !inSlashStar && constraint.IsGoBuild(line) && goBuild == "" {
+			goBuild = line
+		}
+		for line != "" {
+			if inSlashStar {
+				i := strings.Index(line, "*/")
+				if i < 0 {
+					continue Lines
+				}
+				inSlashStar = false
+				line = strings.TrimSpace(line[i+2:])
+				continue
+			}
+			if strings.HasPrefix(line, "//") {
+				continue Lines
+			}
+			if strings.HasPrefix(line, "/*") {
+				inSlashStar = true
+				line = strings.TrimSpace(line[2:])
+				continue
+			}
+			break Lines // text that is not a comment
+		}
+	}
+	return src[:end], goBuild
 }
 
 // and is x && y, either of which may be nil (no constraint).
@@ -143,7 +196,7 @@ func wrapperConstraint(build string) string {
 // //go:build line was written for (see [wrapperConstraint]), as text: ""
 // for none, or when the line is not one idemgen writes.
 func generatedFor(path string) string {
-	rest, ok := withoutOwn(headerConstraint(path, nil))
+	rest, ok := withoutOwn(headerConstraint(path))
 	if !ok {
 		return ""
 	}

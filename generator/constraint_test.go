@@ -54,3 +54,30 @@ func TestWrapperConstraint(t *testing.T) {
 		}
 	}
 }
+
+// sourceHeaderConstraint reads a file's constraint as go/build does.
+func TestSourceHeaderConstraint(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"go:build", "//go:build linux\n\npackage m\n", "linux"},
+		{"+build then blank line", "// +build linux\n\npackage m\n", "linux"},
+		{"+build lines anded", "// +build linux\n// +build amd64\n\npackage m\n", "linux && amd64"},
+		{"go:build wins", "//go:build darwin\n// +build linux\n\npackage m\n", "darwin"},
+		{"+build in the doc comment", "// +build linux\npackage m\n", ""},
+		{"+build above a block comment", "// +build premium\n/* Copyright */\n\npackage m\n", ""},
+		{"+build after a blank line and a block comment", "// +build premium\n\n/* Copyright */\n\npackage m\n", "premium"},
+		{"go:build after a block comment", "/* Copyright */\n//go:build premium\n\npackage m\n", "premium"},
+		{"go:build inside a block comment", "/*\n//go:build premium\n*/\n\npackage m\n", ""},
+		{"after the package clause", "package m\n\n//go:build premium\n", ""},
+		{"none", "package m\n", ""},
+	} {
+		got := ""
+		if x := sourceHeaderConstraint([]byte(tc.src)); x != nil {
+			got = x.String()
+		}
+		if got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -14,24 +14,38 @@ import (
 // files": "Its wrapper carries the same constraint ..., so builds without
 // the file do not see a constructor for an interface they lack."
 //
-// A `// +build` line that is not followed by a blank line (here: right
-// above the package clause, in the package's doc comment) is no
-// constraint for the go command (go/build honours +build lines only
-// before a blank line): the file is in every build. idemgen reads it as a
-// constraint and puts the wrapper under `!idemgen && premium`: the default
-// build has the service and the code calling its constructor, but not the
-// constructor (undefined: NewIdempotentService).
+// A `// +build` line the go command does not read (go/build honours +build
+// lines only in the leading run of // comments, before a blank line) is no
+// constraint: the file is in every build. idemgen read it as one and put
+// the wrapper under `!idemgen && premium`: the default build had the
+// service and the code calling its constructor, but not the constructor
+// (undefined: NewIdempotentService). Cases: right above the package clause
+// (the package's doc comment, review r57), and right above a block comment
+// (a licence header, review r58).
 func TestR57PlusBuildWithoutBlankLine(t *testing.T) {
-	svc := strings.Replace(service, "package m", "// Package m has a service.\n// +build premium\npackage m", 1)
+	for _, tc := range []struct{ name, header string }{
+		{"in the doc comment", "// Package m has a service.\n// +build premium\npackage m"},
+		{"above a block comment", "// +build premium\n/* Copyright 2026 Example Ltd. */\n\npackage m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { ignoredPlusBuild(t, tc.header) })
+	}
+}
+
+// ignoredPlusBuild generates the wrapper of a service whose file starts
+// with header (a // +build line the go command ignores) and checks that
+// the default build, as the go command reads it, has the wrapper and
+// builds.
+func ignoredPlusBuild(t *testing.T, header string) {
+	t.Helper()
 	dir := module(t, map[string]string{
-		"svc.go": svc,
+		"svc.go": strings.Replace(service, "package m", header, 1),
 		"use.go": "package m\n\nimport idem \"github.com/idemkit/idem/runtime\"\n\nfunc Wrap(s Service, rt *idem.Runtime) Service { return NewIdempotentService(s, rt) }\n",
 	})
 	// The go command builds svc.go without the tag.
 	cmd := exec.Command("go", "list", "-f", "{{.GoFiles}}", ".")
 	cmd.Dir = dir
 	if msg, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(msg), "svc.go") {
-		t.Fatalf("go list: %v %s", err, msg)
+		t.Fatalf("go list: the go command leaves svc.go out without the tag (%v %s): the case is wrong", err, msg)
 	}
 	if code, _, errOut := runCmd(t, "."); code != 0 {
 		t.Fatalf("generate: exit %d\n%s", code, errOut)
@@ -42,17 +56,13 @@ func TestR57PlusBuildWithoutBlankLine(t *testing.T) {
 	}
 	head, _, _ := strings.Cut(string(b), "package m")
 	t.Logf("generated header:\n%s", head)
-	cmd = exec.Command("go", "list", "-f", "{{.GoFiles}}", ".")
+	cmd = exec.Command("go", "build", "./...")
 	cmd.Dir = dir
-	msg, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v %s", err, msg)
-	}
-	if !strings.Contains(string(msg), "service_idem.go") {
-		t.Errorf("the default build has svc.go and use.go but not the wrapper (go list: %s): use.go's NewIdempotentService is undefined", strings.TrimSpace(string(msg)))
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("the default build (svc.go and use.go, as the go command reads them) fails with idemgen's wrapper: %v\n%s", err, msg)
 	}
 	if code, stdout, errOut := runCmd(t, "-check", "."); code != 0 {
-		t.Logf("-check: exit %d\n%s%s", code, stdout, errOut)
+		t.Errorf("-check: exit %d\n%s%s", code, stdout, errOut)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -59,11 +60,23 @@ var ErrBodyNotReplayable = errors.New("idemhttp: request body cannot be replayed
 // client's bug, other 4xx and 5xx definitive), a response marked
 // "Idempotent-Replayed: true" (a recorded outcome does not change), and
 // errors that another attempt cannot fix (a certificate or a host that
-// does not exist; for http and https, a request net/http refuses to send:
-// no Header, no host at all, a method that is not a token, a header or
-// trailer field it cannot send, and, with Base nil or an *http.Transport,
-// a URL without a host whatever req.Host says; a body shorter or longer
-// than the request's ContentLength; a body that cannot be replayed).
+// does not exist; a request net/http refuses to send or cannot write; a
+// body shorter or longer than the request's ContentLength; a body that
+// cannot be replayed).
+//
+// Which attempts were sent is told by net/http itself: each attempt runs
+// with an [httptrace.ClientTrace], and one whose request headers were
+// never written (net/http refused it before asking for a connection, or
+// got one and could not write the request: a method HTTP/1 cannot send, a
+// control character in the URL, a trailer named Content-Length, a
+// ContentLength with no Body) was not sent, is not counted in
+// [RequestError.Attempts], and is not retried; over HTTP/2, which sends
+// some of those, the attempt counts as any other. A Base of its own that
+// runs none of the trace's hooks (it does not use net/http, or drops the
+// request's context) is judged by net/http's own rules instead: for http
+// and https, no Header, no host at all, a method that is not a token, a
+// header or trailer field it cannot send. A request given a key but no
+// Header gets one for the key (a Base that copies the headers sends it).
 //
 // Waits between attempts grow exponentially from MinBackoff, capped at
 // MaxBackoff, with jitter (a random half of each); a Retry-After header
@@ -218,7 +231,7 @@ func ResultOf(resp *http.Response) (Result, bool) {
 // RequestError is the error of a logical request that got no response.
 type RequestError struct {
 	Key      string // the key sent ("" for a safe method)
-	Attempts int    // attempts sent; 0 when the request was refused before
+	Attempts int    // attempts sent (net/http wrote the request's headers, or a dial failed); 0 when none was
 	Err      error  // the last attempt's error, or the context's
 }
 
@@ -274,20 +287,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	maxAttempts := orDefault(t.MaxAttempts, DefaultMaxAttempts)
 	malformed := t.refusedByNetHTTP(req, header, field)
+	sent := 0
 	for attempt := 1; ; attempt++ {
 		resp, cancel, fate, err := t.send(ctx, req, header, field, body, attempt)
 		res := Result{Key: key, Attempts: attempt}
 		retry, after := t.retryable(ctx, resp, err)
-		sent := attempt
-		if err != nil && (malformed || fate != attemptSent) {
-			// net/http refuses it before sending, or its body is not as
-			// long as its ContentLength: so will every attempt (reviews
-			// r55, r56). One whose body could not be had again was not
-			// sent either.
+		if err != nil && fate == attemptUnknown && malformed {
+			// A base of its own that said nothing of the attempt
+			// (no httptrace hook ran), and a request net/http's own
+			// transport would refuse: judged refused, as before.
+			fate = attemptRefused
+		}
+		if err != nil && fate != attemptSent && fate != attemptUnknown {
+			// net/http refused it or could not write it (it never wrote
+			// the request's headers), or its body is not as long as its
+			// ContentLength: so will every attempt (reviews r55, r56,
+			// r58). One whose body could not be had again was not sent
+			// either.
 			retry = false
 		}
-		if err != nil && (malformed || fate == attemptUnsent) {
-			sent--
+		if err == nil || fate == attemptSent || fate == attemptUnknown || fate == attemptBadLength {
+			sent++
 		}
 		wait := t.backoff(attempt)
 		if after > wait {
@@ -373,17 +393,61 @@ func headerValues(h http.Header, name string) []string {
 	return nil
 }
 
-// attemptFate is what became of an attempt that failed: sent (for all
-// the Transport knows), not sent (its body could not be had again), or
-// sent with a body whose length is not the request's ContentLength, which
-// every attempt would send alike.
+// attemptFate is what became of an attempt that failed: sent (its
+// headers were written, or a dial failed: for all the Transport knows it
+// may have reached the server), refused by net/http (before it asked for
+// a connection, or after one was got but before the request's headers
+// were written: the request cannot be written, on any attempt), unknown
+// (a base of its own that ran no httptrace hook), not sent (its body
+// could not be had again), or sent with a body whose length is not the
+// request's ContentLength, which every attempt would send alike.
 type attemptFate int
 
 const (
 	attemptSent attemptFate = iota
+	attemptRefused
+	attemptUnknown
 	attemptUnsent
 	attemptBadLength
 )
+
+// attemptTrace notes the httptrace hooks an attempt ran: net/http's
+// transports (HTTP/1 and HTTP/2), and a base that wraps one, run them on
+// the attempt's context.
+type attemptTrace struct {
+	asked, got, wrote atomic.Bool
+}
+
+func (a *attemptTrace) hooks() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GetConn:      func(string) { a.asked.Store(true) },
+		GotConn:      func(httptrace.GotConnInfo) { a.got.Store(true) },
+		WroteHeaders: func() { a.wrote.Store(true) },
+	}
+}
+
+// fate judges a failed attempt by the hooks it ran: see [attemptFate].
+// Only net/http's own transport (base nil or an *http.Transport), for
+// http and https, is known to ask for a connection before it sends: a
+// request it failed without asking was refused. Another base may fail
+// before reaching net/http for a reason another attempt does not meet.
+func (a *attemptTrace) fate(base http.RoundTripper, scheme string) attemptFate {
+	switch {
+	case a.wrote.Load():
+		return attemptSent
+	case a.got.Load():
+		return attemptRefused
+	case a.asked.Load():
+		return attemptSent // a dial that failed: retried, and counted as ever
+	}
+	switch base.(type) {
+	case nil, *http.Transport:
+		if scheme == "http" || scheme == "https" {
+			return attemptRefused
+		}
+	}
+	return attemptUnknown
+}
 
 // send sends one attempt. cancel releases the attempt's timeout; the
 // caller calls it when done with the response.
@@ -392,10 +456,16 @@ func (t *Transport) send(ctx context.Context, req *http.Request, header, field s
 	if t.AttemptTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, t.AttemptTimeout)
 	}
-	r := req.Clone(ctx)
-	// A request without Header is net/http's to refuse (malformedRequest),
-	// not a map to write the key in.
-	if field != "" && r.Header != nil && len(headerValues(r.Header, header)) == 0 {
+	trace := new(attemptTrace)
+	r := req.Clone(httptrace.WithClientTrace(ctx, trace.hooks()))
+	if field != "" && len(headerValues(r.Header, header)) == 0 {
+		if r.Header == nil {
+			// The key goes on every attempt: a base of its own sends
+			// a request without Header (one that copies the header
+			// into a new map, as auth transports do), and sent it
+			// without its key (review r58).
+			r.Header = make(http.Header, 1)
+		}
 		r.Header.Set(header, field)
 	}
 	if body != nil {
@@ -424,7 +494,11 @@ func (t *Transport) send(ctx context.Context, req *http.Request, header, field s
 		if counted != nil && counted.mismatch() {
 			return nil, cancel, attemptBadLength, err
 		}
-		return nil, cancel, attemptSent, err
+		scheme := ""
+		if r.URL != nil {
+			scheme = r.URL.Scheme
+		}
+		return nil, cancel, trace.fate(t.Base, scheme), err
 	}
 	if resp.Request == nil {
 		resp.Request = r
@@ -518,30 +592,25 @@ func defaultRetryStatus(s int) bool {
 	return false
 }
 
-// refusedByNetHTTP reports whether net/http refuses req before sending
-// it, whatever the attempt: no URL, no Header, no host at all, a method
-// that is not a token, or a header or trailer field name or value it
-// cannot send (the key's field, value included). A URL without a host but
-// with req.Host set counts only when Base is net/http's own (nil or an
-// *http.Transport): another base may route by req.Host. A scheme other
-// than http and https is never judged: net/http hands it to the protocol
-// registered for it (Transport.RegisterProtocol) without these checks
-// (review r57).
+// refusedByNetHTTP reports whether net/http's own transport would refuse
+// req before sending it, whatever the attempt: no URL, no Header, no host
+// at all, a method that is not a token, or a header or trailer field name
+// or value it cannot send (the key's field, value included). It judges
+// only attempts whose Base ran no httptrace hook (see [attemptTrace.fate]:
+// net/http's own transport is judged by what it did): a URL without a
+// host but with req.Host set does not count (such a base may route by
+// req.Host), nor does a scheme other than http and https (net/http hands
+// it to the protocol registered for it, Transport.RegisterProtocol,
+// without these checks: review r57).
 func (t *Transport) refusedByNetHTTP(req *http.Request, header, field string) bool {
-	if req.URL == nil || req.Header == nil {
-		return true
+	if req.URL == nil || req.Header == nil && field == "" {
+		return true // (a request given a key gets a Header: see send)
 	}
 	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
 		return false
 	}
-	if req.URL.Host == "" {
-		switch t.Base.(type) {
-		case nil, *http.Transport:
-			return true
-		}
-		if req.Host == "" {
-			return true
-		}
+	if req.URL.Host == "" && req.Host == "" {
+		return true
 	}
 	if strings.IndexFunc(req.Method, func(r rune) bool { return !httpguts.IsTokenRune(r) }) >= 0 {
 		return true // "" is GET
