@@ -96,7 +96,7 @@ func sourceHeaderConstraint(content []byte) constraint.Expr {
 // // +build line above a block comment with no blank line between is not
 // read, review r58; nor is one in the package's doc comment, review r57).
 func sourceHeader(content []byte) (header, goBuild string) {
-	src := string(content)
+	src := strings.TrimPrefix(string(content), "\ufeff") // go/build drops a leading BOM
 	end := 0
 	ended := false
 	inSlashStar := false

@@ -71,6 +71,9 @@ func TestSourceHeaderConstraint(t *testing.T) {
 		{"go:build inside a block comment", "/*\n//go:build premium\n*/\n\npackage m\n", ""},
 		{"after the package clause", "package m\n\n//go:build premium\n", ""},
 		{"none", "package m\n", ""},
+		{"a BOM first", "\ufeff// +build linux\n\npackage m\n", "linux"},
+		{"CRLF", "// +build linux\r\n\r\npackage m\r\n", "linux"},
+		{"CRLF, no blank line", "// +build linux\r\npackage m\r\n", ""},
 	} {
 		got := ""
 		if x := sourceHeaderConstraint([]byte(tc.src)); x != nil {
