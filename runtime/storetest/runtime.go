@@ -504,20 +504,33 @@ func testStaleOwner(t *testing.T, s runtime.Store) {
 		}))
 		slowDone <- err
 	}()
-	// Wait until the slow worker holds the record.
+	// Wait until the slow worker holds the record, or has returned: on a
+	// starved machine its claim's reply can come so late that it renews
+	// before the effect; the renewal is dropped, so it runs nothing and
+	// releases its claim, perhaps before this loop saw the record (the
+	// fresh-clone run of 943f6f9 waited here 19 minutes).
 	id := runtime.Identity{Scope: runtime.ScopeFrom(ctx), Operation: "Payments.Charge", Key: "k"}
-	for {
+	var slowErr error
+	slowReturned := false
+	for !slowReturned {
 		if _, err := s.Get(ctx, id); err == nil {
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case slowErr = <-slowDone:
+			slowReturned = true
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	got, err := runtime.Do(ctx, fastRT, call("k", chargeReq{"a", 1}, c.charge))
 	if err != nil || got.ID != "ch_1" {
 		t.Fatalf("takeover: %+v, %v", got, err)
 	}
 	close(taken)
-	switch err := <-slowDone; {
+	if !slowReturned {
+		slowErr = <-slowDone
+	}
+	switch err := slowErr; {
 	case !slowRan.Load():
 		// A starved machine: the claim's reply came so late that the slow
 		// worker renewed before its effect, the renewal was dropped, and
