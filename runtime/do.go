@@ -329,7 +329,10 @@ func (ex *execution[Req, Resp]) leaveHeld(ctx context.Context) {
 	*tp = TransitionParams{ID: ex.id, From: from, Owner: ex.rt.cfg.owner, Version: h.version}
 	release, what := false, "released its claim (the effect had not run)"
 	switch {
-	case h.unknown || h.mayHaveActed:
+	case h.unknown || h.mayHaveActed || h.earlier:
+		// (earlier: even once a query has said the effect did not
+		// happen; the next call takes the record over and asks again:
+		// review r59.)
 		tp.To, tp.Token = StateUnknown, ex.rt.newToken()
 		if h.unknown {
 			tp.Note = h.note
@@ -450,11 +453,23 @@ type holding struct {
 func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, error) {
 	var zero Resp
 	if cerr := context.Cause(ctx); cerr != nil {
-		// The caller went away before the effect started: nothing happened,
-		// so the record is released rather than left UNKNOWN.
+		// The caller went away before the effect started: nothing of this
+		// call's happened, so a fresh claim is released rather than left
+		// UNKNOWN. A record an earlier attempt may have acted on (taken
+		// over, or UNKNOWN, even once a query has said the effect did
+		// not happen) is recorded UNKNOWN, as a call that leaves records
+		// it: the next call asks again (review r59).
 		ex.run.tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version}
-		_, rerr := ex.complete(ctx, true, &ex.run.tp)
-		ex.rt.emit(ctx, Event{Kind: EventReleased, Operation: ex.id.Operation, Err: cerr})
+		release := !ex.hold.earlier && !ex.hold.mayHaveActed
+		if !release {
+			ex.run.tp.To, ex.run.tp.Token = StateUnknown, ex.rt.newToken()
+		}
+		_, rerr := ex.complete(ctx, release, &ex.run.tp)
+		if release {
+			ex.rt.emit(ctx, Event{Kind: EventReleased, Operation: ex.id.Operation, Err: cerr})
+		} else {
+			ex.rt.emit(ctx, Event{Kind: EventUnknown, Operation: ex.id.Operation, State: StateUnknown, Err: cerr})
+		}
 		return zero, errors.Join(fmt.Errorf("idem: %s %q: the caller's context ended before the effect ran: %w", ex.id.Operation, ex.id.Key, cerr), rerr)
 	}
 	if err := ex.confirmLateStart(ctx, rec); err != nil {

@@ -66,15 +66,18 @@ var ErrBodyNotReplayable = errors.New("idemhttp: request body cannot be replayed
 //
 // Which attempts were sent is told by net/http itself: each attempt runs
 // with an [httptrace.ClientTrace], and one whose request headers were
-// never written (net/http refused it before asking for a connection, or
-// got one and could not write the request: a method HTTP/1 cannot send, a
-// control character in the URL, a trailer named Content-Length, a
-// ContentLength with no Body) was not sent, is not counted in
-// [RequestError.Attempts], and is not retried; over HTTP/2, which sends
-// some of those, the attempt counts as any other. A Base of its own that
-// runs none of the trace's hooks (it does not use net/http, or drops the
-// request's context) is judged by net/http's own rules instead: for http
-// and https, no Header, no host at all, a method that is not a token, a
+// never written was not sent and is not counted in
+// [RequestError.Attempts]: one net/http got a connection for and could
+// not write (a control character in the URL, a trailer named
+// Content-Length, a ContentLength with no Body) is not retried either; one
+// cut off before its headers went out (a reset, a timeout) is retried.
+// Over HTTP/2, which sends a method HTTP/1 refuses, the attempt counts as
+// any other. An attempt that ran none of the trace's hooks (net/http
+// refused it before asking for a connection; a Base of its own that does
+// not use net/http or drops the request's context; a protocol registered
+// for the scheme) is judged by net/http's own rules: for http and https,
+// no Header, no host at all (with Base nil or an *http.Transport, a URL
+// without a host whatever req.Host says), a method that is not a token, a
 // header or trailer field it cannot send. A request given a key but no
 // Header gets one for the key (a Base that copies the headers sends it).
 //
@@ -298,7 +301,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// transport would refuse: judged refused, as before.
 			fate = attemptRefused
 		}
-		if err != nil && fate != attemptSent && fate != attemptUnknown {
+		if err != nil && fate != attemptSent && fate != attemptUnknown && fate != attemptCutOff {
 			// net/http refused it or could not write it (it never wrote
 			// the request's headers), or its body is not as long as its
 			// ContentLength: so will every attempt (reviews r55, r56,
@@ -395,17 +398,19 @@ func headerValues(h http.Header, name string) []string {
 
 // attemptFate is what became of an attempt that failed: sent (its
 // headers were written, or a dial failed: for all the Transport knows it
-// may have reached the server), refused by net/http (before it asked for
-// a connection, or after one was got but before the request's headers
-// were written: the request cannot be written, on any attempt), unknown
-// (a base of its own that ran no httptrace hook), not sent (its body
-// could not be had again), or sent with a body whose length is not the
-// request's ContentLength, which every attempt would send alike.
+// may have reached the server), refused by net/http (a connection was got
+// but the request could not be written: so on any attempt), cut off
+// before its headers were written (a reset, a timeout: not sent, and
+// retried), unknown (no httptrace hook ran: net/http's own rules judge
+// it), not sent (its body could not be had again), or sent with a body
+// whose length is not the request's ContentLength, which every attempt
+// would send alike.
 type attemptFate int
 
 const (
 	attemptSent attemptFate = iota
 	attemptRefused
+	attemptCutOff // not sent, and retried
 	attemptUnknown
 	attemptUnsent
 	attemptBadLength
@@ -426,25 +431,27 @@ func (a *attemptTrace) hooks() *httptrace.ClientTrace {
 	}
 }
 
-// fate judges a failed attempt by the hooks it ran: see [attemptFate].
-// Only net/http's own transport (base nil or an *http.Transport), for
-// http and https, is known to ask for a connection before it sends: a
-// request it failed without asking was refused. Another base may fail
-// before reaching net/http for a reason another attempt does not meet.
-func (a *attemptTrace) fate(base http.RoundTripper, scheme string) attemptFate {
+// fate judges an attempt that failed with err by the hooks it ran: see
+// [attemptFate]. An attempt that got a connection but never wrote its
+// headers was refused when net/http could not write the request (an error
+// of its own: a trailer it cannot send, a control character in the URL, a
+// ContentLength with no Body); one cut off meanwhile (a reset, a timeout,
+// an end of file: a network error) was not sent, and is retried. One that
+// ran no hook is left to net/http's own rules ([attemptUnknown]): a
+// protocol registered for the scheme (Transport.RegisterProtocol) may have
+// sent it without running any (review r59).
+func (a *attemptTrace) fate(err error) attemptFate {
 	switch {
 	case a.wrote.Load():
 		return attemptSent
 	case a.got.Load():
+		var ne net.Error
+		if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return attemptCutOff
+		}
 		return attemptRefused
 	case a.asked.Load():
 		return attemptSent // a dial that failed: retried, and counted as ever
-	}
-	switch base.(type) {
-	case nil, *http.Transport:
-		if scheme == "http" || scheme == "https" {
-			return attemptRefused
-		}
 	}
 	return attemptUnknown
 }
@@ -494,11 +501,7 @@ func (t *Transport) send(ctx context.Context, req *http.Request, header, field s
 		if counted != nil && counted.mismatch() {
 			return nil, cancel, attemptBadLength, err
 		}
-		scheme := ""
-		if r.URL != nil {
-			scheme = r.URL.Scheme
-		}
-		return nil, cancel, trace.fate(t.Base, scheme), err
+		return nil, cancel, trace.fate(err), err
 	}
 	if resp.Request == nil {
 		resp.Request = r
@@ -596,12 +599,13 @@ func defaultRetryStatus(s int) bool {
 // req before sending it, whatever the attempt: no URL, no Header, no host
 // at all, a method that is not a token, or a header or trailer field name
 // or value it cannot send (the key's field, value included). It judges
-// only attempts whose Base ran no httptrace hook (see [attemptTrace.fate]:
-// net/http's own transport is judged by what it did): a URL without a
-// host but with req.Host set does not count (such a base may route by
-// req.Host), nor does a scheme other than http and https (net/http hands
-// it to the protocol registered for it, Transport.RegisterProtocol,
-// without these checks: review r57).
+// only attempts that ran no httptrace hook (see [attemptTrace.fate]: the
+// others are judged by what net/http did). A URL without a host but with
+// req.Host set counts only when Base is net/http's own (nil or an
+// *http.Transport): another base may route by req.Host. A scheme other
+// than http and https is never judged: net/http hands it to the protocol
+// registered for it (Transport.RegisterProtocol) without these checks
+// (review r57).
 func (t *Transport) refusedByNetHTTP(req *http.Request, header, field string) bool {
 	if req.URL == nil || req.Header == nil && field == "" {
 		return true // (a request given a key gets a Header: see send)
@@ -609,8 +613,14 @@ func (t *Transport) refusedByNetHTTP(req *http.Request, header, field string) bo
 	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
 		return false
 	}
-	if req.URL.Host == "" && req.Host == "" {
-		return true
+	if req.URL.Host == "" {
+		switch t.Base.(type) {
+		case nil, *http.Transport:
+			return true
+		}
+		if req.Host == "" {
+			return true
+		}
 	}
 	if strings.IndexFunc(req.Method, func(r rune) bool { return !httpguts.IsTokenRune(r) }) >= 0 {
 		return true // "" is GET
