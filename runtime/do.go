@@ -276,9 +276,8 @@ func (ex *execution[Req, Resp]) runClaimed(ctx context.Context, rec Record, star
 	// An UNKNOWN record, or one taken over, may have been acted on by an
 	// earlier attempt, unless the attempt was a local call's (its writes
 	// are undone unless its outcome is recorded).
-	earlier := ex.local == nil && (rec.State == StateUnknown || rec.Takeovers > 0)
 	ex.hold = holding{version: rec.Version, unknown: rec.State == StateUnknown, note: rec.Note,
-		mayHaveActed: earlier, earlier: earlier}
+		earlier: ex.local == nil && (rec.State == StateUnknown || rec.Takeovers > 0)}
 	returned := false
 	defer func() {
 		if !returned && !ex.hold.owned {
@@ -329,7 +328,7 @@ func (ex *execution[Req, Resp]) leaveHeld(ctx context.Context) {
 	*tp = TransitionParams{ID: ex.id, From: from, Owner: ex.rt.cfg.owner, Version: h.version}
 	release, what := false, "released its claim (the effect had not run)"
 	switch {
-	case h.unknown || h.mayHaveActed || h.earlier:
+	case h.unknown || h.earlier:
 		// (earlier: even once a query has said the effect did not
 		// happen; the next call takes the record over and asks again:
 		// review r59.)
@@ -433,15 +432,16 @@ type running struct {
 // (owned): the record's version, UNKNOWN or PROCESSING, and whether an
 // earlier attempt may have acted on it. See [execution.runClaimed].
 type holding struct {
-	version      int64
-	unknown      bool
-	owned        bool
-	mayHaveActed bool
+	version int64
+	unknown bool
+	owned   bool
 	// earlier: the record was UNKNOWN or taken over when claimed (an
-	// earlier attempt may have acted), whatever a query has said since. A
-	// late start not confirmed leaves such a record to its lease, so that
-	// the next call takes it over and asks the query again (an earlier
-	// attempt still on its way to the downstream may have landed by then).
+	// earlier attempt, not a local call's, may have acted), whatever a
+	// query has said since. A call that leaves, or whose caller goes,
+	// before its effect records such a record UNKNOWN, and a late start
+	// not confirmed leaves it to its lease, so that the next call takes it
+	// over and asks the query again (an earlier attempt still on its way
+	// to the downstream may have landed by then).
 	earlier bool
 	// note is the held record's: an UNKNOWN record written back UNKNOWN
 	// keeps it (a record the reconciler gave up on stays marked).
@@ -460,7 +460,7 @@ func (ex *execution[Req, Resp]) execute(ctx context.Context, rec Record) (Resp, 
 		// not happen) is recorded UNKNOWN, as a call that leaves records
 		// it: the next call asks again (review r59).
 		ex.run.tp = TransitionParams{ID: ex.id, From: StateProcessing, Owner: ex.rt.cfg.owner, Version: rec.Version}
-		release := !ex.hold.earlier && !ex.hold.mayHaveActed
+		release := !ex.hold.earlier
 		if !release {
 			ex.run.tp.To, ex.run.tp.Token = StateUnknown, ex.rt.newToken()
 		}
@@ -1180,8 +1180,10 @@ func (ex *execution[Req, Resp]) reconcileInline(ctx context.Context, rec Record)
 			return zero, err
 		}
 		rec.State, rec.Version = StateProcessing, v
-		// The query found that nothing happened: a call that leaves now
-		// releases the claim (see runClaimed).
+		// The query found that nothing happened. What an earlier attempt
+		// may have done is still not known for sure (hold.earlier): a
+		// call that leaves now records UNKNOWN, and a local call's claim
+		// is released (see runClaimed).
 		ex.hold = holding{version: v, earlier: ex.hold.earlier}
 		rt.emit(ctx, Event{Kind: EventReconciled, Operation: op, State: StateProcessing})
 		ex.granted = granted
